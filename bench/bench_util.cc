@@ -1,0 +1,204 @@
+#include "bench_util.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+#include <iostream>
+#include <utility>
+
+namespace tierkv::bench {
+namespace {
+
+constexpr size_t kHugePage = 2 * kMiB;
+constexpr size_t kSmallPage = 4 * kKiB;
+
+size_t RoundUp(size_t value, size_t align) { return (value + align - 1) / align * align; }
+
+}  // namespace
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2.0;
+}
+
+double Gbps(uint64_t bytes, double seconds) {
+  return seconds > 0.0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
+}
+
+void EmitJsonLine(const nlohmann::ordered_json& line) {
+  std::cout << line.dump() << '\n' << std::flush;
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  double value = static_cast<double>(bytes);
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  if (value == static_cast<double>(static_cast<uint64_t>(value))) {
+    std::snprintf(text, sizeof(text), "%" PRIu64 " %s", static_cast<uint64_t>(value), kUnits[unit]);
+  } else {
+    std::snprintf(text, sizeof(text), "%.1f %s", value, kUnits[unit]);
+  }
+  return text;
+}
+
+// ---- Progress ---------------------------------------------------------------
+
+Progress::Progress(std::string_view bench, bool force) : bench_(bench) {
+  tty_ = ::isatty(STDERR_FILENO) == 1;
+  enabled_ = tty_ || force;
+}
+
+Progress::~Progress() { Done(); }
+
+void Progress::Update(std::string_view message) {
+  if (!enabled_) return;
+  std::string line = "[" + bench_ + "] " + std::string(message);
+  if (tty_) {
+    // Pad with spaces to wipe the rest of a longer previous line.
+    const size_t len = line.size();
+    if (len < last_len_) line.append(last_len_ - len, ' ');
+    last_len_ = len;
+    std::cerr << '\r' << line << std::flush;
+  } else {
+    std::cerr << line << '\n' << std::flush;
+  }
+}
+
+void Progress::Done() {
+  if (!enabled_ || !tty_ || last_len_ == 0) return;
+  std::cerr << '\r' << std::string(last_len_, ' ') << '\r' << std::flush;
+  last_len_ = 0;
+}
+
+// ---- AlignedBuffer ----------------------------------------------------------
+
+Result<AlignedBuffer> AlignedBuffer::Allocate(size_t size) {
+  if (size == 0) return Result<AlignedBuffer>(ErrorCode::INVALID_PARAMS, "buffer size 0");
+  const size_t length = RoundUp(size, kHugePage);
+  // Over-map by one huge page and trim, so the start is 2 MiB-aligned and THP
+  // can back the whole range.
+  void* raw = ::mmap(nullptr, length + kHugePage, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) {
+    return Result<AlignedBuffer>(ErrorCode::INTERNAL_ERROR,
+                                 "mmap(" + FormatBytes(length) + "): " + std::strerror(errno));
+  }
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = RoundUp(begin, kHugePage);
+  const size_t head = aligned - begin;
+  const size_t tail = kHugePage - head;
+  if (head > 0) ::munmap(raw, head);
+  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + length), tail);
+  auto* data = reinterpret_cast<uint8_t*>(aligned);
+  // Best effort: without THP the buffer still works, on 4 KiB pages.
+  (void)::madvise(data, length, MADV_HUGEPAGE);
+  // Pre-fault: one write per small page (a huge page is faulted by its first).
+  for (size_t offset = 0; offset < length; offset += kSmallPage) {
+    reinterpret_cast<volatile uint8_t*>(data)[offset] = 0;
+  }
+  AlignedBuffer buffer;
+  buffer.data_ = data;
+  buffer.size_ = size;
+  buffer.mapped_size_ = length;
+  return buffer;
+}
+
+AlignedBuffer::~AlignedBuffer() { Release(); }
+
+AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      mapped_size_(std::exchange(other.mapped_size_, 0)) {}
+
+AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    mapped_size_ = std::exchange(other.mapped_size_, 0);
+  }
+  return *this;
+}
+
+void AlignedBuffer::Release() {
+  if (data_ != nullptr) ::munmap(data_, mapped_size_);
+  data_ = nullptr;
+  size_ = 0;
+  mapped_size_ = 0;
+}
+
+void FillPattern(uint8_t* data, size_t size, uint64_t seed) {
+  const uint64_t base = Mix64(seed);
+  const size_t words = size / sizeof(uint64_t);
+  for (size_t k = 0; k < words; ++k) {
+    const uint64_t value = base ^ (k * 0x9E3779B97F4A7C15ull);
+    std::memcpy(data + k * sizeof(uint64_t), &value, sizeof(value));
+  }
+  const uint64_t last = base ^ (words * 0x9E3779B97F4A7C15ull);
+  std::memcpy(data + words * sizeof(uint64_t), &last, size % sizeof(uint64_t));
+}
+
+// ---- Baseline ---------------------------------------------------------------
+
+double TimedMemcpy(const std::vector<CopyPiece>& pieces) {
+  Stopwatch watch;
+  for (const CopyPiece& piece : pieces) std::memcpy(piece.dst, piece.src, piece.bytes);
+  // Keep the copies ordered before the clock read and observable.
+  asm volatile("" ::: "memory");
+  return watch.Seconds();
+}
+
+// ---- Checks -----------------------------------------------------------------
+
+std::string CodeString(int64_t code) {
+  return std::string(ErrorCodeName(static_cast<ErrorCode>(code))) + " (" + std::to_string(code) +
+         ")";
+}
+
+void FailureLog::Add(std::string message) {
+  ++count_;
+  if (first_.size() < kKept) first_.push_back(std::move(message));
+}
+
+Status FailureLog::ToStatus(std::string_view context) const {
+  if (count_ == 0) return Status::Ok();
+  std::string text = std::string(context) + ": " + std::to_string(count_) + " failure" +
+                     (count_ == 1 ? "" : "s") + "; first: ";
+  for (size_t i = 0; i < first_.size(); ++i) text += (i ? "; " : "") + first_[i];
+  return Status(ErrorCode::INTERNAL_ERROR, text);
+}
+
+// ---- Misc -------------------------------------------------------------------
+
+uint64_t Mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+std::string HexHash64(uint64_t value) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(64, '0');
+  for (int part = 0; part < 4; ++part) {
+    uint64_t word = Mix64(value * 4 + static_cast<uint64_t>(part));
+    for (int i = 15; i >= 0; --i) {
+      out[static_cast<size_t>(part * 16 + i)] = kHex[word & 0xF];
+      word >>= 4;
+    }
+  }
+  return out;
+}
+
+}  // namespace tierkv::bench

@@ -1,0 +1,161 @@
+// Helpers shared by the tierkv benches: options, timing, JSON-lines output, a
+// progress line, pre-faulted buffers and the memcpy baseline.
+//
+// Rules every bench follows (see docs/benchmarks.md):
+//  - stdout carries results only: JSON lines with --json, a table without;
+//    everything else (progress, the human summary under --json) goes to stderr.
+//  - memory is faulted in before any timing: first touch of fresh pages runs
+//    ~10x slower than memcpy on these machines and is never measured.
+//  - each figure is compared against a baseline measured in the same run.
+// Thread-safety: none of these helpers are shared between threads.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tierkv/status.h"
+
+namespace tierkv::bench {
+
+inline constexpr uint64_t kKiB = 1024;
+inline constexpr uint64_t kMiB = 1024 * kKiB;
+inline constexpr uint64_t kGiB = 1024 * kMiB;
+
+// Flags shared by every bench subcommand.
+struct CommonOptions {
+  bool json = false;        // JSON lines on stdout (human summary on stderr)
+  bool progress = false;    // force the progress line even if stderr is no tty
+  int reps = 3;             // repetitions; the median is reported
+  std::string config_path;  // JSON config for the client ("" = env/defaults)
+};
+
+// ---- Timing -----------------------------------------------------------------
+
+using BenchClock = std::chrono::steady_clock;
+
+class Stopwatch {
+ public:
+  Stopwatch() : start_(BenchClock::now()) {}
+  void Restart() { start_ = BenchClock::now(); }
+  double Seconds() const {
+    return std::chrono::duration<double>(BenchClock::now() - start_).count();
+  }
+
+ private:
+  BenchClock::time_point start_;
+};
+
+// Median of the values (mean of the middle two for an even count); 0 if empty.
+double Median(std::vector<double> values);
+// Decimal gigabytes per second (1e9 bytes), as LIMITS.md and memcpy tools use.
+double Gbps(uint64_t bytes, double seconds);
+
+// ---- Output -----------------------------------------------------------------
+
+// Writes one compact JSON object (keys in the order given) and a newline to stdout, then flushes,
+// so a reader of a pipe sees each line as soon as it is measured.
+void EmitJsonLine(const nlohmann::ordered_json& line);
+
+// "256 KiB", "2 MiB", "1.5 GiB", "64 B".
+std::string FormatBytes(uint64_t bytes);
+
+// A one-line progress indicator on stderr, rewritten in place on a tty and
+// printed as plain lines otherwise (only when forced with --progress).
+// Disabled unless stderr is a tty or `force`. Never call it inside a timed region.
+class Progress {
+ public:
+  Progress(std::string_view bench, bool force);
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  bool enabled() const { return enabled_; }
+  void Update(std::string_view message);
+  // Clears the line (tty) so that following output starts on a clean line.
+  void Done();
+
+ private:
+  std::string bench_;
+  bool enabled_ = false;
+  bool tty_ = false;
+  size_t last_len_ = 0;
+};
+
+// ---- Buffers ----------------------------------------------------------------
+
+// Anonymous private memory, 2 MiB-aligned, advised for transparent huge pages
+// and pre-faulted (every page written once) before it is returned.
+class AlignedBuffer {
+ public:
+  static Result<AlignedBuffer> Allocate(size_t size);
+  AlignedBuffer() = default;
+  ~AlignedBuffer();
+  AlignedBuffer(AlignedBuffer&& other) noexcept;
+  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  void Release();
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;         // usable size, as requested
+  size_t mapped_size_ = 0;  // mapping length (rounded up)
+};
+
+// Fills [data, data+size) with a pattern that depends on `seed` and on the
+// position of every 8-byte word, so misplaced or stale bytes are detected.
+void FillPattern(uint8_t* data, size_t size, uint64_t seed);
+
+// ---- Baseline ---------------------------------------------------------------
+
+// One contiguous copy: `bytes` from `src` to `dst`.
+struct CopyPiece {
+  const uint8_t* src;
+  uint8_t* dst;
+  size_t bytes;
+};
+
+// Plain single-thread std::memcpy of every piece, in order. Returns the
+// elapsed seconds. The reference every data-path figure is compared against.
+double TimedMemcpy(const std::vector<CopyPiece>& pieces);
+
+// ---- Checks -----------------------------------------------------------------
+
+// "OBJECT_NOT_FOUND (-704)" for a per-key result code.
+std::string CodeString(int64_t code);
+
+// Collects failures found by the (untimed) checks: a count and the first few
+// messages, turned into one Status at the end of a phase.
+class FailureLog {
+ public:
+  void Add(std::string message);
+  bool empty() const { return count_ == 0; }
+  size_t count() const { return count_; }
+  // OK when empty; otherwise INTERNAL_ERROR "<context>: N failure(s); first: ...".
+  Status ToStatus(std::string_view context) const;
+
+ private:
+  static constexpr size_t kKept = 3;
+  size_t count_ = 0;
+  std::vector<std::string> first_;
+};
+
+// ---- Misc -------------------------------------------------------------------
+
+// 64 lower-case hex characters derived from `value` (a stand-in for a SHA-256
+// chunk hash), deterministic across runs.
+std::string HexHash64(uint64_t value);
+// splitmix64: a cheap, well-mixed 64-bit hash.
+uint64_t Mix64(uint64_t x);
+
+}  // namespace tierkv::bench

@@ -1,0 +1,61 @@
+// Configuration of a tierkv client/store, read from JSON.
+//
+// Keys are compatible with Mooncake's client config; docs/configuration.md lists
+// every key with its default. Parsing is strict: a bad value, an unknown key or an
+// inconsistent combination is rejected with a message that names the key.
+// Thread-safety: plain value type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "tierkv/status.h"
+
+namespace tierkv {
+
+enum class Mode { kEmbedded, kStandaloneStore };
+
+struct Config {
+  Mode mode = Mode::kEmbedded;
+  // "" = run the master in-process (embedded mode only).
+  std::string master_server_address;
+  std::string metadata_server = "P2PHANDSHAKE";
+  std::string local_hostname;  // "" = this host's name
+  uint64_t global_segment_size = 1ull << 30;  // bytes this process contributes
+  uint64_t local_buffer_size = 256ull << 20;  // requester staging buffer
+  std::string protocol = "tcp";               // tcp | rdma | shm | auto
+  std::string device_name;                    // NIC list for rdma
+  bool enable_offload = false;                // SSD tier (later issue)
+
+  // Master / metadata.
+  uint64_t default_kv_lease_ttl_ms = 10000;  // read lease granted by exists/get
+  double eviction_high_watermark_ratio = 0.90;
+  double eviction_ratio = 0.05;  // fraction of a segment freed per eviction pass
+  uint64_t put_start_discard_timeout_ms = 30000;  // abandoned puts reclaimed after
+  uint32_t metadata_shards = 64;
+
+  // Data path.
+  bool verify_checksum = true;   // verify xxh3-64 on every get
+  bool require_registered_buffers = true;  // batch_*_multi_buffers buffers
+  uint32_t transfer_threads = 0;  // 0 = min(4, hardware threads)
+  bool use_huge_pages = true;     // try 2 MiB pages for segments
+};
+
+// Parses a JSON document. Unknown keys are errors (INVALID_CONFIG).
+Result<Config> ParseConfig(std::string_view json_text);
+// Reads and parses a file; the error names the path.
+Result<Config> LoadConfigFile(const std::string& path);
+// Path from TIERKV_CONFIG_PATH if set, else defaults. `explicit_path`, when not
+// empty (e.g. --config), wins over the environment.
+Result<Config> LoadConfig(const std::string& explicit_path = "");
+// Checks cross-key rules; ParseConfig already calls it.
+Status ValidateConfig(const Config& config);
+
+// "80GB", "4gb", "512MiB", "1024" -> bytes (1024-based; B, K/KB/KiB, M, G, T).
+Result<uint64_t> ParseSize(std::string_view text);
+// true/false, case-insensitive; anything else fails.
+Result<bool> ParseBool(std::string_view text);
+std::string_view ModeName(Mode mode);
+
+}  // namespace tierkv

@@ -1,0 +1,34 @@
+// Value types shared by the public API: put options and replica descriptions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tierkv {
+
+// Longest key accepted, in bytes. Keys are non-empty valid UTF-8 without NUL.
+inline constexpr size_t kMaxKeyLength = 4096;
+
+// How a batch of objects is placed and protected (Mooncake's ReplicateConfig).
+struct ReplicateConfig {
+  size_t replica_num = 1;         // replicas, each on a distinct segment
+  std::string preferred_segment;  // segment name tried first; "" = freest
+  bool with_soft_pin = false;     // evicted only after unpinned objects
+  bool with_hard_pin = false;     // never evicted (remove still works)
+  // One group id per key of the batch ("" = ungrouped), or empty = all ungrouped.
+  // A group is leased and evicted as a whole.
+  std::vector<std::string> group_ids;
+};
+
+enum class ReplicaTier : uint8_t { kMemory = 0, kDisk = 1 };
+
+struct ReplicaDesc {
+  ReplicaTier tier = ReplicaTier::kMemory;
+  std::string segment_name;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+}  // namespace tierkv

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The main job: install dependencies, build tierkv (Release) and run the two
+# benches with human-readable output. No services to start: the benches use an
+# embedded client (master and memory segment in the bench's own process).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+jobs=$(nproc)
+bash scripts/install-deps.sh
+
+echo "==> configure and build (Release, build/)"
+cmake -G Ninja -B build -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"$jobs" --target tierkv_cli
+
+echo
+echo "==> tierkv bench embedded (put/get throughput vs memcpy)"
+build/tierkv bench embedded
+
+echo
+echo "==> tierkv bench metadata (batch_is_exist keys/s)"
+build/tierkv bench metadata
+
+echo
+echo "demo: done (flags: build/tierkv bench embedded --help; docs/benchmarks.md)"

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tierkv needs to build, test and bench (Debian 12).
+#
+# The one list of build dependencies: scripts/demo.sh and scripts/test.sh call
+# this script. Installed packages are detected with dpkg-query; apt-get runs only
+# when something is missing (needs root, or sudo).
+#   bash scripts/install-deps.sh          install what is missing
+#   bash scripts/install-deps.sh --list   print the package list and exit
+set -euo pipefail
+
+PACKAGES=(
+  build-essential      # g++ (the default compiler), make, libc headers
+  cmake
+  ninja-build
+  pkg-config
+  clang                # optional second compiler
+  libclang-rt-14-dev   # sanitizer runtimes when building with clang
+  libgtest-dev
+  libgmock-dev
+  libbenchmark-dev
+  nlohmann-json3-dev
+  libcli11-dev
+  libspdlog-dev
+  libfmt-dev
+  libxxhash-dev
+  liburing-dev
+  python3              # scripts/test.sh checks the bench's JSON output with it
+)
+
+if [[ "${1:-}" == "--list" ]]; then
+  printf '%s\n' "${PACKAGES[@]}"
+  exit 0
+fi
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
+  if [[ "$status" != "install ok installed" ]]; then
+    missing+=("$package")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#PACKAGES[@]} packages are installed"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+  if ! command -v sudo >/dev/null; then
+    echo "install-deps: error: missing packages (${missing[*]}) and not root (no sudo)" >&2
+    exit 1
+  fi
+  sudo=(sudo)
+fi
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+  "${missing[@]}"
+echo "install-deps: done"

@@ -1,0 +1,76 @@
+// Client of embedded mode: metadata calls go straight to an in-process
+// MasterService; bytes move by memcpy between user buffers and segments.
+// Thread-safety: all public methods are thread-safe. Overrides repeat the
+// base's default arguments (same values) so tests can call them directly.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/buffer_registry.h"
+#include "client/in_process_master.h"
+#include "tierkv/client.h"
+#include "transfer/copy.h"
+#include "transfer/transfer_pool.h"
+
+namespace tierkv {
+
+class EmbeddedClient final : public Client {
+ public:
+  // Contributes a segment of config.global_segment_size to `master` (a new
+  // in-process master when null). Several clients may share one master.
+  static Result<std::unique_ptr<EmbeddedClient>> Create(
+      const Config& config, std::shared_ptr<InProcessMaster> master = nullptr);
+  ~EmbeddedClient() override;
+
+  Status RegisterBuffer(void* ptr, size_t size) override;
+  Status UnregisterBuffer(void* ptr) override;
+  int Put(const std::string& key, const void* data, size_t size,
+          const ReplicateConfig& config = {}) override;
+  int64_t Get(const std::string& key, void* buf, size_t capacity) override;
+  std::vector<int> BatchPutFromMultiBuffers(const std::vector<std::string>& keys,
+                                            const std::vector<std::vector<void*>>& ptrs,
+                                            const std::vector<std::vector<size_t>>& sizes,
+                                            const ReplicateConfig& config = {}) override;
+  std::vector<int64_t> BatchGetIntoMultiBuffers(
+      const std::vector<std::string>& keys, const std::vector<std::vector<void*>>& ptrs,
+      const std::vector<std::vector<size_t>>& sizes) override;
+  std::vector<int> BatchIsExist(const std::vector<std::string>& keys) override;
+  std::vector<Result<std::vector<ReplicaDesc>>> BatchGetReplicaDesc(
+      const std::vector<std::string>& keys) override;
+  int Remove(const std::string& key, bool force = false) override;
+  int64_t RemoveAll(bool force = false) override;
+
+  // The in-process master (tests drive maintenance and inspect state with it).
+  const std::shared_ptr<InProcessMaster>& TEST_master() const { return master_; }
+  SegmentId TEST_segment_id() const { return segment_id_; }
+  MemorySegment* TEST_segment() const { return segment_.get(); }
+
+ private:
+  EmbeddedClient(Config config, std::shared_ptr<InProcessMaster> master);
+
+  // The shared body of all puts: pieces per key, registration checked or not.
+  std::vector<int> PutImpl(const std::vector<std::string>& keys,
+                           const std::vector<std::vector<ConstPiece>>& pieces,
+                           const ReplicateConfig& config, bool check_registered);
+  // The shared body of all gets. `exact`: the pieces must add up to the object
+  // size exactly; otherwise they are a capacity and the bytes fill a prefix.
+  std::vector<int64_t> GetImpl(const std::vector<std::string>& keys,
+                               const std::vector<std::vector<MutPiece>>& pieces,
+                               bool check_registered, bool exact);
+  // Per-key shape/duplicate/registration checks; 0 = fine.
+  template <typename Piece>
+  std::vector<int> CheckBatch(const std::vector<std::string>& keys,
+                              const std::vector<std::vector<Piece>>& pieces,
+                              bool check_registered) const;
+
+  const Config config_;
+  std::shared_ptr<InProcessMaster> master_;
+  std::shared_ptr<MemorySegment> segment_;
+  SegmentId segment_id_ = 0;
+  BufferRegistry buffers_;
+  TransferPool pool_;
+};
+
+}  // namespace tierkv

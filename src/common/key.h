@@ -1,0 +1,15 @@
+// Key validation shared by the client and the master.
+#pragma once
+
+#include <string_view>
+
+#include "tierkv/status.h"
+
+namespace tierkv {
+
+// OK, or INVALID_KEY naming the rule broken: empty, longer than kMaxKeyLength,
+// not valid UTF-8 (overlong forms and surrogates rejected), or contains NUL.
+Status ValidateKey(std::string_view key);
+bool IsValidUtf8(std::string_view text);
+
+}  // namespace tierkv

@@ -1,0 +1,56 @@
+#include "master/object_table.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+
+namespace tierkv {
+
+size_t KeyHash::operator()(std::string_view s) const { return XXH3_64bits(s.data(), s.size()); }
+
+ObjectTable::ObjectTable(uint32_t num_shards) {
+  shards_.reserve(std::max<uint32_t>(num_shards, 1));
+  for (uint32_t i = 0; i < std::max<uint32_t>(num_shards, 1); ++i) {
+    shards_.push_back(std::make_unique<Shard>());
+  }
+}
+
+uint32_t ObjectTable::ShardOf(std::string_view key_or_group) const {
+  // High bits pick the shard; the maps use the whole hash for buckets.
+  return static_cast<uint32_t>((KeyHash{}(key_or_group) >> 40) % shards_.size());
+}
+
+std::vector<std::unique_lock<std::mutex>> ObjectTable::LockShards(std::vector<uint32_t> indices) {
+  std::sort(indices.begin(), indices.end());
+  indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
+  std::vector<std::unique_lock<std::mutex>> locks;
+  locks.reserve(indices.size());
+  for (uint32_t i : indices) locks.emplace_back(shards_[i]->mu);
+  return locks;
+}
+
+ObjectMeta ObjectTable::EraseLocked(Shard& shard, KeyMap<ObjectMeta>::iterator it) {
+  ObjectMeta meta = std::move(it->second);
+  if (!meta.group_id.empty()) {
+    auto g = shard.groups.find(meta.group_id);
+    if (g != shard.groups.end()) {
+      g->second.members.erase(it->first);
+      if (g->second.members.empty()) shard.groups.erase(g);
+    }
+  }
+  shard.objects.erase(it);
+  return meta;
+}
+
+void ObjectTable::CleanupRedirect(const std::string& key, uint32_t home) {
+  const uint32_t a = ShardOf(key);
+  if (a == home) return;
+  auto locks = LockShards({a, home});
+  Shard& s = *shards_[a];
+  auto r = s.redirects.find(key);
+  if (r != s.redirects.end() && r->second == home && !shards_[home]->objects.contains(key)) {
+    s.redirects.erase(r);
+  }
+}
+
+}  // namespace tierkv

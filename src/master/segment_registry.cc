@@ -1,0 +1,109 @@
+#include "master/segment_registry.h"
+
+#include <algorithm>
+#include <mutex>
+
+namespace tierkv {
+
+Result<SegmentId> SegmentRegistry::Mount(const std::string& name, uint64_t capacity) {
+  if (name.empty()) return Status(ErrorCode::INVALID_PARAMS, "segment name is empty");
+  if (capacity == 0) return Status(ErrorCode::INVALID_PARAMS, "segment '" + name + "' has size 0");
+  std::unique_lock lock(mu_);
+  for (const auto& [id, seg] : segments_) {
+    if (seg->name == name) {
+      return Status(ErrorCode::SEGMENT_ALREADY_EXISTS, "segment '" + name + "' already mounted");
+    }
+  }
+  auto seg = std::make_shared<Segment>(
+      Segment{next_id_++, name, capacity, OffsetAllocator::Create(capacity)});
+  segments_.emplace(seg->id, seg);
+  return seg->id;
+}
+
+Status SegmentRegistry::Unmount(SegmentId id) {
+  std::unique_lock lock(mu_);
+  if (segments_.erase(id) == 0) {
+    return Status(ErrorCode::SEGMENT_NOT_FOUND, "segment " + std::to_string(id) + " not mounted");
+  }
+  return Status::Ok();
+}
+
+std::shared_ptr<const Segment> SegmentRegistry::Find(SegmentId id) const {
+  std::shared_lock lock(mu_);
+  auto it = segments_.find(id);
+  return it == segments_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<const Segment> SegmentRegistry::FindByName(const std::string& name) const {
+  std::shared_lock lock(mu_);
+  for (const auto& [id, seg] : segments_) {
+    if (seg->name == name) return seg;
+  }
+  return nullptr;
+}
+
+Result<std::vector<PlacedReplica>> SegmentRegistry::Allocate(
+    uint64_t size, size_t replica_num, const std::string& preferred_segment) const {
+  std::vector<std::shared_ptr<const Segment>> order;
+  {
+    std::shared_lock lock(mu_);
+    order.reserve(segments_.size());
+    for (const auto& [id, seg] : segments_) order.push_back(seg);
+  }
+  if (order.size() < replica_num) {
+    return Status(ErrorCode::NO_AVAILABLE_HANDLE,
+                  "replica_num " + std::to_string(replica_num) + " > " +
+                      std::to_string(order.size()) + " mounted segments");
+  }
+  // Freest first; the preferred segment ahead of all others.
+  std::vector<std::pair<uint64_t, size_t>> free_space;
+  free_space.reserve(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto& a = order[i]->allocator;
+    free_space.emplace_back(a->capacity() - a->used(), i);
+  }
+  std::sort(free_space.begin(), free_space.end(),
+            [&](const auto& x, const auto& y) {
+              const bool px = order[x.second]->name == preferred_segment;
+              const bool py = order[y.second]->name == preferred_segment;
+              if (px != py) return px;
+              return x.first > y.first;
+            });
+  std::vector<PlacedReplica> placed;
+  placed.reserve(replica_num);
+  for (const auto& [free, idx] : free_space) {
+    if (placed.size() == replica_num) break;
+    auto alloc = order[idx]->allocator->Allocate(size);
+    if (alloc) placed.push_back(PlacedReplica{order[idx]->id, std::move(*alloc)});
+  }
+  if (placed.size() < replica_num) {
+    return Status(ErrorCode::NO_AVAILABLE_HANDLE,
+                  "no room for " + std::to_string(replica_num) + " replica(s) of " +
+                      std::to_string(size) + " bytes");
+  }
+  return placed;
+}
+
+std::vector<SegmentUsage> SegmentRegistry::Usage() const {
+  std::shared_lock lock(mu_);
+  std::vector<SegmentUsage> out;
+  out.reserve(segments_.size());
+  for (const auto& [id, seg] : segments_) {
+    out.push_back(SegmentUsage{id, seg->name, seg->capacity, seg->allocator->used()});
+  }
+  return out;
+}
+
+uint64_t SegmentRegistry::LargestCapacity() const {
+  std::shared_lock lock(mu_);
+  uint64_t largest = 0;
+  for (const auto& [id, seg] : segments_) largest = std::max(largest, seg->allocator->capacity());
+  return largest;
+}
+
+size_t SegmentRegistry::Count() const {
+  std::shared_lock lock(mu_);
+  return segments_.size();
+}
+
+}  // namespace tierkv

@@ -1,0 +1,71 @@
+// The master's registry of mounted segments and their allocators.
+//
+// Thread-safety: all methods are thread-safe. mu_ (shared for lookups and
+// placement, exclusive for mount/unmount) comes after object-table shard locks
+// and before allocator locks in the master's lock order (docs/architecture.md).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "master/offset_allocator.h"
+#include "tierkv/status.h"
+#include "tierkv/types.h"
+
+namespace tierkv {
+
+using SegmentId = uint32_t;
+
+struct Segment {
+  SegmentId id;
+  std::string name;
+  uint64_t capacity;
+  std::shared_ptr<OffsetAllocator> allocator;
+};
+
+// One placed replica: where it lives and the allocation that owns its space.
+struct PlacedReplica {
+  SegmentId segment;
+  Allocation allocation;
+};
+
+struct SegmentUsage {
+  SegmentId id;
+  std::string name;
+  uint64_t capacity;
+  uint64_t used;
+};
+
+class SegmentRegistry {
+ public:
+  // SEGMENT_ALREADY_EXISTS for a name already mounted; INVALID_PARAMS for an
+  // empty name or zero capacity.
+  Result<SegmentId> Mount(const std::string& name, uint64_t capacity);
+  // Removes the segment from placement; allocations still held stay valid
+  // until dropped. SEGMENT_NOT_FOUND if unknown.
+  Status Unmount(SegmentId id);
+
+  std::shared_ptr<const Segment> Find(SegmentId id) const;
+  std::shared_ptr<const Segment> FindByName(const std::string& name) const;
+
+  // Places `replica_num` replicas of `size` bytes on distinct segments: the
+  // preferred one first (when mounted), then the freest. NO_AVAILABLE_HANDLE
+  // when fewer than `replica_num` segments have room (nothing is kept then).
+  Result<std::vector<PlacedReplica>> Allocate(uint64_t size, size_t replica_num,
+                                              const std::string& preferred_segment) const;
+
+  std::vector<SegmentUsage> Usage() const;
+  uint64_t LargestCapacity() const;
+  size_t Count() const;
+
+ private:
+  mutable std::shared_mutex mu_;
+  SegmentId next_id_ = 1;                                    // guarded by mu_
+  std::map<SegmentId, std::shared_ptr<const Segment>> segments_;  // guarded by mu_
+};
+
+}  // namespace tierkv

@@ -1,0 +1,155 @@
+// The `tierkv` command line: one binary, one subcommand per job.
+//
+//   tierkv bench embedded [flags]   data-path throughput vs memcpy
+//   tierkv bench metadata [flags]   BatchIsExist keys per second
+//
+// Exit codes: 0 success; 1 a run failed (a client error, a wrong byte); 2 bad
+// flag values; CLI11's own codes (> 100) for unparseable command lines.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/logging.h"
+#include "embedded_bench.h"
+#include "metadata_bench.h"
+#include "tierkv/config.h"
+#include "tierkv/status.h"
+
+#ifndef TIERKV_VERSION
+#define TIERKV_VERSION "0.1.0"
+#endif
+
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+// Accepts what tierkv::ParseSize accepts ("512MiB", "2MB", "4096").
+const CLI::Validator kSizeValidator(
+    [](const std::string& text) -> std::string {
+      tierkv::Result<uint64_t> size = tierkv::ParseSize(text);
+      if (!size.ok()) return "not a size: " + size.status().message();
+      if (*size == 0) return "must be > 0";
+      return "";
+    },
+    "SIZE");
+
+void AddCommonFlags(CLI::App* command, tierkv::bench::CommonOptions* common) {
+  command->add_flag("--json", common->json,
+                    "JSON lines on stdout (one per measurement, then a summary); the "
+                    "human-readable summary goes to stderr");
+  command->add_option("--reps", common->reps, "Repetitions; the median is reported")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  command
+      ->add_option("--config", common->config_path,
+                   "JSON client config (tierkv::LoadConfig); default: $TIERKV_CONFIG_PATH, "
+                   "else built-in defaults")
+      ->check(CLI::ExistingFile);
+  command->add_flag("--progress", common->progress,
+                    "Show a progress line on stderr even when it is not a terminal");
+}
+
+uint64_t SizeOf(const std::string& text) { return *tierkv::ParseSize(text); }
+
+// Runs a bench's body: logging to stderr (warnings only unless
+// TIERKV_LOG_LEVEL says otherwise), and the exit code from its Status.
+int Report(const char* name, const tierkv::Status& status) {
+  if (status.ok()) return 0;
+  std::cerr << "tierkv bench " << name << ": error: " << status.ToString() << std::endl;
+  return status.code() == tierkv::ErrorCode::INVALID_PARAMS ? kExitUsage : kExitFailed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // stdout carries results only (JSON lines are parsed by scripts): logs go to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("tierkv"));
+  tierkv::InitLogging();
+  if (std::getenv("TIERKV_LOG_LEVEL") == nullptr) spdlog::set_level(spdlog::level::warn);
+
+  CLI::App app{"tierkv: a tiered KV-cache store for LLM inference engines", "tierkv"};
+  app.set_version_flag("--version", std::string("tierkv ") + TIERKV_VERSION);
+  app.require_subcommand(1);
+  int exit_code = 0;  // set by the subcommand that ran
+
+  // ---- bench ----------------------------------------------------------------
+  CLI::App* bench = app.add_subcommand("bench", "Measure tierkv on this machine");
+  bench->require_subcommand(1);
+
+  tierkv::bench::EmbeddedBenchOptions embedded_options;
+  std::string working_set = "512MiB";
+  std::vector<std::string> sizes = {"256KiB", "2MiB", "8MiB"};
+  CLI::App* embedded = bench->add_subcommand(
+      "embedded",
+      "Put/get throughput of an embedded client (in-process master and segment) against a "
+      "single-thread memcpy of the same bytes");
+  AddCommonFlags(embedded, &embedded_options.common);
+  embedded
+      ->add_option("--working-set", working_set,
+                   "Bytes of distinct objects per object size (keep it above L3)")
+      ->check(kSizeValidator)
+      ->capture_default_str();
+  embedded->add_option("--sizes", sizes, "Object sizes, comma-separated")
+      ->delimiter(',')
+      ->check(kSizeValidator)
+      ->capture_default_str();
+  embedded->add_option("--batch", embedded_options.batch, "Keys per batch call")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  embedded
+      ->add_option("--pieces", embedded_options.pieces,
+                   "Buffers per object (scatter on put, gather on get)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  embedded->callback([&] {
+    embedded_options.working_set_bytes = SizeOf(working_set);
+    embedded_options.object_sizes.clear();
+    for (const std::string& size : sizes) embedded_options.object_sizes.push_back(SizeOf(size));
+    exit_code = Report("embedded", tierkv::bench::RunEmbeddedBench(embedded_options));
+  });
+
+  tierkv::bench::MetadataBenchOptions metadata_options;
+  std::string object_size = "64";
+  CLI::App* metadata = bench->add_subcommand(
+      "metadata", "BatchIsExist throughput (keys/s) of an embedded client over small objects");
+  AddCommonFlags(metadata, &metadata_options.common);
+  metadata->add_option("--objects", metadata_options.objects, "Objects put before timing")
+      ->check(CLI::Range(1, 1 << 26))
+      ->capture_default_str();
+  metadata->add_option("--object-size", object_size, "Bytes per object")
+      ->check(kSizeValidator)
+      ->capture_default_str();
+  metadata->add_option("--batch", metadata_options.batch, "Keys per BatchIsExist call")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  metadata
+      ->add_option("--hit-ratio", metadata_options.hit_ratio, "Share of queried keys that exist")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  metadata
+      ->add_option("--seconds", metadata_options.seconds,
+                   "Time spent in BatchIsExist calls, split over the reps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  metadata
+      ->add_option("--batches", metadata_options.batches,
+                   "Fixed number of batches per rep instead of --seconds (0 = use --seconds)")
+      ->capture_default_str();
+  metadata->callback([&] {
+    metadata_options.object_bytes = SizeOf(object_size);
+    exit_code = Report("metadata", tierkv::bench::RunMetadataBench(metadata_options));
+  });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return exit_code;
+}
