@@ -8,6 +8,7 @@
 #include <cinttypes>
 #include <cstring>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 namespace tierkv::bench {
@@ -31,9 +32,34 @@ double Gbps(uint64_t bytes, double seconds) {
   return seconds > 0.0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
 }
 
-void EmitJsonLine(const nlohmann::ordered_json& line) {
-  std::cout << line.dump() << '\n' << std::flush;
+JsonLine::JsonLine()
+    : json_(std::make_unique<nlohmann::ordered_json>(nlohmann::ordered_json::object())) {}
+JsonLine::~JsonLine() = default;
+
+JsonLine& JsonLine::Add(std::string_view key, std::string_view value) {
+  (*json_)[std::string(key)] = std::string(value);
+  return *this;
 }
+JsonLine& JsonLine::AddBool(std::string_view key, bool value) {
+  (*json_)[std::string(key)] = value;
+  return *this;
+}
+JsonLine& JsonLine::AddDouble(std::string_view key, double value) {
+  (*json_)[std::string(key)] = value;
+  return *this;
+}
+JsonLine& JsonLine::AddInt(std::string_view key, int64_t value) {
+  (*json_)[std::string(key)] = value;
+  return *this;
+}
+JsonLine& JsonLine::AddUint(std::string_view key, uint64_t value) {
+  (*json_)[std::string(key)] = value;
+  return *this;
+}
+
+std::string JsonLine::Dump() const { return json_->dump(); }
+
+void JsonLine::Emit() const { std::cout << Dump() << '\n' << std::flush; }
 
 std::string FormatBytes(uint64_t bytes) {
   static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};

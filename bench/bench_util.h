@@ -59,9 +59,44 @@ double Gbps(uint64_t bytes, double seconds);
 
 // ---- Output -----------------------------------------------------------------
 
-// Writes one compact JSON object (keys in the order given) and a newline to stdout, then flushes,
-// so a reader of a pipe sees each line as soon as it is measured.
-void EmitJsonLine(const nlohmann::ordered_json& line);
+// One JSON object, keys in the order added, printed as one line. nlohmann-json
+// stays inside bench_util.cc so the benches compile fast.
+class JsonLine {
+ public:
+  JsonLine();
+  ~JsonLine();
+  JsonLine(const JsonLine&) = delete;
+  JsonLine& operator=(const JsonLine&) = delete;
+
+  JsonLine& Add(std::string_view key, std::string_view value);
+  JsonLine& Add(std::string_view key, const char* value) {
+    return Add(key, std::string_view(value));
+  }
+  template <typename T>
+  requires std::is_arithmetic_v<T> JsonLine& Add(std::string_view key, T value) {
+    if constexpr (std::is_same_v<T, bool>) {
+      return AddBool(key, value);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      return AddDouble(key, static_cast<double>(value));
+    } else if constexpr (std::is_signed_v<T>) {
+      return AddInt(key, static_cast<int64_t>(value));
+    } else {
+      return AddUint(key, static_cast<uint64_t>(value));
+    }
+  }
+
+  std::string Dump() const;
+  // Writes Dump() and a newline to stdout and flushes, so a reader of a pipe
+  // sees each line as soon as it is measured.
+  void Emit() const;
+
+ private:
+  JsonLine& AddBool(std::string_view key, bool value);
+  JsonLine& AddDouble(std::string_view key, double value);
+  JsonLine& AddInt(std::string_view key, int64_t value);
+  JsonLine& AddUint(std::string_view key, uint64_t value);
+  std::unique_ptr<nlohmann::ordered_json> json_;
+};
 
 // "256 KiB", "2 MiB", "1.5 GiB", "64 B".
 std::string FormatBytes(uint64_t bytes);

@@ -360,17 +360,19 @@ Status RunEmbeddedBench(const EmbeddedBenchOptions& options) {
       for (const char* op : {"put", "get"}) {
         const bool put = op[0] == 'p';
         const SizeResult& r = *result;
-        EmitJsonLine({{"bench", "embedded"},
-                      {"op", op},
-                      {"object_bytes", r.object_bytes},
-                      {"batch", options.batch},
-                      {"objects", r.objects},
-                      {"pieces", options.pieces},
-                      {"reps", options.common.reps},
-                      {"checksum", config.verify_checksum},
-                      {"gbps", Round3(put ? r.put_gbps : r.get_gbps)},
-                      {"memcpy_gbps", Round3(r.memcpy_gbps)},
-                      {"ratio", Round3(put ? r.put_ratio() : r.get_ratio())}});
+        JsonLine()
+            .Add("bench", "embedded")
+            .Add("op", op)
+            .Add("object_bytes", r.object_bytes)
+            .Add("batch", options.batch)
+            .Add("objects", r.objects)
+            .Add("pieces", options.pieces)
+            .Add("reps", options.common.reps)
+            .Add("checksum", config.verify_checksum)
+            .Add("gbps", Round3(put ? r.put_gbps : r.get_gbps))
+            .Add("memcpy_gbps", Round3(r.memcpy_gbps))
+            .Add("ratio", Round3(put ? r.put_ratio() : r.get_ratio()))
+            .Emit();
       }
     }
   }
@@ -385,15 +387,17 @@ Status RunEmbeddedBench(const EmbeddedBenchOptions& options) {
     if (r.object_bytes == 2 * kMiB) summary = r;
   }
   if (options.common.json) {
-    EmitJsonLine({{"bench", "embedded"},
-                  {"object_bytes", summary.object_bytes},
-                  {"get_gbps", Round3(summary.get_gbps)},
-                  {"put_gbps", Round3(summary.put_gbps)},
-                  {"memcpy_gbps", Round3(summary.memcpy_gbps)},
-                  {"get_ratio", Round3(summary.get_ratio())},
-                  {"put_ratio", Round3(summary.put_ratio())},
-                  {"get_target", kGetRatioTarget},
-                  {"put_target", kPutRatioTarget}});
+    JsonLine()
+        .Add("bench", "embedded")
+        .Add("object_bytes", summary.object_bytes)
+        .Add("get_gbps", Round3(summary.get_gbps))
+        .Add("put_gbps", Round3(summary.put_gbps))
+        .Add("memcpy_gbps", Round3(summary.memcpy_gbps))
+        .Add("get_ratio", Round3(summary.get_ratio()))
+        .Add("put_ratio", Round3(summary.put_ratio()))
+        .Add("get_target", kGetRatioTarget)
+        .Add("put_target", kPutRatioTarget)
+        .Emit();
   }
   PrintHuman(options.common.json ? std::cerr : std::cout, options, config, results, summary);
   return Status::Ok();

@@ -173,28 +173,34 @@ Status RunMetadataBench(const MetadataBenchOptions& options) {
   const size_t hits = static_cast<size_t>(std::llround(options.batch * options.hit_ratio));
   const double hit_ratio = static_cast<double>(hits) / static_cast<double>(options.batch);
   if (options.common.json) {
-    EmitJsonLine({{"bench", "metadata"},
-                  {"op", "put"},
-                  {"objects", options.objects},
-                  {"object_bytes", options.object_bytes},
-                  {"batch", kPutBatch},
-                  {"keys_per_s", std::llround(put_keys_per_s)}});
-    EmitJsonLine({{"bench", "metadata"},
-                  {"op", "is_exist"},
-                  {"objects", options.objects},
-                  {"batch", options.batch},
-                  {"hit_ratio", hit_ratio},
-                  {"reps", options.common.reps},
-                  {"batches", total_batches},
-                  {"seconds", std::round(total_seconds * 1000) / 1000},
-                  {"keys_per_s", std::llround(keys_per_s)}});
-    EmitJsonLine({{"bench", "metadata"},
-                  {"keys_per_s", std::llround(keys_per_s)},
-                  {"batch", options.batch},
-                  {"objects", options.objects},
-                  {"hit_ratio", hit_ratio},
-                  {"put_keys_per_s", std::llround(put_keys_per_s)},
-                  {"target_keys_per_s", kKeysPerSecondTarget}});
+    JsonLine()
+        .Add("bench", "metadata")
+        .Add("op", "put")
+        .Add("objects", options.objects)
+        .Add("object_bytes", options.object_bytes)
+        .Add("batch", kPutBatch)
+        .Add("keys_per_s", std::llround(put_keys_per_s))
+        .Emit();
+    JsonLine()
+        .Add("bench", "metadata")
+        .Add("op", "is_exist")
+        .Add("objects", options.objects)
+        .Add("batch", options.batch)
+        .Add("hit_ratio", hit_ratio)
+        .Add("reps", options.common.reps)
+        .Add("batches", total_batches)
+        .Add("seconds", std::round(total_seconds * 1000) / 1000)
+        .Add("keys_per_s", std::llround(keys_per_s))
+        .Emit();
+    JsonLine()
+        .Add("bench", "metadata")
+        .Add("keys_per_s", std::llround(keys_per_s))
+        .Add("batch", options.batch)
+        .Add("objects", options.objects)
+        .Add("hit_ratio", hit_ratio)
+        .Add("put_keys_per_s", std::llround(put_keys_per_s))
+        .Add("target_keys_per_s", static_cast<int64_t>(kKeysPerSecondTarget))
+        .Emit();
   }
 
   std::ostream& out = options.common.json ? std::cerr : std::cout;

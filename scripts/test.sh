@@ -29,6 +29,11 @@ begin() {
 # Number of tests ctest would run with the given filter arguments.
 count_tests() { ctest --test-dir "$1" -N "${@:2}" | sed -n 's/^Total Tests: //p'; }
 
+# Sanitizer builds: -O1 with line tables only (-g1) compiles about twice as fast as
+# RelWithDebInfo's -O2 -g and still symbolizes stacks to file:line; leaving out
+# -DNDEBUG keeps assertions on.
+sanitizer_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1")
+
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
@@ -63,7 +68,7 @@ summary+=("CLI smoke")
 
 # ---- 2. ASan + UBSan ---------------------------------------------------------
 begin "build (ASan+UBSan, build-asan/)"
-cmake -G Ninja -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIERKV_SANITIZE=address
+cmake -G Ninja -B build-asan "${sanitizer_flags[@]}" -DTIERKV_SANITIZE=address
 cmake --build build-asan -j"$jobs"
 
 begin "ctest (build-asan/)"
@@ -92,7 +97,7 @@ if ! "$probe_dir/probe" >"$probe_dir/out" 2>&1; then
   fi
 fi
 rm -rf "$probe_dir"
-cmake -G Ninja -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIERKV_SANITIZE=thread
+cmake -G Ninja -B build-tsan "${sanitizer_flags[@]}" -DTIERKV_SANITIZE=thread
 "${tsan_prefix[@]}" cmake --build build-tsan -j"$jobs" --target tierkv_stress_tests
 
 begin "ctest -L concurrency (build-tsan/)"

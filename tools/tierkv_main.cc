@@ -69,7 +69,7 @@ int Report(const char* name, const tierkv::Status& status) {
 
 int main(int argc, char** argv) {
   // stdout carries results only (JSON lines are parsed by scripts): logs go to stderr.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("tierkv"));
+  spdlog::set_default_logger(spdlog::stderr_color_mt("tierkv-cli"));
   tierkv::InitLogging();
   if (std::getenv("TIERKV_LOG_LEVEL") == nullptr) spdlog::set_level(spdlog::level::warn);
 

@@ -10,6 +10,7 @@ namespace tierkv {
 // OK, or INVALID_KEY naming the rule broken: empty, longer than kMaxKeyLength,
 // not valid UTF-8 (overlong forms and surrogates rejected), or contains NUL.
 Status ValidateKey(std::string_view key);
+// Valid UTF-8 without NUL bytes (NUL is valid UTF-8 but never a valid key byte).
 bool IsValidUtf8(std::string_view text);
 
 }  // namespace tierkv

@@ -54,8 +54,8 @@ Status MasterService::UnmountSegment(SegmentId id) {
         continue;
       }
       if (!it->second.group_id.empty()) dead_groups.insert(it->second.group_id);
-      if (!it->second.group_id.empty() && table_.ShardOf(it->first) != i) {
-        redirects.emplace_back(it->first, i);
+      if (!it->second.group_id.empty() && table_.ShardOf(it->first.str) != i) {
+        redirects.emplace_back(it->first.str, i);
       }
       auto next = std::next(it);
       dropped.push_back(table_.EraseLocked(s, it));
@@ -131,7 +131,8 @@ std::vector<Result<PutStartResult>> MasterService::PutStart(const std::vector<st
       continue;
     }
     auto r = PutStartOne(key, sizes[i], group, config, now);
-    if (r.code() == ErrorCode::NO_AVAILABLE_HANDLE) {
+    // Evicting cannot help when fewer segments are mounted than replicas wanted.
+    if (r.code() == ErrorCode::NO_AVAILABLE_HANDLE && segments_.Count() >= config.replica_num) {
       EvictForPut(sizes[i], config);
       r = PutStartOne(key, sizes[i], group, config, now);
     }
@@ -189,7 +190,7 @@ Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64
       meta.replicas.push_back(Replica{p.segment, ReplicaTier::kMemory, std::move(p.allocation)});
     }
     if (!group.empty()) hs.groups[group].members.insert(key);
-    hs.objects.emplace(key, std::move(meta));
+    hs.objects.emplace(StoredKey(key), std::move(meta));
     if (home != a) ks.redirects[key] = home;
     return out;
   }
@@ -287,20 +288,24 @@ bool MasterService::IsLeased(Shard& shard, const ObjectMeta& meta, SteadyTime no
 
 std::vector<int> MasterService::Exists(const std::vector<std::string>& keys) {
   std::vector<int> out(keys.size(), 0);
-  const SteadyTime now = options_.clock->Now();
-  uint64_t grants = 0;
+  std::vector<bool> skip(keys.size(), false);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (Status st = ValidateKey(keys[i]); !st.ok()) {
       out[i] = ToInt(st.code());
-      continue;
+      skip[i] = true;
     }
-    table_.WithObject(keys[i], [&](uint32_t, Shard& s, ObjectMeta& meta) {
-      if (meta.state != ObjectState::kComplete) return;
-      GrantLease(s, meta, now);
-      ++grants;
-      out[i] = 1;
-    });
   }
+  const SteadyTime now = options_.clock->Now();
+  uint64_t grants = 0;
+  table_.ForEachKey(
+      keys, skip,
+      [&](size_t i, uint32_t, Shard& s, ObjectMeta& meta) {
+        if (meta.state != ObjectState::kComplete) return;
+        GrantLease(s, meta, now);
+        ++grants;
+        out[i] = 1;
+      },
+      [](size_t) {});
   lease_grants_.fetch_add(grants, std::memory_order_relaxed);
   return out;
 }
@@ -308,33 +313,39 @@ std::vector<int> MasterService::Exists(const std::vector<std::string>& keys) {
 std::vector<Result<ObjectReplicas>> MasterService::GetReplicas(const std::vector<std::string>& keys) {
   std::vector<Result<ObjectReplicas>> out;
   out.reserve(keys.size());
+  std::vector<bool> skip(keys.size(), false);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Status st = ValidateKey(keys[i]);
+    skip[i] = !st.ok();
+    if (skip[i]) {
+      out.emplace_back(std::move(st));
+    } else {
+      out.emplace_back(ErrorCode::OBJECT_NOT_FOUND, keys[i]);
+    }
+  }
   const SteadyTime now = options_.clock->Now();
   uint64_t grants = 0;
-  for (const auto& key : keys) {
-    if (Status st = ValidateKey(key); !st.ok()) {
-      out.emplace_back(st);
-      continue;
-    }
-    Result<ObjectReplicas> r(ErrorCode::OBJECT_NOT_FOUND, key);
-    table_.WithObject(key, [&](uint32_t, Shard& s, ObjectMeta& meta) {
-      if (meta.state != ObjectState::kComplete) {
-        r = Result<ObjectReplicas>(ErrorCode::REPLICA_IS_NOT_READY, "put of " + key + " has not ended");
-        return;
-      }
-      GrantLease(s, meta, now);
-      ++grants;
-      ObjectReplicas rep;
-      rep.size = meta.size;
-      rep.checksum = meta.checksum;
-      rep.lease_deadline = now + options_.lease_ttl;
-      for (const auto& replica : meta.replicas) {
-        rep.replicas.push_back(
-            ReplicaLocation{replica.segment, replica.tier, replica.allocation.offset(), meta.size});
-      }
-      r = std::move(rep);
-    });
-    out.push_back(std::move(r));
-  }
+  table_.ForEachKey(
+      keys, skip,
+      [&](size_t i, uint32_t, Shard& s, ObjectMeta& meta) {
+        if (meta.state != ObjectState::kComplete) {
+          out[i] = Result<ObjectReplicas>(ErrorCode::REPLICA_IS_NOT_READY,
+                                          "put of " + keys[i] + " has not ended");
+          return;
+        }
+        GrantLease(s, meta, now);
+        ++grants;
+        ObjectReplicas rep;
+        rep.size = meta.size;
+        rep.checksum = meta.checksum;
+        rep.lease_deadline = now + options_.lease_ttl;
+        for (const auto& replica : meta.replicas) {
+          rep.replicas.push_back(
+              ReplicaLocation{replica.segment, replica.tier, replica.allocation.offset(), meta.size});
+        }
+        out[i] = std::move(rep);
+      },
+      [](size_t) {});
   lease_grants_.fetch_add(grants, std::memory_order_relaxed);
   return out;
 }
@@ -373,8 +384,8 @@ uint64_t MasterService::RemoveAll(bool force) {
         ++it;
         continue;
       }
-      if (!meta.group_id.empty() && table_.ShardOf(it->first) != i) {
-        redirects.emplace_back(it->first, i);
+      if (!meta.group_id.empty() && table_.ShardOf(it->first.str) != i) {
+        redirects.emplace_back(it->first.str, i);
       }
       auto next = std::next(it);
       table_.EraseLocked(s, it);
@@ -399,9 +410,9 @@ uint64_t MasterService::ReclaimAbandonedPuts() {
         ++it;
         continue;
       }
-      spdlog::warn("reclaiming abandoned put of {} ({} bytes)", it->first, meta.size);
-      if (!meta.group_id.empty() && table_.ShardOf(it->first) != i) {
-        redirects.emplace_back(it->first, i);
+      spdlog::warn("reclaiming abandoned put of {} ({} bytes)", it->first.str, meta.size);
+      if (!meta.group_id.empty() && table_.ShardOf(it->first.str) != i) {
+        redirects.emplace_back(it->first.str, i);
       }
       auto next = std::next(it);
       table_.EraseLocked(s, it);
@@ -439,7 +450,7 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
             IsLeased(s, meta, now)) {
           continue;
         }
-        out.push_back(EvictionCandidate{i, key, false, meta.soft_pin, meta.last_access, bytes});
+        out.push_back(EvictionCandidate{i, key.str, false, meta.soft_pin, meta.last_access, bytes});
         continue;
       }
       if (!groups_seen.insert(meta.group_id).second) continue;
@@ -479,6 +490,8 @@ uint64_t MasterService::EvictCandidate(const EvictionCandidate& c, SegmentId seg
       auto it = s.objects.find(c.name);
       if (it == s.objects.end()) return 0;
       const ObjectMeta& m = it->second;
+      // Put again into a group since collection: evicting it alone would split the group.
+      if (!m.group_id.empty()) return 0;
       if (m.state != ObjectState::kComplete || m.hard_pin || IsLeased(s, m, now)) return 0;
       victims.push_back(c.name);
     } else {

@@ -6,18 +6,13 @@
 
 namespace tierkv {
 
-size_t KeyHash::operator()(std::string_view s) const { return XXH3_64bits(s.data(), s.size()); }
+uint64_t HashKey(std::string_view key) { return XXH3_64bits(key.data(), key.size()); }
 
 ObjectTable::ObjectTable(uint32_t num_shards) {
   shards_.reserve(std::max<uint32_t>(num_shards, 1));
   for (uint32_t i = 0; i < std::max<uint32_t>(num_shards, 1); ++i) {
     shards_.push_back(std::make_unique<Shard>());
   }
-}
-
-uint32_t ObjectTable::ShardOf(std::string_view key_or_group) const {
-  // High bits pick the shard; the maps use the whole hash for buckets.
-  return static_cast<uint32_t>((KeyHash{}(key_or_group) >> 40) % shards_.size());
 }
 
 std::vector<std::unique_lock<std::mutex>> ObjectTable::LockShards(std::vector<uint32_t> indices) {
@@ -29,12 +24,12 @@ std::vector<std::unique_lock<std::mutex>> ObjectTable::LockShards(std::vector<ui
   return locks;
 }
 
-ObjectMeta ObjectTable::EraseLocked(Shard& shard, KeyMap<ObjectMeta>::iterator it) {
+ObjectMeta ObjectTable::EraseLocked(Shard& shard, ObjectMap::iterator it) {
   ObjectMeta meta = std::move(it->second);
   if (!meta.group_id.empty()) {
     auto g = shard.groups.find(meta.group_id);
     if (g != shard.groups.end()) {
-      g->second.members.erase(it->first);
+      g->second.members.erase(it->first.str);
       if (g->second.members.empty()) shard.groups.erase(g);
     }
   }

@@ -12,6 +12,8 @@
 // holding a registry or allocator lock.
 #pragma once
 
+#include <absl/container/flat_hash_map.h>
+
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -26,15 +28,57 @@
 
 namespace tierkv {
 
+uint64_t HashKey(std::string_view key);
+
+// A key with its hash computed once: batch lookups pick the shard and probe the
+// table with the same hash.
+struct HashedKey {
+  std::string_view key;
+  uint64_t hash;
+};
+
+// The key of the object map: the key with its hash, so probes compare hashes
+// before touching the key's bytes (a cache miss for long keys).
+struct StoredKey {
+  explicit StoredKey(std::string s) : hash(HashKey(s)), str(std::move(s)) {}
+  uint64_t hash;
+  std::string str;
+};
+
+// Matches any stored key with this hash. Only for prefetching: it lets a batch
+// find the slot of a future key without reading that key's bytes.
+struct HashOnly {
+  uint64_t hash;
+};
+
 // Hash of keys and group ids: xxh3 (fast for ~100-byte KV keys), transparent
-// so lookups by string_view don't allocate.
+// so lookups by string_view or HashedKey don't allocate or rehash.
 struct KeyHash {
   using is_transparent = void;
-  size_t operator()(std::string_view s) const;
+  size_t operator()(std::string_view s) const { return HashKey(s); }
+  size_t operator()(const HashedKey& k) const { return k.hash; }
+  size_t operator()(const StoredKey& k) const { return k.hash; }
+  size_t operator()(HashOnly k) const { return k.hash; }
 };
 struct KeyEq {
   using is_transparent = void;
+  bool operator()(const StoredKey& a, const StoredKey& b) const {
+    return a.hash == b.hash && a.str == b.str;
+  }
+  bool operator()(const HashedKey& a, const StoredKey& b) const {
+    return a.hash == b.hash && a.key == b.str;
+  }
+  bool operator()(HashOnly a, const StoredKey& b) const { return a.hash == b.hash; }
+  bool operator()(std::string_view a, const StoredKey& b) const { return a == b.str; }
+  // Maps keyed by plain strings (groups, redirects).
   bool operator()(std::string_view a, std::string_view b) const { return a == b; }
+  bool operator()(const HashedKey& a, std::string_view b) const { return a.key == b; }
+  bool operator()(std::string_view a, const HashedKey& b) const { return a == b.key; }
+  // absl may pass the stored key first.
+  template <typename T>
+  bool operator()(const StoredKey& a, const T& b) const {
+    return (*this)(b, a);
+  }
 };
 
 enum class ObjectState : uint8_t { kPending, kComplete };
@@ -64,12 +108,15 @@ struct GroupMeta {
   SteadyTime lease_deadline{};
 };
 
+// Open addressing (absl's SwissTable): a lookup touches one control group and
+// one slot, both prefetchable, instead of a chain of nodes.
 template <typename V>
-using KeyMap = std::unordered_map<std::string, V, KeyHash, KeyEq>;
+using KeyMap = absl::flat_hash_map<std::string, V, KeyHash, KeyEq>;
+using ObjectMap = absl::flat_hash_map<StoredKey, ObjectMeta, KeyHash, KeyEq>;
 
 struct Shard {
   std::mutex mu;
-  KeyMap<ObjectMeta> objects;    // guarded by mu
+  ObjectMap objects;             // guarded by mu
   KeyMap<GroupMeta> groups;      // groups homed here, guarded by mu
   KeyMap<uint32_t> redirects;    // key -> home shard, for grouped keys, guarded by mu
 };
@@ -80,7 +127,11 @@ class ObjectTable {
 
   uint32_t num_shards() const { return static_cast<uint32_t>(shards_.size()); }
   Shard& shard(uint32_t index) { return *shards_[index]; }
-  uint32_t ShardOf(std::string_view key_or_group) const;
+  uint32_t ShardOf(std::string_view key_or_group) const { return ShardOfHash(HashKey(key_or_group)); }
+  uint32_t ShardOfHash(uint64_t hash) const {
+    // High bits pick the shard; the tables probe with the low ones.
+    return static_cast<uint32_t>((hash >> 40) % shards_.size());
+  }
   uint32_t HomeShard(std::string_view key, std::string_view group) const {
     return ShardOf(group.empty() ? key : group);
   }
@@ -93,10 +144,18 @@ class ObjectTable {
   template <typename Fn>
   bool WithObject(std::string_view key, Fn&& fn);
 
+  // Batch lookup: calls fn(i, shard_index, shard, meta) for every i with
+  // !skip[i] whose key exists, under its home shard's lock, and
+  // missing(i) for the rest. Keys are grouped by shard (one lock per shard)
+  // and probed with prefetching, so a batch overlaps its cache misses.
+  template <typename Fn, typename Missing>
+  void ForEachKey(const std::vector<std::string>& keys, const std::vector<bool>& skip, Fn&& fn,
+                  Missing&& missing);
+
   // Erases `key` from `shard` (which the caller has locked) and its group
   // membership; returns the ObjectMeta so the caller can drop it (freeing its
   // space) after deciding what else to clean up.
-  ObjectMeta EraseLocked(Shard& shard, KeyMap<ObjectMeta>::iterator it);
+  ObjectMeta EraseLocked(Shard& shard, ObjectMap::iterator it);
 
   // Removes the redirect of `key` if it points to `home` and the object is no
   // longer there. Takes both shard locks; call with no shard lock held.
@@ -128,6 +187,91 @@ bool ObjectTable::WithObject(std::string_view key, Fn&& fn) {
   if (it == h.objects.end()) return false;
   fn(home, h, it->second);
   return true;
+}
+
+template <typename Fn, typename Missing>
+void ObjectTable::ForEachKey(const std::vector<std::string>& keys, const std::vector<bool>& skip,
+                             Fn&& fn, Missing&& missing) {
+  const size_t n = keys.size();
+  const uint32_t num = num_shards();
+  std::vector<uint64_t> hashes(n);
+  std::vector<uint32_t> count(num + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (skip[i]) continue;
+    hashes[i] = HashKey(keys[i]);
+    ++count[ShardOfHash(hashes[i]) + 1];
+  }
+  for (uint32_t s = 0; s < num; ++s) count[s + 1] += count[s];
+  std::vector<uint32_t> order(count[num]);
+  {
+    std::vector<uint32_t> pos(count.begin(), count.end() - 1);
+    for (size_t i = 0; i < n; ++i) {
+      if (!skip[i]) order[pos[ShardOfHash(hashes[i])]++] = static_cast<uint32_t>(i);
+    }
+  }
+  std::vector<std::pair<size_t, uint32_t>> redirected;  // (key index, home shard)
+  // Three-stage pipeline per shard, in blocks: prefetch the control bytes of
+  // block b+2; find (by hash only) the slots of block b+1 and prefetch their
+  // key bytes and metadata (the block's independent misses overlap); then look
+  // up block b with everything in cache.
+  constexpr uint32_t kBlock = 8;
+  for (uint32_t s = 0; s < num; ++s) {
+    const uint32_t begin = count[s], end = count[s + 1];
+    if (begin == end) continue;
+    Shard& sh = *shards_[s];
+    std::lock_guard lock(sh.mu);
+    auto prefetch_ctrl = [&](uint32_t from) {
+      for (uint32_t j = from; j < std::min(end, from + kBlock); ++j) {
+        sh.objects.prefetch(HashOnly{hashes[order[j]]});
+      }
+    };
+    auto prefetch_entries = [&](uint32_t from) {
+      for (uint32_t j = from; j < std::min(end, from + kBlock); ++j) {
+        auto it = sh.objects.find(HashOnly{hashes[order[j]]});
+        if (it != sh.objects.end()) {
+          const char* key = it->first.str.data();
+          const size_t len = it->first.str.size();
+          for (size_t off = 0; off < len && off < 256; off += 64) __builtin_prefetch(key + off);
+          __builtin_prefetch(key + len - 1);
+          const char* meta = reinterpret_cast<const char*>(&it->second);
+          __builtin_prefetch(meta, 1);
+          __builtin_prefetch(meta + sizeof(ObjectMeta) - 1, 1);
+        }
+      }
+    };
+    prefetch_ctrl(begin);
+    prefetch_ctrl(begin + kBlock);
+    prefetch_entries(begin);
+    for (uint32_t j = begin; j < end; ++j) {
+      if ((j - begin) % kBlock == 0) {
+        prefetch_ctrl(j + 2 * kBlock);
+        prefetch_entries(j + kBlock);
+      }
+      const size_t i = order[j];
+      const HashedKey hk{keys[i], hashes[i]};
+      auto it = sh.objects.find(hk);
+      if (it != sh.objects.end()) {
+        fn(i, s, sh, it->second);
+        continue;
+      }
+      auto r = sh.redirects.find(hk);
+      if (r != sh.redirects.end()) {
+        redirected.emplace_back(i, r->second);
+      } else {
+        missing(i);
+      }
+    }
+  }
+  for (const auto& [i, home] : redirected) {
+    Shard& h = *shards_[home];
+    std::lock_guard lock(h.mu);
+    auto it = h.objects.find(HashedKey{keys[i], hashes[i]});
+    if (it != h.objects.end()) {
+      fn(i, home, h, it->second);
+    } else {
+      missing(i);
+    }
+  }
 }
 
 }  // namespace tierkv

@@ -41,7 +41,7 @@ std::optional<Allocation> OffsetAllocator::Allocate(uint64_t size) {
   if (size == 0 || size > capacity_) return std::nullopt;
   const uint64_t aligned = (size + alignment_ - 1) & ~(alignment_ - 1);
   std::lock_guard lock(mu_);
-  auto it = free_by_size_.lower_bound(aligned);  // best fit: smallest range that fits
+  auto it = free_by_size_.lower_bound({aligned, 0});  // best fit: smallest range that fits
   if (it == free_by_size_.end()) return std::nullopt;
   const uint64_t range_size = it->first;
   const uint64_t offset = it->second;
@@ -55,15 +55,7 @@ std::optional<Allocation> OffsetAllocator::Allocate(uint64_t size) {
 void OffsetAllocator::Free(uint64_t offset, uint64_t size) {
   std::lock_guard lock(mu_);
   used_ -= size;
-  auto erase_by_size = [this](uint64_t sz, uint64_t off) {
-    auto [lo, hi] = free_by_size_.equal_range(sz);
-    for (auto it = lo; it != hi; ++it) {
-      if (it->second == off) {
-        free_by_size_.erase(it);
-        return;
-      }
-    }
-  };
+  auto erase_by_size = [this](uint64_t sz, uint64_t off) { free_by_size_.erase({sz, off}); };
   // Merge with the free neighbour after, then the one before.
   auto next = free_by_offset_.lower_bound(offset);
   if (next != free_by_offset_.end() && next->first == offset + size) {

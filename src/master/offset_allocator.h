@@ -1,7 +1,7 @@
 // Offset allocator of one segment, and the owning Allocation handle.
 //
-// Best-fit over a free list kept in two ordered maps (by offset for coalescing,
-// by size for best fit): O(log n) allocate and free, neighbours merged on free.
+// Best-fit over a free list kept twice, ordered by offset (for coalescing) and
+// by (size, offset) (for best fit and O(log n) removal of equal sizes): O(log n) allocate and free, neighbours merged on free.
 // Offsets and sizes are rounded up to `alignment`. Thread-safe (one mutex; it is
 // the innermost lock of the master, see docs/architecture.md "Lock order").
 #pragma once
@@ -11,6 +11,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <utility>
 
 namespace tierkv {
 
@@ -66,7 +68,7 @@ class OffsetAllocator : public std::enable_shared_from_this<OffsetAllocator> {
   mutable std::mutex mu_;
   uint64_t used_ = 0;                               // guarded by mu_
   std::map<uint64_t, uint64_t> free_by_offset_;     // offset -> size, guarded by mu_
-  std::multimap<uint64_t, uint64_t> free_by_size_;  // size -> offset, guarded by mu_
+  std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset), guarded by mu_
 };
 
 }  // namespace tierkv

@@ -1,0 +1,287 @@
+// MasterService eviction: watermarks, what is never evicted, LRU order and
+// custom policies. A ManualClock orders accesses; nothing sleeps.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "master/eviction_policy.h"
+#include "master/master_service.h"
+#include "tierkv/status.h"
+#include "tierkv/types.h"
+
+namespace tierkv {
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr uint64_t kCap = 10 * kMiB;
+constexpr Millis kTtl{10000};
+
+std::string Key(int i) { return "k" + std::to_string(i); }
+
+class MasterEvictionTest : public ::testing::Test {
+ protected:
+  MasterOptions Options() {
+    MasterOptions o;
+    o.clock = &clock_;
+    o.lease_ttl = kTtl;
+    o.shards = 16;
+    return o;
+  }
+  void Make(MasterOptions o, uint64_t capacity = kCap) {
+    master_ = std::make_unique<MasterService>(std::move(o));
+    auto seg = master_->MountSegment("seg", capacity);
+    ASSERT_TRUE(seg.ok());
+    seg_ = *seg;
+  }
+  void SetUp() override { Make(Options()); }
+
+  uint64_t Used() const { return master_->segments().Find(seg_)->allocator->used(); }
+  uint64_t Evicted() { return master_->Stats().evicted_objects; }
+
+  // PutStart of one key; the clock then moves 1 ms so accesses are ordered.
+  uint64_t Start(const std::string& key, uint64_t size = kMiB, ReplicateConfig cfg = {}) {
+    auto r = master_->PutStart({key}, {size}, cfg);
+    EXPECT_TRUE(r[0].ok()) << key << ": " << r[0].status().ToString();
+    clock_.Advance(Millis(1));
+    EXPECT_LE(Used(), kCap);
+    return r[0].ok() ? r[0]->put_id : 0;
+  }
+  void End(const std::string& key, uint64_t put_id) {
+    EXPECT_TRUE(master_->PutEnd({key}, {put_id}, {0})[0].ok()) << key;
+  }
+  void Put(const std::string& key, uint64_t size = kMiB, ReplicateConfig cfg = {}) {
+    End(key, Start(key, size, std::move(cfg)));
+  }
+  // Exists() of many keys (grants leases: call it when that does not matter).
+  std::vector<int> ExistsAll(const std::vector<std::string>& keys) { return master_->Exists(keys); }
+
+  ManualClock clock_;
+  std::unique_ptr<MasterService> master_;
+  SegmentId seg_ = 0;
+};
+
+TEST_F(MasterEvictionTest, PassingHighWatermarkEvictsDownToLowMark) {
+  // 9 MiB of 10 is exactly the 0.90 watermark: not past it.
+  for (int i = 0; i < 9; ++i) Put(Key(i));
+  EXPECT_EQ(Used(), 9 * kMiB);
+  EXPECT_EQ(Evicted(), 0u);
+  EXPECT_EQ(master_->EvictIfNeeded(), 0u);
+
+  // The 10th passes it: PutStart evicts the two least recently used objects,
+  // down to 0.85 or just below (whole objects only).
+  const uint64_t id9 = Start(Key(9));
+  const double low = (0.90 - 0.05) * static_cast<double>(kCap);
+  EXPECT_LE(static_cast<double>(Used()), low);
+  EXPECT_GT(static_cast<double>(Used()), low - static_cast<double>(kMiB));
+  EXPECT_EQ(Used(), 8 * kMiB);
+  MasterStats st = master_->Stats();
+  EXPECT_EQ(st.evicted_objects, 2u);
+  EXPECT_EQ(st.evicted_bytes, 2 * kMiB);
+  EXPECT_EQ(st.objects, 8u);
+  End(Key(9), id9);
+
+  Put(Key(10));
+  EXPECT_EQ(Evicted(), 2u);
+  Put(Key(11));
+  EXPECT_EQ(Evicted(), 4u);
+  EXPECT_EQ(Used(), 8 * kMiB);
+
+  std::vector<std::string> keys;
+  for (int i = 0; i < 12; ++i) keys.push_back(Key(i));
+  EXPECT_EQ(ExistsAll(keys), (std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}));
+}
+
+TEST_F(MasterEvictionTest, PutThatDoesNotFitEvictsThenSucceeds) {
+  for (int i = 0; i < 10; ++i) Put(Key(i));
+  ASSERT_EQ(Used(), 8 * kMiB);  // k0, k1 went at the watermark
+  ASSERT_EQ(Evicted(), 2u);
+  // 3 MiB do not fit in the 2 MiB left: eviction frees size + 5% of the
+  // segment (3.5 MiB -> four 1 MiB objects), then the put goes through.
+  Put("big", 3 * kMiB);
+  EXPECT_EQ(Evicted(), 6u);
+  EXPECT_EQ(Used(), 7 * kMiB);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 10; ++i) keys.push_back(Key(i));
+  keys.push_back("big");
+  EXPECT_EQ(ExistsAll(keys), (std::vector<int>{0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1}));
+}
+
+TEST_F(MasterEvictionTest, FullSegmentWithoutWatermarkEvictsForPut) {
+  MasterOptions o = Options();
+  o.high_watermark = 1.0;  // the watermark never triggers
+  Make(o);
+  for (int i = 0; i < 10; ++i) Put(Key(i));
+  EXPECT_EQ(Used(), kCap);
+  EXPECT_EQ(Evicted(), 0u);
+  Put(Key(10));
+  EXPECT_EQ(Evicted(), 2u);  // 1 MiB + 0.5 MiB -> two objects
+  EXPECT_EQ(Used(), 9 * kMiB);
+  EXPECT_EQ(ExistsAll({Key(0), Key(1), Key(2), Key(10)}), (std::vector<int>{0, 0, 1, 1}));
+}
+
+TEST_F(MasterEvictionTest, NeverEvictsLeasedHardPinnedOrPending) {
+  ReplicateConfig hard;
+  hard.with_hard_pin = true;
+  for (int i = 0; i < 3; ++i) {
+    Put("L" + std::to_string(i));
+    ASSERT_EQ(master_->Exists({"L" + std::to_string(i)}), std::vector<int>{1});
+  }
+  for (int i = 0; i < 3; ++i) Put("H" + std::to_string(i), kMiB, hard);
+  Put("U0");
+  Put("U1");
+  const uint64_t p0 = Start("P0");
+  const uint64_t p1 = Start("P1");  // 10 MiB: past the watermark
+  // Only the two unpinned, unleased, complete objects were candidates.
+  EXPECT_EQ(Evicted(), 2u);
+  EXPECT_EQ(Used(), 8 * kMiB);
+  EXPECT_EQ(master_->EvictFromSegment(seg_, 100 * kMiB), 0u);
+  // A put needing more than the free 2 MiB fails and evicts nothing.
+  auto r = master_->PutStart({"big"}, {3 * kMiB}, {});
+  EXPECT_EQ(r[0].code(), ErrorCode::NO_AVAILABLE_HANDLE);
+  EXPECT_EQ(Evicted(), 2u);
+  EXPECT_EQ(Used(), 8 * kMiB);
+  EXPECT_EQ(master_->GetReplicas({"P0"})[0].code(), ErrorCode::REPLICA_IS_NOT_READY);
+  EXPECT_EQ(master_->GetReplicas({"P1"})[0].code(), ErrorCode::REPLICA_IS_NOT_READY);
+
+  // Once the leases run out (and the leases the checks below take, too), the
+  // leased objects are evictable; the hard-pinned and pending ones never are.
+  clock_.Advance(kTtl + Millis(1));
+  EXPECT_EQ(master_->EvictFromSegment(seg_, 100 * kMiB), 3 * kMiB);
+  EXPECT_EQ(Evicted(), 5u);
+  End("P0", p0);
+  End("P1", p1);
+  EXPECT_EQ(ExistsAll({"L0", "L1", "L2", "H0", "H1", "H2", "U0", "U1", "P0", "P1"}),
+            (std::vector<int>{0, 0, 0, 1, 1, 1, 0, 0, 1, 1}));
+}
+
+TEST_F(MasterEvictionTest, SoftPinnedEvictedOnlyAfterUnpinned) {
+  ReplicateConfig soft;
+  soft.with_soft_pin = true;
+  for (int i = 0; i < 4; ++i) Put("S" + std::to_string(i), kMiB, soft);  // oldest
+  for (int i = 0; i < 4; ++i) Put("U" + std::to_string(i));
+  EXPECT_EQ(master_->EvictFromSegment(seg_, 1), kMiB);
+  EXPECT_EQ(master_->EvictFromSegment(seg_, 4 * kMiB), 4 * kMiB);
+  EXPECT_EQ(ExistsAll({"U0", "U1", "U2", "U3", "S0", "S1", "S2", "S3"}),
+            (std::vector<int>{0, 0, 0, 0, 0, 1, 1, 1}));
+}
+
+// Builds k0..k7, accesses some of them, lets the leases expire and evicts
+// `n` MiB: the n least recently used must be the ones gone.
+TEST_F(MasterEvictionTest, EvictsLeastRecentlyUsedFirst) {
+  const std::vector<int> order = {2, 4, 5, 7, 3, 0, 6, 1};
+  for (int n = 1; n <= 8; ++n) {
+    SCOPED_TRACE("evicting " + std::to_string(n));
+    Make(Options());
+    for (int i = 0; i < 8; ++i) Put(Key(i));
+    clock_.Advance(Millis(1));  // after k7's PutEnd
+    ASSERT_EQ(master_->Exists({Key(3)}), std::vector<int>{1});
+    clock_.Advance(Millis(1));
+    ASSERT_TRUE(master_->GetReplicas({Key(0)})[0].ok());
+    clock_.Advance(Millis(1));
+    ASSERT_EQ(master_->Exists({Key(6), Key(1)}), (std::vector<int>{1, 1}));
+    clock_.Advance(Millis(1));
+    ASSERT_EQ(master_->Exists({Key(1)}), std::vector<int>{1});  // k1 after k6
+    clock_.Advance(kTtl + Millis(1));
+    EXPECT_EQ(master_->EvictFromSegment(seg_, static_cast<uint64_t>(n) * kMiB),
+              static_cast<uint64_t>(n) * kMiB);
+    std::vector<int> want(8, 1);
+    for (int j = 0; j < n; ++j) want[order[j]] = 0;
+    std::vector<std::string> keys;
+    for (int i = 0; i < 8; ++i) keys.push_back(Key(i));
+    EXPECT_EQ(ExistsAll(keys), want);
+  }
+}
+
+TEST_F(MasterEvictionTest, AllLeasedOrPinnedMeansNoAvailableHandle) {
+  ReplicateConfig hard;
+  hard.with_hard_pin = true;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 5; ++i) {
+    keys.push_back("H" + std::to_string(i));
+    Put(keys.back(), kMiB, hard);
+  }
+  for (int i = 0; i < 5; ++i) {
+    keys.push_back("L" + std::to_string(i));
+    Put(keys.back());
+    ASSERT_EQ(master_->Exists({keys.back()}), std::vector<int>{1});
+  }
+  EXPECT_EQ(Used(), kCap);
+  EXPECT_EQ(Evicted(), 0u);
+  ReplicateConfig soft;
+  soft.with_soft_pin = true;
+  for (const ReplicateConfig& cfg : {ReplicateConfig{}, soft, hard}) {
+    auto r = master_->PutStart({"new", "tiny"}, {kMiB, 64}, cfg);
+    EXPECT_EQ(r[0].code(), ErrorCode::NO_AVAILABLE_HANDLE);
+    EXPECT_EQ(r[1].code(), ErrorCode::NO_AVAILABLE_HANDLE);
+  }
+  EXPECT_EQ(Evicted(), 0u);
+  EXPECT_EQ(Used(), kCap);
+  EXPECT_EQ(ExistsAll(keys), std::vector<int>(10, 1));
+}
+
+TEST_F(MasterEvictionTest, EvictsOnlyFromTheSegmentUnderPressure) {
+  auto other = master_->MountSegment("other", kCap);
+  ASSERT_TRUE(other.ok());
+  ReplicateConfig on_seg;
+  on_seg.preferred_segment = "seg";
+  ReplicateConfig on_other;
+  on_other.preferred_segment = "other";
+  ReplicateConfig both;
+  both.replica_num = 2;
+  Put("a0", kMiB, on_seg);
+  Put("b0", kMiB, on_other);
+  Put("ab", kMiB, both);
+  Put("a1", kMiB, on_seg);
+  Put("b1", kMiB, on_other);
+  const uint64_t other_used = master_->segments().Find(*other)->allocator->used();
+  ASSERT_EQ(other_used, 3 * kMiB);
+  EXPECT_EQ(master_->EvictFromSegment(seg_, 100 * kMiB), 3 * kMiB);
+  EXPECT_EQ(Used(), 0u);
+  // The two-replica object went as a whole, freeing its other replica too.
+  EXPECT_EQ(master_->segments().Find(*other)->allocator->used(), 2 * kMiB);
+  EXPECT_EQ(ExistsAll({"a0", "a1", "ab", "b0", "b1"}), (std::vector<int>{0, 0, 0, 1, 1}));
+  EXPECT_EQ(master_->EvictFromSegment(999, 100), 0u);
+}
+
+// Most recently used first: the opposite of the default.
+class MruPolicy final : public EvictionPolicy {
+ public:
+  const char* name() const override { return "mru"; }
+  void Order(std::vector<EvictionCandidate>& candidates) const override {
+    ++calls;
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const EvictionCandidate& a, const EvictionCandidate& b) {
+                       return a.last_access > b.last_access;
+                     });
+  }
+  mutable std::atomic<int> calls{0};
+};
+
+TEST_F(MasterEvictionTest, CustomPolicyFromOptionsIsUsed) {
+  auto policy = std::make_shared<MruPolicy>();
+  MasterOptions o = Options();
+  o.policy = policy;
+  Make(o);
+  EXPECT_EQ(master_->options().policy.get(), policy.get());
+  for (int i = 0; i < 9; ++i) Put(Key(i));
+  EXPECT_EQ(policy->calls.load(), 0);
+  // Past the watermark: the policy evicts the newest complete objects (k9 is
+  // still pending, so k8 and k7).
+  const uint64_t id = Start(Key(9));
+  EXPECT_GE(policy->calls.load(), 1);
+  EXPECT_EQ(Evicted(), 2u);
+  End(Key(9), id);
+  EXPECT_EQ(master_->EvictFromSegment(seg_, 1), kMiB);  // now k9
+  std::vector<std::string> keys;
+  for (int i = 0; i < 10; ++i) keys.push_back(Key(i));
+  EXPECT_EQ(ExistsAll(keys), (std::vector<int>{1, 1, 1, 1, 1, 1, 1, 0, 0, 0}));
+}
+
+}  // namespace
+}  // namespace tierkv
