@@ -23,6 +23,7 @@ PACKAGES=(
   libspdlog-dev
   libfmt-dev
   libxxhash-dev
+  libabsl-dev
   liburing-dev
   python3              # scripts/test.sh checks the bench's JSON output with it
 )

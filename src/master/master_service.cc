@@ -11,6 +11,7 @@ namespace tierkv {
 namespace {
 
 constexpr uint32_t kNoShard = UINT32_MAX;
+constexpr int kMaxEvictionRounds = 16;
 
 // (key, home shard) pairs whose redirect may need cleaning once locks are gone.
 using RedirectList = std::vector<std::pair<std::string, uint32_t>>;
@@ -133,8 +134,14 @@ std::vector<Result<PutStartResult>> MasterService::PutStart(const std::vector<st
     auto r = PutStartOne(key, sizes[i], group, config, now);
     // Evicting cannot help when fewer segments are mounted than replicas wanted.
     if (r.code() == ErrorCode::NO_AVAILABLE_HANDLE && segments_.Count() >= config.replica_num) {
-      EvictForPut(sizes[i], config);
-      r = PutStartOne(key, sizes[i], group, config, now);
+      // Freed bytes need not be contiguous: evict in rounds until the object
+      // fits or nothing more can go. Bounded so one put cannot empty a segment
+      // in tiny steps.
+      for (int round = 0; round < kMaxEvictionRounds; ++round) {
+        if (EvictForPut(sizes[i], config) == 0) break;
+        r = PutStartOne(key, sizes[i], group, config, now);
+        if (r.code() != ErrorCode::NO_AVAILABLE_HANDLE) break;
+      }
     }
     results.push_back(std::move(r));
   }
@@ -197,7 +204,7 @@ Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64
   return Status(ErrorCode::INTERNAL_ERROR, "put of " + key + " kept racing a concurrent put");
 }
 
-void MasterService::EvictForPut(uint64_t size, const ReplicateConfig& config) {
+uint64_t MasterService::EvictForPut(uint64_t size, const ReplicateConfig& config) {
   auto usage = segments_.Usage();
   std::sort(usage.begin(), usage.end(), [&](const SegmentUsage& x, const SegmentUsage& y) {
     const bool px = x.name == config.preferred_segment;
@@ -205,11 +212,13 @@ void MasterService::EvictForPut(uint64_t size, const ReplicateConfig& config) {
     if (px != py) return px;
     return x.capacity - x.used > y.capacity - y.used;
   });
+  uint64_t freed = 0;
   for (size_t i = 0; i < usage.size() && i < config.replica_num; ++i) {
     const auto target =
         size + static_cast<uint64_t>(options_.eviction_ratio * static_cast<double>(usage[i].capacity));
-    EvictFromSegment(usage[i].id, target);
+    freed += EvictFromSegment(usage[i].id, target);
   }
+  return freed;
 }
 
 std::vector<Status> MasterService::PutEnd(const std::vector<std::string>& keys,

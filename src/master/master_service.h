@@ -125,8 +125,8 @@ class MasterService {
   std::vector<EvictionCandidate> CollectCandidates(SegmentId segment, SteadyTime now);
   // Evicts one candidate if still evictable; returns bytes freed on `segment`.
   uint64_t EvictCandidate(const EvictionCandidate& c, SegmentId segment, SteadyTime now);
-  // Reserves eviction room for a put that found no space; see PutStart.
-  void EvictForPut(uint64_t size, const ReplicateConfig& config);
+  // Evicts on the segments a put of `size` would use; returns bytes freed.
+  uint64_t EvictForPut(uint64_t size, const ReplicateConfig& config);
 
   const MasterOptions options_;
   std::shared_ptr<const EvictionPolicy> policy_;

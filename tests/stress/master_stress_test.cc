@@ -196,7 +196,7 @@ TEST(MasterConcurrencyTest, RacingOperationsKeepSpaceAccountingExact) {
   std::atomic<uint64_t> puts_ok{0};
   std::atomic<int> running{0};
   constexpr int kThreads = 4;
-  constexpr int kOps = 2500;
+  constexpr int kOps = 1500;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     running.fetch_add(1);

@@ -311,6 +311,9 @@ TEST(ClientCreate, RejectsModesNotBuiltAndBadConfig) {
   Config bad = SmallConfig();
   bad.global_segment_size = 0;
   EXPECT_EQ(Client::Create(bad).code(), ErrorCode::INVALID_CONFIG);
+  Config offload = SmallConfig();
+  offload.enable_offload = true;
+  EXPECT_EQ(Client::Create(offload).code(), ErrorCode::UNAVAILABLE_IN_CURRENT_MODE);
   auto ok = Client::Create(SmallConfig());
   EXPECT_TRUE(ok.ok()) << ok.status().ToString();
 }

@@ -125,6 +125,24 @@ TEST_F(MasterEvictionTest, FullSegmentWithoutWatermarkEvictsForPut) {
   EXPECT_EQ(ExistsAll({Key(0), Key(1), Key(2), Key(10)}), (std::vector<int>{0, 0, 1, 1}));
 }
 
+// Evicted bytes need not be contiguous: a put keeps evicting (LRU order) until
+// a hole large enough opens, instead of failing with space scattered around.
+TEST_F(MasterEvictionTest, ScatteredFreeSpaceKeepsEvictingUntilThePutFits) {
+  MasterOptions o = Options();
+  o.high_watermark = 1.0;
+  Make(o, kMiB);
+  constexpr uint64_t k128 = 128 * 1024;
+  for (int i = 0; i < 8; ++i) Put(Key(i), k128);
+  // Touch the odd objects, then let their leases lapse: evens are least recent.
+  std::vector<std::string> odd{Key(1), Key(3), Key(5), Key(7)};
+  ExistsAll(odd);
+  clock_.Advance(kTtl + Millis(1));
+  auto r = master_->PutStart({"big"}, {2 * k128}, {});
+  ASSERT_TRUE(r[0].ok()) << r[0].status().ToString();
+  EXPECT_GE(Evicted(), 4u);  // the first round's holes (0, 2, 4) were not enough
+  EXPECT_LE(Used(), kMiB);
+}
+
 TEST_F(MasterEvictionTest, NeverEvictsLeasedHardPinnedOrPending) {
   ReplicateConfig hard;
   hard.with_hard_pin = true;
