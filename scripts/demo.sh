@@ -8,17 +8,17 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 jobs=$(nproc)
 bash scripts/install-deps.sh
 
-echo "==> configure and build (Release, build/)"
-cmake -G Ninja -B build -DCMAKE_BUILD_TYPE=Release
-cmake --build build -j"$jobs" --target tierkv_cli
+echo "==> configure and build (Release, build-release/)"
+cmake -G Ninja -B build-release -DCMAKE_BUILD_TYPE=Release
+cmake --build build-release -j"$jobs" --target tierkv_cli
 
 echo
 echo "==> tierkv bench embedded (put/get throughput vs memcpy)"
-build/tierkv bench embedded
+build-release/tierkv bench embedded
 
 echo
 echo "==> tierkv bench metadata (batch_is_exist keys/s)"
-build/tierkv bench metadata
+build-release/tierkv bench metadata
 
 echo
-echo "demo: done (flags: build/tierkv bench embedded --help; docs/benchmarks.md)"
+echo "demo: done (flags: build-release/tierkv bench embedded --help; docs/benchmarks.md)"

@@ -4,8 +4,8 @@
 //   tierkv bench metadata [flags]   BatchIsExist keys per second
 //
 // Exit codes: 0 success; 1 a run failed (a client error, a wrong byte); 2 bad
-// flag values; CLI11's own codes (> 100) for unparseable command lines.
-#include <spdlog/sinks/stdout_color_sinks.h>
+// option values or a rejected config; CLI11's own codes (> 100) for command
+// lines it cannot parse (unknown flag, value out of range, missing subcommand).
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -20,8 +20,8 @@
 #include "tierkv/config.h"
 #include "tierkv/status.h"
 
-#ifndef TIERKV_VERSION
-#define TIERKV_VERSION "0.1.0"
+#ifndef TIERKV_VERSION  // set by CMake from project(VERSION)
+#define TIERKV_VERSION "unknown"
 #endif
 
 namespace {
@@ -62,14 +62,16 @@ uint64_t SizeOf(const std::string& text) { return *tierkv::ParseSize(text); }
 int Report(const char* name, const tierkv::Status& status) {
   if (status.ok()) return 0;
   std::cerr << "tierkv bench " << name << ": error: " << status.ToString() << std::endl;
-  return status.code() == tierkv::ErrorCode::INVALID_PARAMS ? kExitUsage : kExitFailed;
+  const bool usage = status.code() == tierkv::ErrorCode::INVALID_PARAMS ||
+                     status.code() == tierkv::ErrorCode::INVALID_CONFIG;
+  return usage ? kExitUsage : kExitFailed;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // stdout carries results only (JSON lines are parsed by scripts): logs go to stderr.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("tierkv-cli"));
+  // stdout carries results only (JSON lines are parsed by scripts); InitLogging
+  // sends logs to stderr.
   tierkv::InitLogging();
   if (std::getenv("TIERKV_LOG_LEVEL") == nullptr) spdlog::set_level(spdlog::level::warn);
 

@@ -1,5 +1,6 @@
 #include "common/logging.h"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -13,6 +14,8 @@ namespace tierkv {
 void InitLogging() {
   static std::once_flag once;
   std::call_once(once, [] {
+    // Logs go to stderr so a program's stdout carries only its results.
+    spdlog::set_default_logger(spdlog::stderr_color_mt("tierkv"));
     spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [tierkv] [%l] %v");
     spdlog::set_level(spdlog::level::info);
     const char* env = std::getenv("TIERKV_LOG_LEVEL");

@@ -3,7 +3,7 @@
 
 namespace tierkv {
 
-// Level from TIERKV_LOG_LEVEL (trace|debug|info|warn|error|off; default info).
+// Logs to stderr. Level from TIERKV_LOG_LEVEL (trace|debug|info|warn|error|off; default info).
 // Idempotent and thread-safe.
 void InitLogging();
 

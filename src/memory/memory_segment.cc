@@ -10,7 +10,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <sstream>
 #include <limits>
 #include <optional>
 #include <string>
@@ -133,12 +133,24 @@ uint64_t MissingSamples(const Region& region, uint64_t page_size) {
   return missing;
 }
 
+// Reads a small kernel text file whole; "" when it cannot be opened. Plain
+// read(2), not iostreams: ifstream's failure path (e.g. no fds left) trips
+// UBSan's vptr check inside libstdc++ 12.
+std::string ReadTextFile(const char* path) {
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string out;
+  char buf[8192];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
 // The selected value of /sys/kernel/mm/transparent_hugepage/shmem_enabled
 // ("never", "advise", ...), or "" when it cannot be read.
 std::string ShmemThpMode() {
-  std::ifstream in("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
-  std::string line;
-  if (!std::getline(in, line)) return "";
+  const std::string line = ReadTextFile("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
   const size_t open = line.find('[');
   const size_t close_pos = line.find(']', open);
   if (open == std::string::npos || close_pos == std::string::npos) return "";
@@ -152,7 +164,7 @@ bool ThpModeAllowsHuge(const std::string& mode) {
 // ShmemPmdMapped of the mapping at `base` in /proc/self/smaps, in bytes:
 // whether the kernel really mapped 2 MiB pages. nullopt when unreadable.
 std::optional<uint64_t> PmdMappedBytes(const void* base) {
-  std::ifstream in("/proc/self/smaps");
+  std::istringstream in(ReadTextFile("/proc/self/smaps"));
   const auto wanted = reinterpret_cast<uintptr_t>(base);
   std::string line;
   bool in_vma = false;
