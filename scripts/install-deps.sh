@@ -14,6 +14,7 @@ PACKAGES=(
   ninja-build
   pkg-config
   clang                # optional second compiler
+  clang-format         # scripts/test.sh checks the formatting
   libclang-rt-14-dev   # sanitizer runtimes when building with clang
   libgtest-dev
   libgmock-dev

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Builds tierkv and runs every test, stopping at the first failure:
+#   0. clang-format check of every C++ file.
 #   1. RelWithDebInfo build in build/: the whole ctest suite, then a smoke run of
 #      `tierkv bench embedded --json` whose summary line must parse.
 #   2. ASan+UBSan build in build-asan/: the whole ctest suite.
@@ -39,6 +40,11 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 
 bash scripts/install-deps.sh
+
+begin "format check (clang-format, .clang-format)"
+mapfile -t sources < <(git ls-files '*.cc' '*.h' 2>/dev/null || find include src tools tests bench -name '*.cc' -o -name '*.h')
+clang-format --dry-run --Werror "${sources[@]}"
+summary+=("format")
 
 # ---- 1. normal build ---------------------------------------------------------
 begin "build (RelWithDebInfo, build/)"

@@ -41,9 +41,10 @@ class Client {
 
   // Object i is the concatenation of buffers ptrs[i][j] of sizes[i][j].
   // Per key: 0, or an error (OBJECT_ALREADY_EXISTS means someone else put it).
-  virtual std::vector<int> BatchPutFromMultiBuffers(
-      const std::vector<std::string>& keys, const std::vector<std::vector<void*>>& ptrs,
-      const std::vector<std::vector<size_t>>& sizes, const ReplicateConfig& config = {}) = 0;
+  virtual std::vector<int> BatchPutFromMultiBuffers(const std::vector<std::string>& keys,
+                                                    const std::vector<std::vector<void*>>& ptrs,
+                                                    const std::vector<std::vector<size_t>>& sizes,
+                                                    const ReplicateConfig& config = {}) = 0;
   // Object i is scattered over ptrs[i][j]; the sizes must add up to the object
   // size exactly (smaller: BUFFER_OVERFLOW, larger: INVALID_PARAMS).
   // Per key: bytes read, or an error.

@@ -21,7 +21,7 @@ struct Config {
   // "" = run the master in-process (embedded mode only).
   std::string master_server_address;
   std::string metadata_server = "P2PHANDSHAKE";
-  std::string local_hostname;  // "" = this host's name
+  std::string local_hostname;                 // "" = this host's name
   uint64_t global_segment_size = 1ull << 30;  // bytes this process contributes
   uint64_t local_buffer_size = 256ull << 20;  // requester staging buffer
   std::string protocol = "tcp";               // tcp | rdma | shm | auto
@@ -31,15 +31,15 @@ struct Config {
   // Master / metadata.
   uint64_t default_kv_lease_ttl_ms = 10000;  // read lease granted by exists/get
   double eviction_high_watermark_ratio = 0.90;
-  double eviction_ratio = 0.05;  // fraction of a segment freed per eviction pass
+  double eviction_ratio = 0.05;                   // fraction of a segment freed per eviction pass
   uint64_t put_start_discard_timeout_ms = 30000;  // abandoned puts reclaimed after
   uint32_t metadata_shards = 64;
 
   // Data path.
-  bool verify_checksum = true;   // verify xxh3-64 on every get
+  bool verify_checksum = true;             // verify xxh3-64 on every get
   bool require_registered_buffers = true;  // batch_*_multi_buffers buffers
-  uint32_t transfer_threads = 0;  // 0 = min(4, hardware threads)
-  bool use_huge_pages = true;     // try 2 MiB pages for segments
+  uint32_t transfer_threads = 0;           // 0 = min(4, hardware threads)
+  bool use_huge_pages = true;              // try 2 MiB pages for segments
 };
 
 // Parses a JSON document. Unknown keys are errors (INVALID_CONFIG).

@@ -7,10 +7,12 @@ namespace tierkv {
 
 Status BufferRegistry::Register(const void* ptr, size_t size) {
   if (ptr == nullptr || size == 0) {
-    return Status(ErrorCode::INVALID_PARAMS, "register_buffer needs a non-null pointer and size > 0");
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "register_buffer needs a non-null pointer and size > 0");
   }
   const auto start = reinterpret_cast<uintptr_t>(ptr);
-  if (start + size < start) return Status(ErrorCode::INVALID_PARAMS, "buffer wraps the address space");
+  if (start + size < start)
+    return Status(ErrorCode::INVALID_PARAMS, "buffer wraps the address space");
   std::unique_lock lock(mu_);
   auto next = buffers_.lower_bound(start);
   if (next != buffers_.end() && next->first < start + size) {

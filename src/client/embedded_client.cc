@@ -49,8 +49,7 @@ Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::Create(
     const Config& config, std::shared_ptr<InProcessMaster> master) {
   if (Status st = ValidateConfig(config); !st.ok()) return st;
   if (config.mode != Mode::kEmbedded) {
-    return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
-                  "EmbeddedClient needs mode 'embedded'");
+    return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE, "EmbeddedClient needs mode 'embedded'");
   }
   if (!master) {
     // Maintenance every 1/4 of the shorter timeout, at least every second.
@@ -87,7 +86,9 @@ EmbeddedClient::~EmbeddedClient() {
   }
 }
 
-Status EmbeddedClient::RegisterBuffer(void* ptr, size_t size) { return buffers_.Register(ptr, size); }
+Status EmbeddedClient::RegisterBuffer(void* ptr, size_t size) {
+  return buffers_.Register(ptr, size);
+}
 Status EmbeddedClient::UnregisterBuffer(void* ptr) { return buffers_.Unregister(ptr); }
 
 template <typename Piece>
@@ -286,7 +287,8 @@ std::vector<int> EmbeddedClient::BatchPutFromMultiBuffers(
       shape[i] = ToInt(ErrorCode::INVALID_PARAMS);
       continue;
     }
-    for (size_t k = 0; k < ptrs[i].size(); ++k) pieces[i].push_back(ConstPiece{ptrs[i][k], sizes[i][k]});
+    for (size_t k = 0; k < ptrs[i].size(); ++k)
+      pieces[i].push_back(ConstPiece{ptrs[i][k], sizes[i][k]});
   }
   auto codes = PutImpl(keys, pieces, config, config_.require_registered_buffers);
   for (size_t i = 0; i < n; ++i) {
@@ -306,7 +308,8 @@ std::vector<int64_t> EmbeddedClient::BatchGetIntoMultiBuffers(
       shape[i] = ToInt(ErrorCode::INVALID_PARAMS);
       continue;
     }
-    for (size_t k = 0; k < ptrs[i].size(); ++k) pieces[i].push_back(MutPiece{ptrs[i][k], sizes[i][k]});
+    for (size_t k = 0; k < ptrs[i].size(); ++k)
+      pieces[i].push_back(MutPiece{ptrs[i][k], sizes[i][k]});
   }
   auto results = GetImpl(keys, pieces, config_.require_registered_buffers, /*exact=*/true);
   for (size_t i = 0; i < n; ++i) {
@@ -332,8 +335,8 @@ std::vector<Result<std::vector<ReplicaDesc>>> EmbeddedClient::BatchGetReplicaDes
     std::vector<ReplicaDesc> descs;
     for (const auto& loc : r->replicas) {
       auto seg = master_->master().segments().Find(loc.segment);
-      descs.push_back(ReplicaDesc{loc.tier, seg ? seg->name : std::string("<unmounted>"),
-                                  loc.offset, r->size});
+      descs.push_back(
+          ReplicaDesc{loc.tier, seg ? seg->name : std::string("<unmounted>"), loc.offset, r->size});
     }
     out.emplace_back(std::move(descs));
   }

@@ -26,8 +26,8 @@ void InitLogging() {
     // spdlog maps unknown names to "off"; a typo must not silence the logs.
     static const char* const kNames[] = {"trace", "debug", "info", "warn", "error", "off"};
     if (std::find(std::begin(kNames), std::end(kNames), level) == std::end(kNames)) {
-      spdlog::warn("TIERKV_LOG_LEVEL='{}' is not one of trace|debug|info|warn|error|off; using info",
-                   env);
+      spdlog::warn(
+          "TIERKV_LOG_LEVEL='{}' is not one of trace|debug|info|warn|error|off; using info", env);
       return;
     }
     spdlog::set_level(spdlog::level::from_str(level));

@@ -86,13 +86,14 @@ std::vector<Result<PutStartResult>> MasterService::PutStart(const std::vector<st
                                                             const ReplicateConfig& config) {
   const size_t n = keys.size();
   auto fail_all = [n](const std::string& why) {
-    return std::vector<Result<PutStartResult>>(n, Result<PutStartResult>(ErrorCode::INVALID_PARAMS, why));
+    return std::vector<Result<PutStartResult>>(
+        n, Result<PutStartResult>(ErrorCode::INVALID_PARAMS, why));
   };
   if (sizes.size() != n) return fail_all("keys and sizes differ in length");
   if (config.replica_num == 0) return fail_all("replica_num must be >= 1");
   if (!config.group_ids.empty() && config.group_ids.size() != n) {
-    return fail_all("group_ids has " + std::to_string(config.group_ids.size()) +
-                    " entries for " + std::to_string(n) + " keys");
+    return fail_all("group_ids has " + std::to_string(config.group_ids.size()) + " entries for " +
+                    std::to_string(n) + " keys");
   }
   std::vector<Result<PutStartResult>> results;
   results.reserve(n);
@@ -214,8 +215,8 @@ uint64_t MasterService::EvictForPut(uint64_t size, const ReplicateConfig& config
   });
   uint64_t freed = 0;
   for (size_t i = 0; i < usage.size() && i < config.replica_num; ++i) {
-    const auto target =
-        size + static_cast<uint64_t>(options_.eviction_ratio * static_cast<double>(usage[i].capacity));
+    const auto target = size + static_cast<uint64_t>(options_.eviction_ratio *
+                                                     static_cast<double>(usage[i].capacity));
     freed += EvictFromSegment(usage[i].id, target);
   }
   return freed;
@@ -261,7 +262,8 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
     if (meta.state != ObjectState::kPending) {
       result = Status(ErrorCode::INVALID_WRITE, "put of " + key + " already ended");
     } else if (meta.put_id != put_id) {
-      result = Status(ErrorCode::INVALID_WRITE, "pending put of " + key + " belongs to another writer");
+      result =
+          Status(ErrorCode::INVALID_WRITE, "pending put of " + key + " belongs to another writer");
     } else if (kind == EndKind::kEnd) {
       meta.state = ObjectState::kComplete;
       meta.checksum = checksum;
@@ -285,7 +287,8 @@ void MasterService::GrantLease(Shard& shard, ObjectMeta& meta, SteadyTime now) {
     return;
   }
   auto g = shard.groups.find(meta.group_id);
-  if (g != shard.groups.end()) g->second.lease_deadline = std::max(g->second.lease_deadline, deadline);
+  if (g != shard.groups.end())
+    g->second.lease_deadline = std::max(g->second.lease_deadline, deadline);
 }
 
 bool MasterService::IsLeased(Shard& shard, const ObjectMeta& meta, SteadyTime now) const {
@@ -319,7 +322,8 @@ std::vector<int> MasterService::Exists(const std::vector<std::string>& keys) {
   return out;
 }
 
-std::vector<Result<ObjectReplicas>> MasterService::GetReplicas(const std::vector<std::string>& keys) {
+std::vector<Result<ObjectReplicas>> MasterService::GetReplicas(
+    const std::vector<std::string>& keys) {
   std::vector<Result<ObjectReplicas>> out;
   out.reserve(keys.size());
   std::vector<bool> skip(keys.size(), false);
@@ -349,8 +353,8 @@ std::vector<Result<ObjectReplicas>> MasterService::GetReplicas(const std::vector
         rep.checksum = meta.checksum;
         rep.lease_deadline = now + options_.lease_ttl;
         for (const auto& replica : meta.replicas) {
-          rep.replicas.push_back(
-              ReplicaLocation{replica.segment, replica.tier, replica.allocation.offset(), meta.size});
+          rep.replicas.push_back(ReplicaLocation{replica.segment, replica.tier,
+                                                 replica.allocation.offset(), meta.size});
         }
         out[i] = std::move(rep);
       },

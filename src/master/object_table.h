@@ -116,9 +116,9 @@ using ObjectMap = absl::flat_hash_map<StoredKey, ObjectMeta, KeyHash, KeyEq>;
 
 struct Shard {
   std::mutex mu;
-  ObjectMap objects;             // guarded by mu
-  KeyMap<GroupMeta> groups;      // groups homed here, guarded by mu
-  KeyMap<uint32_t> redirects;    // key -> home shard, for grouped keys, guarded by mu
+  ObjectMap objects;           // guarded by mu
+  KeyMap<GroupMeta> groups;    // groups homed here, guarded by mu
+  KeyMap<uint32_t> redirects;  // key -> home shard, for grouped keys, guarded by mu
 };
 
 class ObjectTable {
@@ -127,7 +127,9 @@ class ObjectTable {
 
   uint32_t num_shards() const { return static_cast<uint32_t>(shards_.size()); }
   Shard& shard(uint32_t index) { return *shards_[index]; }
-  uint32_t ShardOf(std::string_view key_or_group) const { return ShardOfHash(HashKey(key_or_group)); }
+  uint32_t ShardOf(std::string_view key_or_group) const {
+    return ShardOfHash(HashKey(key_or_group));
+  }
   uint32_t ShardOfHash(uint64_t hash) const {
     // High bits pick the shard; the tables probe with the low ones.
     return static_cast<uint32_t>((hash >> 40) % shards_.size());

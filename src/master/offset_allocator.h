@@ -1,9 +1,9 @@
 // Offset allocator of one segment, and the owning Allocation handle.
 //
 // Best-fit over a free list kept twice, ordered by offset (for coalescing) and
-// by (size, offset) (for best fit and O(log n) removal of equal sizes): O(log n) allocate and free, neighbours merged on free.
-// Offsets and sizes are rounded up to `alignment`. Thread-safe (one mutex; it is
-// the innermost lock of the master, see docs/architecture.md "Lock order").
+// by (size, offset) (for best fit and O(log n) removal of equal sizes): O(log n) allocate and free,
+// neighbours merged on free. Offsets and sizes are rounded up to `alignment`. Thread-safe (one
+// mutex; it is the innermost lock of the master, see docs/architecture.md "Lock order").
 #pragma once
 
 #include <cstdint>
@@ -66,8 +66,8 @@ class OffsetAllocator : public std::enable_shared_from_this<OffsetAllocator> {
   const uint64_t capacity_;
   const uint64_t alignment_;
   mutable std::mutex mu_;
-  uint64_t used_ = 0;                               // guarded by mu_
-  std::map<uint64_t, uint64_t> free_by_offset_;     // offset -> size, guarded by mu_
+  uint64_t used_ = 0;                                     // guarded by mu_
+  std::map<uint64_t, uint64_t> free_by_offset_;           // offset -> size, guarded by mu_
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset), guarded by mu_
 };
 

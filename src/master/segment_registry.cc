@@ -51,9 +51,9 @@ Result<std::vector<PlacedReplica>> SegmentRegistry::Allocate(
     for (const auto& [id, seg] : segments_) order.push_back(seg);
   }
   if (order.size() < replica_num) {
-    return Status(ErrorCode::NO_AVAILABLE_HANDLE,
-                  "replica_num " + std::to_string(replica_num) + " > " +
-                      std::to_string(order.size()) + " mounted segments");
+    return Status(ErrorCode::NO_AVAILABLE_HANDLE, "replica_num " + std::to_string(replica_num) +
+                                                      " > " + std::to_string(order.size()) +
+                                                      " mounted segments");
   }
   // Freest first; the preferred segment ahead of all others.
   std::vector<std::pair<uint64_t, size_t>> free_space;
@@ -62,13 +62,12 @@ Result<std::vector<PlacedReplica>> SegmentRegistry::Allocate(
     const auto& a = order[i]->allocator;
     free_space.emplace_back(a->capacity() - a->used(), i);
   }
-  std::sort(free_space.begin(), free_space.end(),
-            [&](const auto& x, const auto& y) {
-              const bool px = order[x.second]->name == preferred_segment;
-              const bool py = order[y.second]->name == preferred_segment;
-              if (px != py) return px;
-              return x.first > y.first;
-            });
+  std::sort(free_space.begin(), free_space.end(), [&](const auto& x, const auto& y) {
+    const bool px = order[x.second]->name == preferred_segment;
+    const bool py = order[y.second]->name == preferred_segment;
+    if (px != py) return px;
+    return x.first > y.first;
+  });
   std::vector<PlacedReplica> placed;
   placed.reserve(replica_num);
   for (const auto& [free, idx] : free_space) {
@@ -77,9 +76,9 @@ Result<std::vector<PlacedReplica>> SegmentRegistry::Allocate(
     if (alloc) placed.push_back(PlacedReplica{order[idx]->id, std::move(*alloc)});
   }
   if (placed.size() < replica_num) {
-    return Status(ErrorCode::NO_AVAILABLE_HANDLE,
-                  "no room for " + std::to_string(replica_num) + " replica(s) of " +
-                      std::to_string(size) + " bytes");
+    return Status(ErrorCode::NO_AVAILABLE_HANDLE, "no room for " + std::to_string(replica_num) +
+                                                      " replica(s) of " + std::to_string(size) +
+                                                      " bytes");
   }
   return placed;
 }

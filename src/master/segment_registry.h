@@ -64,7 +64,7 @@ class SegmentRegistry {
 
  private:
   mutable std::shared_mutex mu_;
-  SegmentId next_id_ = 1;                                    // guarded by mu_
+  SegmentId next_id_ = 1;                                         // guarded by mu_
   std::map<SegmentId, std::shared_ptr<const Segment>> segments_;  // guarded by mu_
 };
 

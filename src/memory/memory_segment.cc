@@ -10,9 +10,9 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <sstream>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 

@@ -10,9 +10,7 @@ namespace {
 
 // The checksum is part of the on-disk format later: it must be the standard
 // xxh3-64 whatever SIMD path the machine picks.
-TEST(ChecksumTest, MatchesReferenceXxh3) {
-  EXPECT_EQ(Checksum("", 0), 0x2D06800538D394C2ull);
-}
+TEST(ChecksumTest, MatchesReferenceXxh3) { EXPECT_EQ(Checksum("", 0), 0x2D06800538D394C2ull); }
 
 TEST(ChecksumTest, StreamingEqualsOneShotForAnySplit) {
   std::vector<uint8_t> data(3 << 20);

@@ -1,5 +1,7 @@
 // Client API tests in embedded mode: batches with mixed good and bad keys,
 // scatter-gather, checksums, buffer registration, replica descriptions.
+#include "tierkv/client.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,7 +9,6 @@
 #include <random>
 
 #include "client/embedded_client.h"
-#include "tierkv/client.h"
 
 namespace tierkv {
 namespace {
@@ -91,15 +92,14 @@ TEST_F(ClientTest, MixedBatchBadKeysDoNotFailNeighbours) {
   uint8_t* s = src_.data();
   std::vector<uint8_t> unregistered(1024, 7);
   const std::string too_long(kMaxKeyLength + 1, 'x');
-  std::vector<std::string> keys{"good0",  "",       too_long, std::string("\xff\xfe", 2),
-                                "good1",  "zero",   "nullptr", "unreg",
-                                "good0",  "good2",  std::string("a\0b", 3), "mismatch"};
-  std::vector<std::vector<void*>> ptrs{{s},        {s},     {s},
-                                       {s},        {s + 4096}, {s},
-                                       {nullptr},  {unregistered.data()}, {s},
-                                       {s + 8192}, {s},     {s, s}};
-  std::vector<std::vector<size_t>> sizes{{1000}, {10}, {10}, {10}, {2000}, {0},
-                                         {10},   {1024}, {10}, {3000}, {10}, {10}};
+  std::vector<std::string> keys{
+      "good0", "",      too_long, std::string("\xff\xfe", 2), "good1",   "zero", "nullptr",
+      "unreg", "good0", "good2",  std::string("a\0b", 3),     "mismatch"};
+  std::vector<std::vector<void*>> ptrs{{s},        {s},        {s},       {s},
+                                       {s + 4096}, {s},        {nullptr}, {unregistered.data()},
+                                       {s},        {s + 8192}, {s},       {s, s}};
+  std::vector<std::vector<size_t>> sizes{{1000}, {10},   {10}, {10},   {2000}, {0},
+                                         {10},   {1024}, {10}, {3000}, {10},   {10}};
   auto codes = client_->BatchPutFromMultiBuffers(keys, ptrs, sizes);
   ASSERT_EQ(codes.size(), keys.size());
   EXPECT_EQ(codes[0], kOk);
@@ -112,7 +112,7 @@ TEST_F(ClientTest, MixedBatchBadKeysDoNotFailNeighbours) {
   EXPECT_EQ(codes[7], Code(ErrorCode::BUFFER_NOT_REGISTERED));
   EXPECT_EQ(codes[8], Code(ErrorCode::DUPLICATE_KEY));
   EXPECT_EQ(codes[9], kOk);
-  EXPECT_EQ(codes[10], Code(ErrorCode::INVALID_KEY));  // NUL inside
+  EXPECT_EQ(codes[10], Code(ErrorCode::INVALID_KEY));     // NUL inside
   EXPECT_EQ(codes[11], Code(ErrorCode::INVALID_PARAMS));  // 2 ptrs, 1 size
 
   auto exist = client_->BatchIsExist({"good0", "good1", "good2", "zero", "unreg", ""});
@@ -300,7 +300,8 @@ TEST_F(ClientTest, BatchShapeMismatch) {
   rc.group_ids = {"g"};  // one group id for two keys
   codes = client_->BatchPutFromMultiBuffers({"c", "d"}, {{src_.data()}, {src_.data()}},
                                             {{10}, {10}}, rc);
-  EXPECT_EQ(codes, (std::vector<int>{Code(ErrorCode::INVALID_PARAMS), Code(ErrorCode::INVALID_PARAMS)}));
+  EXPECT_EQ(codes,
+            (std::vector<int>{Code(ErrorCode::INVALID_PARAMS), Code(ErrorCode::INVALID_PARAMS)}));
 }
 
 TEST(ClientCreate, RejectsModesNotBuiltAndBadConfig) {

@@ -12,9 +12,9 @@ namespace {
 TEST(KeyTest, AcceptsAsciiAndMultibyteUtf8) {
   EXPECT_TRUE(ValidateKey("model@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@abcdef0123456789").ok());
   EXPECT_TRUE(ValidateKey("k").ok());
-  EXPECT_TRUE(ValidateKey("caf\xc3\xa9").ok());              // 2-byte
-  EXPECT_TRUE(ValidateKey("\xe2\x82\xac-euro").ok());        // 3-byte
-  EXPECT_TRUE(ValidateKey("emoji-\xf0\x9f\x98\x80-ok").ok()); // 4-byte
+  EXPECT_TRUE(ValidateKey("caf\xc3\xa9").ok());                // 2-byte
+  EXPECT_TRUE(ValidateKey("\xe2\x82\xac-euro").ok());          // 3-byte
+  EXPECT_TRUE(ValidateKey("emoji-\xf0\x9f\x98\x80-ok").ok());  // 4-byte
   EXPECT_TRUE(ValidateKey(std::string(kMaxKeyLength, 'a')).ok());
 }
 
