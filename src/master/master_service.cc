@@ -302,6 +302,8 @@ std::vector<int> MasterService::Exists(const std::vector<std::string>& keys) {
   std::vector<int> out(keys.size(), 0);
   std::vector<bool> skip(keys.size(), false);
   for (size_t i = 0; i < keys.size(); ++i) {
+    // The caller's key bytes are usually cold: fetch a few keys ahead.
+    if (i + 8 < keys.size()) __builtin_prefetch(keys[i + 8].data());
     if (Status st = ValidateKey(keys[i]); !st.ok()) {
       out[i] = ToInt(st.code());
       skip[i] = true;
