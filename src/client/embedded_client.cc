@@ -43,6 +43,24 @@ uint64_t TotalSize(const std::vector<Piece>& pieces, bool& overflow) {
   return total;
 }
 
+// Pairs ptrs[i][k] with sizes[i][k]. A key whose lists are missing or differ in
+// length gets INVALID_PARAMS in `shape` (and no pieces).
+template <typename Piece, typename Ptr>
+std::vector<std::vector<Piece>> ToPieces(size_t n, const std::vector<std::vector<Ptr>>& ptrs,
+                                         const std::vector<std::vector<size_t>>& sizes,
+                                         std::vector<int>& shape) {
+  std::vector<std::vector<Piece>> pieces(n);
+  shape.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (i >= ptrs.size() || i >= sizes.size() || ptrs[i].size() != sizes[i].size()) {
+      shape[i] = ToInt(ErrorCode::INVALID_PARAMS);
+      continue;
+    }
+    for (size_t k = 0; k < ptrs[i].size(); ++k) pieces[i].push_back(Piece{ptrs[i][k], sizes[i][k]});
+  }
+  return pieces;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::Create(
@@ -280,16 +298,8 @@ std::vector<int> EmbeddedClient::BatchPutFromMultiBuffers(
     const std::vector<std::string>& keys, const std::vector<std::vector<void*>>& ptrs,
     const std::vector<std::vector<size_t>>& sizes, const ReplicateConfig& config) {
   const size_t n = keys.size();
-  std::vector<std::vector<ConstPiece>> pieces(n);
-  std::vector<int> shape(n, 0);
-  for (size_t i = 0; i < n; ++i) {
-    if (i >= ptrs.size() || i >= sizes.size() || ptrs[i].size() != sizes[i].size()) {
-      shape[i] = ToInt(ErrorCode::INVALID_PARAMS);
-      continue;
-    }
-    for (size_t k = 0; k < ptrs[i].size(); ++k)
-      pieces[i].push_back(ConstPiece{ptrs[i][k], sizes[i][k]});
-  }
+  std::vector<int> shape;
+  const auto pieces = ToPieces<ConstPiece>(n, ptrs, sizes, shape);
   auto codes = PutImpl(keys, pieces, config, config_.require_registered_buffers);
   for (size_t i = 0; i < n; ++i) {
     if (shape[i] != 0) codes[i] = shape[i];
@@ -301,16 +311,8 @@ std::vector<int64_t> EmbeddedClient::BatchGetIntoMultiBuffers(
     const std::vector<std::string>& keys, const std::vector<std::vector<void*>>& ptrs,
     const std::vector<std::vector<size_t>>& sizes) {
   const size_t n = keys.size();
-  std::vector<std::vector<MutPiece>> pieces(n);
-  std::vector<int> shape(n, 0);
-  for (size_t i = 0; i < n; ++i) {
-    if (i >= ptrs.size() || i >= sizes.size() || ptrs[i].size() != sizes[i].size()) {
-      shape[i] = ToInt(ErrorCode::INVALID_PARAMS);
-      continue;
-    }
-    for (size_t k = 0; k < ptrs[i].size(); ++k)
-      pieces[i].push_back(MutPiece{ptrs[i][k], sizes[i][k]});
-  }
+  std::vector<int> shape;
+  const auto pieces = ToPieces<MutPiece>(n, ptrs, sizes, shape);
   auto results = GetImpl(keys, pieces, config_.require_registered_buffers, /*exact=*/true);
   for (size_t i = 0; i < n; ++i) {
     if (shape[i] != 0) results[i] = shape[i];

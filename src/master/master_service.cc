@@ -24,6 +24,33 @@ uint64_t BytesOnSegment(const ObjectMeta& meta, SegmentId segment) {
   return bytes;
 }
 
+// Erases, shard by shard, every object for which pred(shard, key, meta) holds,
+// then cleans the redirects of erased grouped keys; returns how many.
+template <typename Pred>
+uint64_t EraseWhere(ObjectTable& table, Pred&& pred) {
+  RedirectList redirects;
+  uint64_t count = 0;
+  for (uint32_t i = 0; i < table.num_shards(); ++i) {
+    Shard& s = table.shard(i);
+    std::lock_guard lock(s.mu);
+    for (auto it = s.objects.begin(); it != s.objects.end();) {
+      if (!pred(s, it->first, it->second)) {
+        ++it;
+        continue;
+      }
+      if (!it->second.group_id.empty() && table.ShardOf(it->first.str) != i) {
+        redirects.emplace_back(it->first.str, i);
+      }
+      auto next = std::next(it);
+      table.EraseLocked(s, it);
+      it = next;
+      ++count;
+    }
+  }
+  for (const auto& [key, home] : redirects) table.CleanupRedirect(key, home);
+  return count;
+}
+
 }  // namespace
 
 MasterService::MasterService(MasterOptions options)
@@ -388,54 +415,21 @@ Status MasterService::Remove(const std::string& key, bool force) {
 
 uint64_t MasterService::RemoveAll(bool force) {
   const SteadyTime now = options_.clock->Now();
-  RedirectList redirects;
-  uint64_t count = 0;
-  for (uint32_t i = 0; i < table_.num_shards(); ++i) {
-    Shard& s = table_.shard(i);
-    std::lock_guard lock(s.mu);
-    for (auto it = s.objects.begin(); it != s.objects.end();) {
-      const ObjectMeta& meta = it->second;
-      if (meta.state != ObjectState::kComplete || (!force && IsLeased(s, meta, now))) {
-        ++it;
-        continue;
-      }
-      if (!meta.group_id.empty() && table_.ShardOf(it->first.str) != i) {
-        redirects.emplace_back(it->first.str, i);
-      }
-      auto next = std::next(it);
-      table_.EraseLocked(s, it);
-      it = next;
-      ++count;
-    }
-  }
-  for (const auto& [key, home] : redirects) table_.CleanupRedirect(key, home);
-  return count;
+  return EraseWhere(table_, [&](Shard& s, const StoredKey&, const ObjectMeta& meta) {
+    return meta.state == ObjectState::kComplete && (force || !IsLeased(s, meta, now));
+  });
 }
 
 uint64_t MasterService::ReclaimAbandonedPuts() {
   const SteadyTime now = options_.clock->Now();
-  RedirectList redirects;
-  uint64_t count = 0;
-  for (uint32_t i = 0; i < table_.num_shards(); ++i) {
-    Shard& s = table_.shard(i);
-    std::lock_guard lock(s.mu);
-    for (auto it = s.objects.begin(); it != s.objects.end();) {
-      const ObjectMeta& meta = it->second;
-      if (meta.state != ObjectState::kPending || meta.put_started + options_.put_timeout > now) {
-        ++it;
-        continue;
-      }
-      spdlog::warn("reclaiming abandoned put of {} ({} bytes)", it->first.str, meta.size);
-      if (!meta.group_id.empty() && table_.ShardOf(it->first.str) != i) {
-        redirects.emplace_back(it->first.str, i);
-      }
-      auto next = std::next(it);
-      table_.EraseLocked(s, it);
-      it = next;
-      ++count;
-    }
-  }
-  for (const auto& [key, home] : redirects) table_.CleanupRedirect(key, home);
+  const uint64_t count =
+      EraseWhere(table_, [&](Shard&, const StoredKey& key, const ObjectMeta& meta) {
+        if (meta.state != ObjectState::kPending || meta.put_started + options_.put_timeout > now) {
+          return false;
+        }
+        spdlog::warn("reclaiming abandoned put of {} ({} bytes)", key.str, meta.size);
+        return true;
+      });
   reclaimed_puts_.fetch_add(count, std::memory_order_relaxed);
   return count;
 }
