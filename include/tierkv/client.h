@@ -21,8 +21,9 @@ class Client {
  public:
   // Builds a client for `config`. Embedded mode without master_server_address
   // starts an in-process master and mounts this process's segment.
-  // Fails with INVALID_CONFIG or UNAVAILABLE_IN_CURRENT_MODE (remote modes are
-  // not built yet) or INTERNAL_ERROR (segment memory could not be mapped).
+  // Fails with INVALID_CONFIG, UNAVAILABLE_IN_CURRENT_MODE (a remote master,
+  // standalone-store or enable_offload: not in this build yet) or
+  // INTERNAL_ERROR (segment memory could not be mapped or pre-faulted).
   static Result<std::unique_ptr<Client>> Create(const Config& config);
   virtual ~Client() = default;
 
