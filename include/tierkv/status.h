@@ -34,6 +34,14 @@ enum class ErrorCode : int32_t {
   CHECKSUM_MISMATCH = -801,
   RPC_FAIL = -900,
   UNAVAILABLE_IN_CURRENT_MODE = -1011,
+  // File and device IO (the SSD tier); the message names the path or offset and the errno text.
+  FILE_NOT_FOUND = -1100,
+  FILE_OPEN_FAIL = -1101,       // creating/opening/sizing a tier file failed
+  FILE_READ_FAIL = -1102,       // a read failed or came back short
+  FILE_WRITE_FAIL = -1103,      // a write failed or came back short (EIO, ENOSPC, ...)
+  FILE_INVALID_BUFFER = -1104,  // reserved (Mooncake's code); misaligned IO is INVALID_PARAMS
+  FILE_LOCK_FAIL = -1105,
+  FILE_INVALID_HANDLE = -1106,
   // tierkv-only codes.
   BUFFER_NOT_REGISTERED = -1500,  // a batch buffer outside any registered one
   DUPLICATE_KEY = -1501,          // the key appears earlier in the same batch

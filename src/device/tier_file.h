@@ -1,0 +1,70 @@
+// TierFile: safe creation of the preallocated file that backs an SSD tier.
+//
+// What: Create() removes whatever is at the path (a symlink is removed itself, never
+// followed; a directory is refused), creates a fresh file with
+// O_CREAT|O_EXCL|O_NOFOLLOW|O_RDWR|O_CLOEXEC|O_DIRECT and mode 0600 (fchmod'ed, so the umask
+// can neither widen nor narrow it), and fallocates `capacity` bytes. O_EXCL|O_NOFOLLOW make a
+// symlink or file planted between the unlink and the open an error instead of a redirection.
+// A filesystem without O_DIRECT (open answers EINVAL) is an error unless
+// allow_buffered_fallback is set: then the file is opened without O_DIRECT (page-cache IO:
+// slower writes into a cold cache, double caching of the bytes) and a warning is logged.
+// IO on the file goes through a Device (OpenDevice); alignment() is 4096 either way, so the
+// callers' rules do not change with the fallback.
+//
+// Errors (Create): INVALID_PARAMS for an empty path or a capacity that is not a positive
+// multiple of 4096; FILE_OPEN_FAIL naming the path and the errno text otherwise: the path is
+// a directory or cannot be removed, its directory is missing or not writable, no O_DIRECT,
+// or not enough space (the message gives the bytes needed and available).
+// Ownership: move-only RAII owner of the fd; the destructor closes it and, with
+// remove_on_close (the default), unlinks the path if it still names this file.
+// Thread-safety: immutable after Create(); the accessors may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tierkv/status.h"
+
+namespace tierkv {
+
+struct TierFileOptions {
+  uint64_t capacity = 0;  // bytes to preallocate: a positive multiple of 4096
+  // Open without O_DIRECT (with a warning) where the filesystem has no O_DIRECT.
+  bool allow_buffered_fallback = false;
+  // Unlink the file when the TierFile is destroyed (warm restart will keep it).
+  bool remove_on_close = true;
+  // Test hook: behave as if open(O_DIRECT) failed with EINVAL (a filesystem without it).
+  bool TEST_pretend_no_direct_io = false;
+};
+
+class TierFile {
+ public:
+  static constexpr uint64_t kAlignment = 4096;
+
+  static Result<TierFile> Create(const std::string& path, const TierFileOptions& options);
+
+  TierFile() = default;  // no file: fd() == -1
+  ~TierFile();
+  TierFile(TierFile&& other) noexcept;
+  TierFile& operator=(TierFile&& other) noexcept;
+  TierFile(const TierFile&) = delete;
+  TierFile& operator=(const TierFile&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  uint64_t capacity() const { return capacity_; }
+  uint64_t alignment() const { return kAlignment; }
+  // False when opened through allow_buffered_fallback.
+  bool direct_io() const { return direct_io_; }
+
+ private:
+  void Reset();
+
+  std::string path_;
+  int fd_ = -1;
+  uint64_t capacity_ = 0;
+  bool direct_io_ = false;
+  bool remove_on_close_ = true;
+};
+
+}  // namespace tierkv

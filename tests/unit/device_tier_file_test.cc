@@ -1,0 +1,381 @@
+// TierFile creation safety (symlinks, modes, removal, O_DIRECT fallback, space errors) and
+// IoBuffer (alignment, rounding, moves, page kind).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "device/device.h"
+#include "device/io_buffer.h"
+#include "device/tier_file.h"
+
+namespace tierkv {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The running test's name as one path component ("Name/Param" becomes "Name_Param").
+std::string TestDirName() {
+  std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  for (char& c : name) c = c == '/' ? '_' : c;
+  return name;
+}
+
+constexpr uint64_t kMiB = 1024 * 1024;
+constexpr uint64_t kPiB = kMiB * kMiB * 1024;
+constexpr uint64_t kTmpfsMagic = 0x01021994;
+
+bool IsTmpfs(const std::string& path) {
+  struct statfs sfs {};
+  return statfs(path.c_str(), &sfs) == 0 && static_cast<uint64_t>(sfs.f_type) == kTmpfsMagic;
+}
+
+// A scratch directory on the build tree's filesystem (ctest runs us in build/tests), not
+// temp_directory_path(), which may be tmpfs. Removed, with its files, at destruction.
+class TierFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = fs::current_path() / ("tierkv-device-test-" + std::to_string(getpid()));
+    dir_ = base_ / TestDirName();
+    fs::create_directories(dir_);
+    on_tmpfs_ = IsTmpfs(dir_.string());
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+    fs::remove(base_, ec);  // only once empty
+  }
+
+  std::string File(const std::string& name) const { return (dir_ / name).string(); }
+  TierFileOptions Options(uint64_t capacity) const {
+    TierFileOptions options;
+    options.capacity = capacity;
+    options.allow_buffered_fallback = on_tmpfs_;
+    return options;
+  }
+  static void WriteText(const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+  }
+  static std::string ReadText(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  fs::path base_;
+  fs::path dir_;
+  bool on_tmpfs_ = false;
+};
+
+TEST_F(TierFileTest, CreatesPreallocatedFileWithMode0600EvenWithUmask0) {
+  const mode_t old_umask = umask(0);
+  Result<TierFile> file = TierFile::Create(File("tier"), Options(4 * kMiB));
+  umask(old_umask);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_GE(file->fd(), 0);
+  EXPECT_EQ(file->capacity(), 4 * kMiB);
+  EXPECT_EQ(file->alignment(), 4096u);
+  if (!on_tmpfs_) {
+    EXPECT_TRUE(file->direct_io());
+  }
+  struct stat st {};
+  ASSERT_EQ(lstat(File("tier").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 4 * kMiB);
+  EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, 4 * kMiB);  // really allocated
+  const int flags = fcntl(file->fd(), F_GETFL);
+  EXPECT_EQ((flags & O_DIRECT) != 0, file->direct_io());
+  EXPECT_NE(fcntl(file->fd(), F_GETFD) & FD_CLOEXEC, 0);
+}
+
+TEST_F(TierFileTest, ReplacesASymlinkWithoutFollowingIt) {
+  WriteText(File("victim"), "precious bytes");
+  ASSERT_EQ(chmod(File("victim").c_str(), 0644), 0);
+  ASSERT_EQ(symlink(File("victim").c_str(), File("tier").c_str()), 0);
+  {
+    Result<TierFile> file = TierFile::Create(File("tier"), Options(kMiB));
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    struct stat st {};
+    ASSERT_EQ(lstat(File("tier").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode)) << "the link must be replaced by a real file";
+    EXPECT_EQ(static_cast<uint64_t>(st.st_size), kMiB);
+  }
+  // The target is untouched: same bytes, same mode, and it survives the TierFile's removal.
+  EXPECT_EQ(ReadText(File("victim")), "precious bytes");
+  struct stat st {};
+  ASSERT_EQ(stat(File("victim").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  EXPECT_FALSE(fs::exists(fs::symlink_status(File("tier"))));
+}
+
+TEST_F(TierFileTest, ReplacesADanglingSymlinkAndAnExistingFile) {
+  ASSERT_EQ(symlink(File("nowhere").c_str(), File("dangling").c_str()), 0);
+  Result<TierFile> a = TierFile::Create(File("dangling"), Options(kMiB));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_FALSE(fs::exists(File("nowhere")));  // the link's target was not created
+
+  WriteText(File("old"), "stale tier from a crashed run");
+  ASSERT_EQ(chmod(File("old").c_str(), 0666), 0);
+  Result<TierFile> b = TierFile::Create(File("old"), Options(kMiB));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  struct stat st {};
+  ASSERT_EQ(stat(File("old").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), kMiB);
+}
+
+TEST_F(TierFileTest, RefusesADirectoryAndBadCapacity) {
+  fs::create_directory(dir_ / "subdir");
+  Result<TierFile> file = TierFile::Create(File("subdir"), Options(kMiB));
+  EXPECT_EQ(file.code(), ErrorCode::FILE_OPEN_FAIL);
+  EXPECT_NE(file.status().message().find("is a directory"), std::string::npos);
+  EXPECT_TRUE(fs::is_directory(dir_ / "subdir"));
+  EXPECT_EQ(TierFile::Create(File("a"), Options(0)).code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(TierFile::Create(File("a"), Options(1000)).code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(TierFile::Create("", Options(kMiB)).code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_FALSE(fs::exists(File("a")));
+}
+
+TEST_F(TierFileTest, RemovedOnCloseByDefault) {
+  {
+    Result<TierFile> file = TierFile::Create(File("tier"), Options(kMiB));
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    TierFile moved = std::move(file).value();  // ownership moves with the object
+    EXPECT_TRUE(fs::exists(File("tier")));
+  }
+  EXPECT_FALSE(fs::exists(File("tier")));
+}
+
+TEST_F(TierFileTest, KeptWithRemoveOnCloseFalse) {
+  TierFileOptions options = Options(kMiB);
+  options.remove_on_close = false;
+  { ASSERT_TRUE(TierFile::Create(File("tier"), options).ok()); }
+  EXPECT_TRUE(fs::exists(File("tier")));
+  EXPECT_EQ(fs::file_size(File("tier")), kMiB);
+}
+
+TEST_F(TierFileTest, DoesNotRemoveAFileThatReplacedIt) {
+  {
+    Result<TierFile> file = TierFile::Create(File("tier"), Options(kMiB));
+    ASSERT_TRUE(file.ok());
+    ASSERT_EQ(unlink(File("tier").c_str()), 0);
+    WriteText(File("tier"), "someone else's");
+  }
+  EXPECT_EQ(ReadText(File("tier")), "someone else's");
+}
+
+TEST_F(TierFileTest, MissingDirectoryIsAClearError) {
+  const std::string path = File("no-such-dir/tier");
+  Result<TierFile> file = TierFile::Create(path, Options(kMiB));
+  EXPECT_EQ(file.code(), ErrorCode::FILE_OPEN_FAIL);
+  EXPECT_NE(file.status().message().find(path), std::string::npos) << file.status().message();
+  EXPECT_NE(file.status().message().find(std::strerror(ENOENT)), std::string::npos)
+      << file.status().message();
+}
+
+TEST_F(TierFileTest, NonWritableDirectoryIsAClearError) {
+  fs::create_directory(dir_ / "ro");
+  ASSERT_EQ(chmod((dir_ / "ro").c_str(), 0555), 0);
+  const std::string path = (dir_ / "ro" / "tier").string();
+  const TierFileOptions options = Options(kMiB);
+  auto check = [&]() -> std::string {  // "" when the error is the expected one
+    Result<TierFile> file = TierFile::Create(path, options);
+    const std::string& message = file.status().message();
+    if (file.code() != ErrorCode::FILE_OPEN_FAIL) return "code: " + file.status().ToString();
+    if (message.find(path) == std::string::npos) return "no path: " + message;
+    if (message.find(std::strerror(EACCES)) == std::string::npos) return "no errno: " + message;
+    return "";
+  };
+  if (geteuid() != 0) {
+    EXPECT_EQ(check(), "");
+    return;
+  }
+  // Root bypasses directory permissions: try as "nobody" in a child process.
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    _exit(check().empty() ? 0 : 1);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  if (WEXITSTATUS(wstatus) == 2) GTEST_SKIP() << "cannot drop privileges to test permissions";
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "the child saw an unexpected error";
+  EXPECT_FALSE(fs::exists(path));
+}
+
+TEST_F(TierFileTest, NoODirectIsAnErrorUnlessBufferedFallbackIsAllowed) {
+  // Kernels since 6.6 give tmpfs O_DIRECT, so a filesystem without it is simulated.
+  TierFileOptions options = Options(kMiB);
+  options.allow_buffered_fallback = false;
+  options.TEST_pretend_no_direct_io = true;
+  Result<TierFile> refused = TierFile::Create(File("tier"), options);
+  EXPECT_EQ(refused.code(), ErrorCode::FILE_OPEN_FAIL);
+  EXPECT_NE(refused.status().message().find(File("tier") +
+                                            ": filesystem does not support O_DIRECT (tmpfs?)"),
+            std::string::npos)
+      << refused.status().message();
+  EXPECT_FALSE(fs::exists(File("tier")));
+
+  options.allow_buffered_fallback = true;
+  Result<TierFile> buffered = TierFile::Create(File("tier"), options);
+  ASSERT_TRUE(buffered.ok()) << buffered.status().ToString();
+  EXPECT_FALSE(buffered->direct_io());
+  EXPECT_EQ(fcntl(buffered->fd(), F_GETFL) & O_DIRECT, 0);
+  // The Device rules do not change with the fallback.
+  Result<std::unique_ptr<Device>> device = OpenDevice(*buffered, DeviceOptions{});
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  Result<IoBuffer> buf = IoBuffer::Allocate(4096);
+  ASSERT_TRUE(buf.ok());
+  std::memset(buf->data(), 0x5A, 4096);
+  ASSERT_TRUE((*device)->Write(8192, buf->data(), 4096).ok());
+  std::memset(buf->data(), 0, 4096);
+  ASSERT_TRUE((*device)->Read(8192, buf->data(), 4096).ok());
+  EXPECT_EQ(buf->data()[4095], 0x5A);
+  EXPECT_EQ((*device)->Read(8192 + 512, buf->data(), 4096).code(), ErrorCode::INVALID_PARAMS);
+}
+
+TEST_F(TierFileTest, RealTmpfsEitherRefusesODirectClearlyOrSupportsIt) {
+  const std::string shm = "/dev/shm";
+  if (!fs::is_directory(shm) || !IsTmpfs(shm) || access(shm.c_str(), W_OK) != 0) {
+    GTEST_SKIP() << "no writable tmpfs at /dev/shm";
+  }
+  const std::string path = shm + "/tierkv-device-test-" + std::to_string(getpid());
+  TierFileOptions options;
+  options.capacity = kMiB;
+  Result<TierFile> direct = TierFile::Create(path, options);
+  if (!direct.ok()) {
+    EXPECT_EQ(direct.code(), ErrorCode::FILE_OPEN_FAIL);
+    EXPECT_NE(direct.status().message().find("filesystem does not support O_DIRECT (tmpfs?)"),
+              std::string::npos)
+        << direct.status().message();
+  } else {
+    EXPECT_TRUE(direct->direct_io());  // tmpfs with O_DIRECT (Linux 6.6+)
+    direct = Result<TierFile>(TierFile());
+  }
+  options.allow_buffered_fallback = true;
+  Result<TierFile> file = TierFile::Create(path, options);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_TRUE(fs::exists(path));
+  file = Result<TierFile>(TierFile());
+  EXPECT_FALSE(fs::exists(path));
+}
+
+TEST_F(TierFileTest, CapacityBeyondTheFilesystemIsAClearError) {
+  // 1 PiB: ext4/xfs refuse it up front (EFBIG or ENOSPC) without filling the disk.
+  Result<TierFile> file = TierFile::Create(File("tier"), Options(kPiB));
+  EXPECT_EQ(file.code(), ErrorCode::FILE_OPEN_FAIL);
+  EXPECT_NE(file.status().message().find(File("tier")), std::string::npos)
+      << file.status().message();
+  EXPECT_NE(file.status().message().find(std::to_string(kPiB)), std::string::npos)
+      << file.status().message();
+  EXPECT_FALSE(fs::exists(File("tier"))) << "a failed create leaves nothing behind";
+}
+
+TEST_F(TierFileTest, NotEnoughSpaceNamesNeededAndAvailableBytes) {
+  // tmpfs checks a fallocate against its size limit before allocating anything, so ENOSPC is
+  // safe to provoke there; on a disk filesystem it would fill the disk first.
+  const std::string shm = "/dev/shm";
+  struct statvfs vfs {};
+  if (!IsTmpfs(shm) || access(shm.c_str(), W_OK) != 0 || statvfs(shm.c_str(), &vfs) != 0 ||
+      vfs.f_blocks == 0) {
+    GTEST_SKIP() << "no size-limited writable tmpfs at /dev/shm";
+  }
+  const std::string path = shm + "/tierkv-device-test-nospc-" + std::to_string(getpid());
+  TierFileOptions options;
+  options.capacity = kPiB;
+  options.allow_buffered_fallback = true;
+  Result<TierFile> file = TierFile::Create(path, options);
+  EXPECT_EQ(file.code(), ErrorCode::FILE_OPEN_FAIL);
+  const std::string& message = file.status().message();
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+  EXPECT_NE(message.find("not enough space: needs " + std::to_string(kPiB) + " bytes, "),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("bytes available"), std::string::npos) << message;
+  EXPECT_FALSE(fs::exists(path));
+}
+
+// ---- IoBuffer ----
+
+TEST(IoBufferTest, HugePageBuffersAreRoundedAndAligned) {
+  Result<IoBuffer> one = IoBuffer::Allocate(1);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->size(), 2 * kMiB);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(one->data()) % (2 * kMiB), 0u);
+  Result<IoBuffer> three = IoBuffer::Allocate(3 * kMiB);
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(three->size(), 4 * kMiB);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(three->data()) % (2 * kMiB), 0u);
+  // Zeroed and writable end to end.
+  for (uint64_t i = 0; i < three->size(); i += 4096) ASSERT_EQ(three->data()[i], 0);
+  std::memset(three->data(), 0x11, three->size());
+}
+
+TEST(IoBufferTest, SmallPageBuffersAreRoundedTo4KiB) {
+  Result<IoBuffer> buf = IoBuffer::Allocate(5000, /*want_huge_pages=*/false);
+  ASSERT_TRUE(buf.ok()) << buf.status().ToString();
+  EXPECT_EQ(buf->size(), 8192u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(buf->data()) % 4096, 0u);
+  EXPECT_EQ(buf->huge_page_bytes(), 0u);
+  EXPECT_FALSE(buf->huge_pages());
+  EXPECT_STREQ(buf->page_kind(), "4k");
+  EXPECT_EQ(IoBuffer::Allocate(0).code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(IoBuffer::Allocate(~uint64_t{0}).code(), ErrorCode::INVALID_PARAMS);
+}
+
+TEST(IoBufferTest, MoveTransfersOwnership) {
+  Result<IoBuffer> made = IoBuffer::Allocate(4096, false);
+  ASSERT_TRUE(made.ok());
+  IoBuffer a = std::move(made).value();
+  uint8_t* data = a.data();
+  a.data()[0] = 42;
+  IoBuffer b(std::move(a));
+  EXPECT_TRUE(a.empty());  // NOLINT(bugprone-use-after-move): moved-from state is specified
+  EXPECT_EQ(a.size(), 0u);
+  EXPECT_EQ(b.data(), data);
+  EXPECT_EQ(b.data()[0], 42);
+  Result<IoBuffer> other = IoBuffer::Allocate(8192, false);
+  ASSERT_TRUE(other.ok());
+  IoBuffer c = std::move(other).value();
+  c = std::move(b);  // releases c's old mapping
+  EXPECT_EQ(c.data(), data);
+  EXPECT_EQ(c.size(), 4096u);
+  EXPECT_TRUE(b.empty());  // NOLINT(bugprone-use-after-move)
+  IoBuffer empty;
+  EXPECT_EQ(empty.data(), nullptr);
+}
+
+TEST(IoBufferTest, ReportsThePagesObtained) {
+  Result<IoBuffer> buf = IoBuffer::Allocate(8 * kMiB);
+  ASSERT_TRUE(buf.ok()) << buf.status().ToString();
+  EXPECT_LE(buf->huge_page_bytes(), buf->size());
+  EXPECT_EQ(buf->huge_pages(), buf->huge_page_bytes() == buf->size());
+  const std::string kind = buf->page_kind();
+  EXPECT_TRUE(kind == "thp" || kind == "thp-partial" || kind == "4k") << kind;
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode((std::istreambuf_iterator<char>(thp)), {});
+  if (mode.find("[never]") != std::string::npos) {
+    EXPECT_EQ(buf->huge_page_bytes(), 0u);
+  }
+  RecordProperty("page_kind", kind);
+  std::printf("IoBuffer 8 MiB: %s (%llu bytes in 2 MiB pages; THP %s)\n", kind.c_str(),
+              static_cast<unsigned long long>(buf->huge_page_bytes()), mode.c_str());
+}
+
+}  // namespace
+}  // namespace tierkv
