@@ -16,6 +16,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/logging.h"
+
 namespace tierkv {
 namespace {
 
@@ -505,6 +507,7 @@ Status ValidateConfig(const Config& config) {
 }
 
 Result<Config> ParseConfig(std::string_view json_text) {
+  InitLogging();  // warnings go to stderr with the project's format
   try {
     // The parser keeps the last of two equal keys silently; the callback notices.
     std::unordered_set<std::string> seen;

@@ -1,0 +1,413 @@
+#include "ssd/region_log.h"
+
+#include <absl/container/flat_hash_map.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "common/checksum.h"
+#include "ssd/record_format.h"
+#include "tierkv/types.h"
+
+namespace tierkv {
+namespace {
+
+std::string Where(const DiskLocation& loc) {
+  return "region " + std::to_string(loc.region) + " offset " + std::to_string(loc.offset) +
+         " generation " + std::to_string(loc.generation);
+}
+
+// Copies `size` bytes of `src` over `dst` in order; the caller checked the total fits.
+void Scatter(const uint8_t* src, uint64_t size, const std::vector<MutPiece>& dst) {
+  for (const auto& p : dst) {
+    if (size == 0) break;
+    const uint64_t n = std::min<uint64_t>(size, p.size);
+    if (n > 0) std::memcpy(p.ptr, src, n);
+    src += n;
+    size -= n;
+  }
+}
+
+struct FreeDeleter {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+
+}  // namespace
+
+Result<std::vector<RegionLog::Place>> RegionLog::Layout(const std::vector<Device*>& devices,
+                                                        uint64_t region_size) {
+  if (devices.empty()) return Status(ErrorCode::INVALID_PARAMS, "region log: no devices");
+  if (region_size % kBlockSize != 0 || region_size < 2 * kBlockSize) {
+    return Status(ErrorCode::INVALID_PARAMS, "region log: region_size " +
+                                                 std::to_string(region_size) +
+                                                 " must be a multiple of 4096 and at least 8192");
+  }
+  std::vector<uint64_t> per_device;
+  uint64_t rounds = 0;
+  for (size_t d = 0; d < devices.size(); ++d) {
+    if (devices[d] == nullptr) {
+      return Status(ErrorCode::INVALID_PARAMS,
+                    "region log: device " + std::to_string(d) + " is null");
+    }
+    if (kBlockSize % devices[d]->alignment() != 0) {
+      return Status(ErrorCode::INVALID_PARAMS,
+                    "region log: device " + std::to_string(d) + " alignment " +
+                        std::to_string(devices[d]->alignment()) + " does not divide 4096");
+    }
+    per_device.push_back(devices[d]->size() / region_size);
+    rounds = std::max(rounds, per_device.back());
+  }
+  // Round-robin striping; a device with fewer regions leaves the rotation when it is full.
+  std::vector<Place> places;
+  for (uint64_t k = 0; k < rounds; ++k) {
+    for (size_t d = 0; d < devices.size(); ++d) {
+      if (k < per_device[d]) places.push_back(Place{static_cast<uint32_t>(d), k * region_size});
+    }
+  }
+  if (places.empty()) {
+    return Status(ErrorCode::INVALID_PARAMS, "region log: no device holds one region of " +
+                                                 std::to_string(region_size) + " bytes");
+  }
+  if (places.size() > std::numeric_limits<uint32_t>::max()) {
+    return Status(ErrorCode::INVALID_PARAMS, "region log: too many regions");
+  }
+  return places;
+}
+
+Result<std::unique_ptr<RegionLog>> RegionLog::Create(std::vector<Device*> devices,
+                                                     const RegionLogOptions& options,
+                                                     RegionEvictedCallback on_region_evicted) {
+  auto places = Layout(devices, options.region_size);
+  if (!places.ok()) return places.status();
+  auto buffer = IoBuffer::Allocate(options.region_size, options.want_huge_pages);
+  if (!buffer.ok()) return buffer.status();
+  return std::unique_ptr<RegionLog>(new RegionLog(std::move(devices), *places, options,
+                                                  std::move(on_region_evicted),
+                                                  std::move(buffer).value()));
+}
+
+RegionLog::RegionLog(std::vector<Device*> devices, const std::vector<Place>& places,
+                     const RegionLogOptions& options, RegionEvictedCallback cb, IoBuffer buffer)
+    : devices_(std::move(devices)),
+      region_size_(options.region_size),
+      policy_(options.eviction),
+      on_region_evicted_(std::move(cb)),
+      num_regions_(static_cast<uint32_t>(places.size())),
+      regions_(std::make_unique<Region[]>(places.size())),
+      buffer_(std::move(buffer)) {
+  for (uint32_t r = 0; r < num_regions_; ++r) {
+    regions_[r].device = places[r].device;
+    regions_[r].base = places[r].base;
+  }
+  // Popped from the back: region 0 first, so consecutive regions alternate devices.
+  for (uint32_t r = num_regions_; r > 0; --r) free_.push_back(r - 1);
+}
+
+Result<DiskLocation> RegionLog::Append(std::string_view key, const std::vector<ConstPiece>& value) {
+  if (key.empty() || key.size() > kMaxKeyLength) {
+    return Status(ErrorCode::INVALID_KEY,
+                  "region log: key must be 1.." + std::to_string(kMaxKeyLength) + " bytes");
+  }
+  std::vector<ConstPiece> pieces;
+  pieces.reserve(value.size());
+  uint64_t value_size = 0;
+  for (const auto& p : value) {
+    if (p.size == 0) continue;  // also keeps null pointers of empty pieces away from memcpy
+    if (p.ptr == nullptr) return Status(ErrorCode::INVALID_PARAMS, "region log: null value piece");
+    if (value_size + p.size < value_size) {
+      return Status(ErrorCode::INVALID_PARAMS, "region log: value size overflows");
+    }
+    value_size += p.size;
+    pieces.push_back(p);
+  }
+  const uint64_t capacity = region_size_ - kFirstRecordOffset;
+  if (value_size > capacity || RecordSpan(key.size(), value_size) > capacity) {
+    return Status(ErrorCode::OBJECT_TOO_LARGE,
+                  "region log: record of key " + std::to_string(key.size()) + " + value " +
+                      std::to_string(value_size) + " bytes (+64 header, padded to 4096) exceeds " +
+                      "the region capacity of " + std::to_string(capacity) +
+                      " bytes (region_size - 4096)");
+  }
+  const uint64_t span = RecordSpan(key.size(), value_size);
+
+  std::lock_guard lock(mu_);
+  if (open_ >= 0 && used_ + span > region_size_) {
+    Status s = SealOpenRegionLocked();
+    if (!s.ok()) return s;
+  }
+  if (open_ < 0) {
+    Status s = OpenRegionLocked();
+    if (!s.ok()) return s;
+  }
+  Region& reg = regions_[open_];
+  uint8_t* rec = buffer_.data() + used_;
+  std::memcpy(rec + kRecordHeaderSize, key.data(), key.size());
+  const uint64_t body = kRecordHeaderSize + key.size() + value_size;
+  const uint64_t checksum = GatherCopy(rec + kRecordHeaderSize + key.size(), pieces, true);
+  // Zeroed padding: no stale bytes of an earlier region in the buffer reach the disk.
+  std::memset(rec + body, 0, span - body);
+  RecordHeader h;
+  h.key_size = static_cast<uint32_t>(key.size());
+  h.value_size = value_size;
+  h.value_checksum = checksum;
+  h.generation = reg.generation;
+  h.sequence = next_sequence_;
+  h.key_hash = KeyHash(key);
+  EncodeRecordHeader(h, rec);
+
+  DiskLocation loc{static_cast<uint32_t>(open_), reg.generation, used_, value_size};
+  reg.keys.emplace_back(key);
+  used_ += span;
+  ++next_sequence_;
+  counters_.appended_records.fetch_add(1);
+  counters_.appended_bytes.fetch_add(value_size);
+  return loc;
+}
+
+Status RegionLog::Flush() {
+  std::lock_guard lock(mu_);
+  return SealOpenRegionLocked();
+}
+
+Status RegionLog::OpenRegionLocked() {
+  uint32_t r = 0;
+  if (!free_.empty()) {
+    r = free_.back();
+    free_.pop_back();
+  } else {
+    // Every region is sealed (the open one was just sealed): evict one.
+    int64_t victim = -1;
+    for (uint32_t i = 0; i < num_regions_; ++i) {
+      const Region& c = regions_[i];
+      if (c.state != State::kSealed) continue;
+      if (victim < 0) {
+        victim = i;
+        continue;
+      }
+      const Region& v = regions_[victim];
+      const bool older = policy_ == RegionEvictionPolicy::kFifo
+                             ? c.generation < v.generation
+                             : c.last_access.load() < v.last_access.load();
+      if (older) victim = i;
+    }
+    if (victim < 0) return Status(ErrorCode::INTERNAL_ERROR, "region log: no region to reuse");
+    r = static_cast<uint32_t>(victim);
+    Region& v = regions_[r];
+    // From here on readers of the old generation get OBJECT_NOT_FOUND; the new tenant's bytes
+    // reach the device only at its flush, long after this store.
+    v.sealed_generation.store(0);
+    v.state = State::kFree;
+    std::vector<std::string> keys = std::move(v.keys);
+    v.keys.clear();
+    counters_.evicted_regions.fetch_add(1);
+    if (on_region_evicted_) on_region_evicted_(r, v.generation, std::move(keys));
+  }
+  Region& reg = regions_[r];
+  reg.state = State::kOpen;
+  reg.generation = ++last_generation_;
+  reg.keys.clear();
+  open_ = r;
+  used_ = kFirstRecordOffset;
+  next_sequence_ = 0;
+  std::memset(buffer_.data(), 0, kFirstRecordOffset);
+  EncodeRegionHeader(RegionHeader{r, reg.generation, region_size_}, buffer_.data());
+  return Status::Ok();
+}
+
+Status RegionLog::SealOpenRegionLocked() {
+  if (open_ < 0 || next_sequence_ == 0) return Status::Ok();
+  const auto r = static_cast<uint32_t>(open_);
+  Region& reg = regions_[r];
+  Status s = devices_[reg.device]->Write(reg.base, buffer_.data(), used_);
+  open_ = -1;
+  if (!s.ok()) {
+    // The records never reached the disk: report them like an eviction and recycle the
+    // region under a new generation, so their locations read OBJECT_NOT_FOUND.
+    counters_.flush_errors.fetch_add(1);
+    const uint64_t records = next_sequence_;
+    reg.state = State::kFree;
+    std::vector<std::string> keys = std::move(reg.keys);
+    reg.keys.clear();
+    free_.push_back(r);
+    if (on_region_evicted_) on_region_evicted_(r, reg.generation, std::move(keys));
+    return Status(ErrorCode::FILE_WRITE_FAIL, "region log: flush of region " + std::to_string(r) +
+                                                  " failed, its " + std::to_string(records) +
+                                                  " records are dropped: " + s.message());
+  }
+  reg.state = State::kSealed;
+  reg.last_access.store(clock_.fetch_add(1) + 1);
+  reg.sealed_generation.store(reg.generation);
+  counters_.flushes.fetch_add(1);
+  return Status::Ok();
+}
+
+Status RegionLog::Stale(const DiskLocation& loc) {
+  counters_.stale_reads.fetch_add(1);
+  return Status(ErrorCode::OBJECT_NOT_FOUND, "region log: " + Where(loc) + " was reused");
+}
+
+Status RegionLog::Read(const DiskLocation& loc, std::string_view key,
+                       const std::vector<MutPiece>& dst) {
+  if (key.empty() || key.size() > kMaxKeyLength) {
+    return Status(ErrorCode::INVALID_KEY, "region log: bad key length");
+  }
+  if (loc.region >= num_regions_ || loc.generation == 0 || loc.offset % kBlockSize != 0 ||
+      loc.offset < kFirstRecordOffset || loc.offset > region_size_ || loc.size > region_size_ ||
+      RecordSpan(key.size(), loc.size) > region_size_ - loc.offset) {
+    return Status(ErrorCode::INVALID_PARAMS, "region log: no such location: " + Where(loc));
+  }
+  uint64_t total = 0;
+  for (const auto& p : dst) {
+    if (p.size > 0 && p.ptr == nullptr) {
+      return Status(ErrorCode::INVALID_PARAMS, "region log: null destination piece");
+    }
+    total += std::min<uint64_t>(p.size, loc.size);  // bounded: cannot overflow in practice
+  }
+  if (total < loc.size) {
+    return Status(ErrorCode::BUFFER_OVERFLOW, "region log: destination holds " +
+                                                  std::to_string(total) + " of " +
+                                                  std::to_string(loc.size) + " bytes");
+  }
+  Region& reg = regions_[loc.region];
+  if (reg.sealed_generation.load() != loc.generation) {
+    std::unique_lock lock(mu_);
+    if (open_ == static_cast<int64_t>(loc.region) && reg.generation == loc.generation) {
+      // Still in the open buffer: verify the header like a disk read would, then copy.
+      const uint8_t* rec = buffer_.data() + loc.offset;
+      if (loc.offset + kRecordHeaderSize > used_) {
+        return Status(ErrorCode::OBJECT_NOT_FOUND, "region log: no record at " + Where(loc));
+      }
+      auto h = DecodeRecordHeader(rec, kRecordHeaderSize);
+      if (!h.ok() || h->key_size != key.size() || h->value_size != loc.size ||
+          h->key_hash != KeyHash(key) ||
+          std::memcmp(rec + kRecordHeaderSize, key.data(), key.size()) != 0) {
+        return Status(ErrorCode::OBJECT_NOT_FOUND,
+                      "region log: no record of this key at " + Where(loc));
+      }
+      Scatter(rec + kRecordHeaderSize + key.size(), loc.size, dst);
+      counters_.reads.fetch_add(1);
+      return Status::Ok();
+    }
+    if (reg.sealed_generation.load() != loc.generation) return Stale(loc);
+    // Sealed between the two checks: read it from the device like any sealed region.
+  }
+  return ReadSealed(loc, key, dst);
+}
+
+Status RegionLog::ReadSealed(const DiskLocation& loc, std::string_view key,
+                             const std::vector<MutPiece>& dst) {
+  Region& reg = regions_[loc.region];
+  const uint64_t span = RecordSpan(key.size(), loc.size);
+  std::unique_ptr<uint8_t, FreeDeleter> bounce(
+      static_cast<uint8_t*>(std::aligned_alloc(kBlockSize, span)));
+  if (!bounce) return Status(ErrorCode::INTERNAL_ERROR, "region log: out of memory for a read");
+  Status s = devices_[reg.device]->Read(reg.base + loc.offset, bounce.get(), span);
+  // Re-check after the IO: an unchanged sealed generation means no reuse (which zeroes it
+  // before any new byte can be written) began before the read finished.
+  if (reg.sealed_generation.load() != loc.generation) return Stale(loc);
+  if (!s.ok()) {
+    counters_.read_errors.fetch_add(1);
+    return s;
+  }
+  const uint8_t* rec = bounce.get();
+  auto h = DecodeRecordHeader(rec, span);
+  if (!h.ok()) {
+    counters_.checksum_failures.fetch_add(1);
+    return Status(ErrorCode::CHECKSUM_MISMATCH,
+                  "region log: " + Where(loc) + ": " + h.status().message());
+  }
+  if (h->generation != loc.generation || h->key_size != key.size() || h->value_size != loc.size ||
+      h->key_hash != KeyHash(key)) {
+    return Status(ErrorCode::OBJECT_NOT_FOUND,
+                  "region log: no record of this key at " + Where(loc));
+  }
+  const uint8_t* value = rec + kRecordHeaderSize + key.size();
+  if (std::memcmp(rec + kRecordHeaderSize, key.data(), key.size()) != 0 ||
+      Checksum(value, loc.size) != h->value_checksum) {
+    counters_.checksum_failures.fetch_add(1);
+    return Status(ErrorCode::CHECKSUM_MISMATCH,
+                  "region log: " + Where(loc) + ": key or value bytes do not match the checksum");
+  }
+  Scatter(value, loc.size, dst);
+  reg.last_access.store(clock_.fetch_add(1) + 1);
+  counters_.reads.fetch_add(1);
+  return Status::Ok();
+}
+
+RegionLogStats RegionLog::stats() const {
+  RegionLogStats s;
+  s.appended_records = counters_.appended_records.load();
+  s.appended_bytes = counters_.appended_bytes.load();
+  s.flushes = counters_.flushes.load();
+  s.flush_errors = counters_.flush_errors.load();
+  s.evicted_regions = counters_.evicted_regions.load();
+  s.reads = counters_.reads.load();
+  s.read_errors = counters_.read_errors.load();
+  s.checksum_failures = counters_.checksum_failures.load();
+  s.stale_reads = counters_.stale_reads.load();
+  return s;
+}
+
+Result<std::vector<ScannedRecord>> RegionLog::Scan(const std::vector<Device*>& devices,
+                                                   const RegionLogOptions& options) {
+  auto places = Layout(devices, options.region_size);
+  if (!places.ok()) return places.status();
+  const uint64_t region_size = options.region_size;
+  auto buffer = IoBuffer::Allocate(region_size, options.want_huge_pages);
+  if (!buffer.ok()) return buffer.status();
+  uint8_t* buf = buffer->data();
+
+  std::vector<ScannedRecord> out;
+  absl::flat_hash_map<std::string, size_t> index;  // key -> position in out
+  for (uint32_t r = 0; r < places->size(); ++r) {
+    const Place& p = (*places)[r];
+    Status s = devices[p.device]->Read(p.base, buf, region_size);
+    if (!s.ok()) {
+      spdlog::warn("region log scan: region {} unreadable, skipped: {}", r, s.ToString());
+      continue;
+    }
+    auto rh = DecodeRegionHeader(buf, kBlockSize);
+    if (!rh.ok() || rh->region_index != r || rh->region_size != region_size ||
+        rh->generation == 0) {
+      continue;  // never written, or not a region of this layout
+    }
+    uint64_t off = kFirstRecordOffset;
+    while (off + kRecordHeaderSize <= region_size) {
+      const uint8_t* rec = buf + off;
+      auto h = DecodeRecordHeader(rec, region_size - off);
+      // A bad header is the end of the region's log (zeroes or a torn write); one of another
+      // generation is a previous tenant's record past this tenant's last one.
+      if (!h.ok() || h->generation != rh->generation || h->key_size > kMaxKeyLength ||
+          h->value_size > region_size) {
+        break;
+      }
+      const uint64_t span = RecordSpan(h->key_size, h->value_size);
+      if (span > region_size - off) break;
+      std::string key(reinterpret_cast<const char*>(rec + kRecordHeaderSize), h->key_size);
+      const uint8_t* value = rec + kRecordHeaderSize + h->key_size;
+      if (KeyHash(key) != h->key_hash || Checksum(value, h->value_size) != h->value_checksum) {
+        break;  // torn or corrupt: nothing after it is trusted
+      }
+      ScannedRecord found{std::move(key), DiskLocation{r, rh->generation, off, h->value_size},
+                          h->value_checksum};
+      auto [it, inserted] = index.try_emplace(found.key, out.size());
+      if (inserted) {
+        out.push_back(std::move(found));
+      } else {
+        ScannedRecord& old = out[it->second];
+        if (std::pair(found.location.generation, found.location.offset) >
+            std::pair(old.location.generation, old.location.offset)) {
+          old = std::move(found);
+        }
+      }
+      off += span;
+    }
+  }
+  return out;
+}
+
+}  // namespace tierkv

@@ -1,0 +1,195 @@
+// RegionLog: the append-only log of fixed-size regions that holds the SSD tier's bytes.
+//
+// What: the tier is split into regions of `region_size` bytes laid out over one or more
+// Devices (round-robin: region r is on device r % n at offset (r / n) * region_size when the
+// devices are equally sized; a smaller device drops out of the rotation once full). Append()
+// copies a record (header, key, value; format in docs/disk-format.md) into the single open
+// region's aligned DRAM buffer; when the next record does not fit, the region is sealed: its
+// used part (header block plus records) goes to the device in one Write, and another region
+// is opened — a free one, else the oldest (FIFO) or least recently read (LRU) sealed region
+// is evicted. Before an evicted region is reused, on_region_evicted(region, generation,
+// keys) reports the keys it held, so their owner can drop those disk replicas.
+//
+// Generations: every (re)open of a region takes the next value of one log-wide counter, so a
+// region's generation grows at each reuse and, across regions, a larger generation is a
+// newer region (Scan uses this for duplicate keys). A DiskLocation carries the generation;
+// a location whose region was reused since is OBJECT_NOT_FOUND, never the new tenant's bytes.
+//
+// Reads racing a reuse: each region has an atomic "sealed generation" (0 while free/open).
+// Eviction zeroes it, under the append mutex, before the region is reopened; the new
+// tenant's bytes reach the device only later, at its flush. A reader checks the sealed
+// generation before the IO, checks the generation inside the record header it read, and
+// checks the sealed generation again after the IO: if it still equals the location's, no
+// reuse began before the read finished, so the bytes are the old tenant's (and the value
+// checksum confirms them). Any mismatch is OBJECT_NOT_FOUND. Reads of the open region copy
+// from the buffer under the append mutex.
+//
+// Errors: Append: INVALID_KEY (empty, > kMaxKeyLength), INVALID_PARAMS (null piece, size
+// overflow), OBJECT_TOO_LARGE (record > region_size - kBlockSize), FILE_WRITE_FAIL when the
+// flush of the full region failed: then that region's records are lost (reported through
+// on_region_evicted, their locations read OBJECT_NOT_FOUND), this record is not appended, and
+// the next Append works normally. Read: OBJECT_NOT_FOUND (region reused, or the location does
+// not name a record of this key), CHECKSUM_MISMATCH (corrupt header, key or value),
+// FILE_READ_FAIL (IO error; the next read works), BUFFER_OVERFLOW (dst smaller than the
+// value), INVALID_PARAMS (location outside the tier).
+//
+// Ownership: the devices are borrowed and must outlive the log. Unflushed records are
+// dropped by the destructor (call Flush() first to keep them).
+// Thread-safety: all methods are thread-safe. Appends, flushes and evictions are serialized
+// by one mutex (the flush IO runs under it); reads of sealed regions take no lock. The
+// callback runs under that mutex: it must not call Append/Flush on this log.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "device/device.h"
+#include "device/io_buffer.h"
+#include "tierkv/status.h"
+#include "transfer/copy.h"
+
+namespace tierkv {
+
+// Where a record's value lives. `offset` is the record header's byte offset in its region
+// (a multiple of kBlockSize); `size` is the value's size in bytes.
+struct DiskLocation {
+  uint32_t region = 0;
+  uint64_t generation = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+enum class RegionEvictionPolicy {
+  kFifo,  // reuse the region sealed longest ago
+  kLru,   // reuse the region read (or sealed) longest ago
+};
+
+using RegionEvictedCallback =
+    std::function<void(uint32_t region, uint64_t generation, std::vector<std::string> keys)>;
+
+struct RegionLogOptions {
+  uint64_t region_size = uint64_t{64} << 20;  // a multiple of kBlockSize, >= 2 blocks
+  RegionEvictionPolicy eviction = RegionEvictionPolicy::kFifo;
+  // Back the open-region buffer with 2 MiB pages (faster O_DIRECT writes); tests turn it off
+  // to keep small regions small.
+  bool want_huge_pages = true;
+};
+
+struct RegionLogStats {
+  uint64_t appended_records = 0;
+  uint64_t appended_bytes = 0;  // value bytes
+  uint64_t flushes = 0;         // successful region writes
+  uint64_t flush_errors = 0;
+  uint64_t evicted_regions = 0;
+  uint64_t reads = 0;  // Read() calls that returned OK
+  uint64_t read_errors = 0;
+  uint64_t checksum_failures = 0;
+  uint64_t stale_reads = 0;  // OBJECT_NOT_FOUND because the region was reused
+};
+
+// One valid record found by Scan.
+struct ScannedRecord {
+  std::string key;
+  DiskLocation location;
+  uint64_t checksum = 0;  // xxh3-64 of the value
+};
+
+class RegionLog {
+ public:
+  // INVALID_PARAMS for no/null devices, a bad region size, a device alignment that does not
+  // divide kBlockSize, or devices too small for one region; INTERNAL_ERROR if the buffer
+  // cannot be allocated.
+  static Result<std::unique_ptr<RegionLog>> Create(std::vector<Device*> devices,
+                                                   const RegionLogOptions& options,
+                                                   RegionEvictedCallback on_region_evicted);
+  ~RegionLog() = default;
+  RegionLog(const RegionLog&) = delete;
+  RegionLog& operator=(const RegionLog&) = delete;
+
+  // Appends key -> concatenation of `value` pieces; see the class comment for errors.
+  Result<DiskLocation> Append(std::string_view key, const std::vector<ConstPiece>& value);
+  // Writes out and seals the open region if it holds any record (the next Append opens
+  // another region). FILE_WRITE_FAIL as for Append.
+  Status Flush();
+  // Copies the value at `loc`, which must have been appended under `key`, into `dst`
+  // (total size >= loc.size; bytes past loc.size are left alone).
+  Status Read(const DiskLocation& loc, std::string_view key, const std::vector<MutPiece>& dst);
+
+  uint32_t num_regions() const { return num_regions_; }
+  uint64_t region_size() const { return region_size_; }
+  // Device index and byte offset of a region (for tests and diagnostics).
+  uint32_t region_device(uint32_t region) const { return regions_[region].device; }
+  uint64_t region_base(uint32_t region) const { return regions_[region].base; }
+  RegionLogStats stats() const;
+
+  // Reads every region of `devices` (laid out as Create would with `options`), and returns
+  // the valid records: a region counts only with a valid header; its scan stops at the first
+  // record that is missing, torn, corrupt or of another generation. For a key found more
+  // than once, the newest (highest generation, then offset) wins. A region that cannot be
+  // read is skipped with a warning. INVALID_PARAMS as for Create.
+  static Result<std::vector<ScannedRecord>> Scan(const std::vector<Device*>& devices,
+                                                 const RegionLogOptions& options);
+
+ private:
+  enum class State : uint8_t { kFree, kOpen, kSealed };
+  struct Place {
+    uint32_t device = 0;
+    uint64_t base = 0;
+  };
+  struct Region {
+    uint32_t device = 0;
+    uint64_t base = 0;
+    // Generation of the region's bytes on the device while it is sealed; 0 otherwise.
+    std::atomic<uint64_t> sealed_generation{0};
+    std::atomic<uint64_t> last_access{0};  // LRU clock tick of the last seal or read
+    // Guarded by mu_.
+    State state = State::kFree;
+    uint64_t generation = 0;
+    std::vector<std::string> keys;
+  };
+  struct Counters {
+    std::atomic<uint64_t> appended_records{0}, appended_bytes{0}, flushes{0}, flush_errors{0},
+        evicted_regions{0}, reads{0}, read_errors{0}, checksum_failures{0}, stale_reads{0};
+  };
+
+  RegionLog(std::vector<Device*> devices, const std::vector<Place>& places,
+            const RegionLogOptions& options, RegionEvictedCallback cb, IoBuffer buffer);
+  static Result<std::vector<Place>> Layout(const std::vector<Device*>& devices,
+                                           uint64_t region_size);
+
+  // All under mu_.
+  Status OpenRegionLocked();
+  Status SealOpenRegionLocked();
+  // Reads from the open buffer if `loc` names the open region; sets *handled.
+  Status ReadOpenLocked(const DiskLocation& loc, std::string_view key,
+                        const std::vector<MutPiece>& dst, bool* handled);
+  Status ReadSealed(const DiskLocation& loc, std::string_view key,
+                    const std::vector<MutPiece>& dst);
+  Status Stale(const DiskLocation& loc);
+
+  const std::vector<Device*> devices_;
+  const uint64_t region_size_;
+  const RegionEvictionPolicy policy_;
+  const RegionEvictedCallback on_region_evicted_;
+  const uint32_t num_regions_;
+  std::unique_ptr<Region[]> regions_;  // fixed after construction
+
+  std::atomic<uint64_t> clock_{0};  // LRU ticks
+  mutable Counters counters_;
+
+  std::mutex mu_;  // serializes appends, flushes, evictions
+  IoBuffer buffer_;
+  std::vector<uint32_t> free_;    // free regions, popped from the back (lowest first)
+  int64_t open_ = -1;             // open region index, or -1
+  uint64_t used_ = 0;             // bytes of the open region in use (a block multiple)
+  uint64_t next_sequence_ = 0;    // of the next record in the open region
+  uint64_t last_generation_ = 0;  // log-wide generation counter
+};
+
+}  // namespace tierkv

@@ -1,0 +1,600 @@
+// The SSD tier's region log over MemoryDevice/FaultyDevice: byte-exact append and read (open
+// buffer and device), rollover, striping, FIFO/LRU region eviction and its callback, stale
+// locations, corruption, IO errors, and Scan (including torn regions).
+#include "ssd/region_log.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/checksum.h"
+#include "device/faulty_device.h"
+#include "device/memory_device.h"
+#include "ssd/record_format.h"
+
+namespace tierkv {
+namespace {
+
+constexpr uint64_t kRegion = 256 * 1024;
+
+// Deterministic bytes that differ per seed, so a read of the wrong record is caught.
+std::string Pattern(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  uint32_t x = seed * 2654435761u + 12345;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    s[i] = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+std::unique_ptr<MemoryDevice> MakeDevice(uint64_t regions) {
+  auto dev = MemoryDevice::Create(regions * kRegion);
+  EXPECT_TRUE(dev.ok()) << dev.status().ToString();
+  return std::move(dev).value();
+}
+
+RegionLogOptions Small(RegionEvictionPolicy policy = RegionEvictionPolicy::kFifo) {
+  RegionLogOptions o;
+  o.region_size = kRegion;
+  o.eviction = policy;
+  o.want_huge_pages = false;
+  return o;
+}
+
+// Value size that makes a record with a key of `key_size` bytes fill exactly `blocks` blocks.
+uint64_t FillBlocks(size_t key_size, uint64_t blocks) {
+  return blocks * kBlockSize - kRecordHeaderSize - key_size;
+}
+
+struct Evicted {
+  uint32_t region;
+  uint64_t generation;
+  std::vector<std::string> keys;
+};
+
+class RegionLogTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<RegionLog> Make(std::vector<Device*> devices,
+                                  const RegionLogOptions& options = Small()) {
+    auto log = RegionLog::Create(std::move(devices), options,
+                                 [this](uint32_t r, uint64_t g, std::vector<std::string> keys) {
+                                   std::lock_guard lock(mu_);
+                                   evicted_.push_back(Evicted{r, g, std::move(keys)});
+                                 });
+    EXPECT_TRUE(log.ok()) << log.status().ToString();
+    return std::move(log).value();
+  }
+
+  static Result<DiskLocation> Put(RegionLog& log, const std::string& key, const std::string& v) {
+    return log.Append(key, {ConstPiece{v.data(), v.size()}});
+  }
+
+  // Reads into a buffer pre-filled with a sentinel: on failure the caller may check it.
+  static Result<std::string> Get(RegionLog& log, const DiskLocation& loc, const std::string& key) {
+    std::string out(loc.size, '\x5a');
+    Status s = log.Read(loc, key, {MutPiece{out.data(), out.size()}});
+    if (!s.ok()) {
+      EXPECT_EQ(out, std::string(loc.size, '\x5a')) << "failed read wrote into dst";
+      return s;
+    }
+    return out;
+  }
+
+  std::mutex mu_;
+  std::vector<Evicted> evicted_;
+};
+
+TEST_F(RegionLogTest, AppendAndReadBackFromBufferAndAfterFlush) {
+  auto dev = MakeDevice(4);
+  auto log = Make({dev.get()});
+  const std::vector<size_t> sizes = {0, 1, 100, 4000, FillBlocks(2, 1), 4096, 10000, 65536};
+  std::vector<DiskLocation> locs;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    auto loc = Put(*log, "k" + std::to_string(i), Pattern(sizes[i], i));
+    ASSERT_TRUE(loc.ok()) << loc.status().ToString();
+    EXPECT_EQ(loc->region, 0u);
+    EXPECT_EQ(loc->size, sizes[i]);
+    locs.push_back(*loc);
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {  // from the open buffer
+    auto v = Get(*log, locs[i], "k" + std::to_string(i));
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(*v, Pattern(sizes[i], i));
+  }
+  EXPECT_EQ(log->stats().flushes, 0u);
+  // Nothing reached the device yet.
+  EXPECT_EQ(dev->TEST_data()[0], 0);
+  ASSERT_TRUE(log->Flush().ok());
+  EXPECT_EQ(log->stats().flushes, 1u);
+  auto rh = DecodeRegionHeader(dev->TEST_data(), kBlockSize);
+  ASSERT_TRUE(rh.ok()) << rh.status().ToString();
+  EXPECT_EQ(rh->generation, locs[0].generation);
+  for (size_t i = 0; i < sizes.size(); ++i) {  // from the device
+    auto v = Get(*log, locs[i], "k" + std::to_string(i));
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(*v, Pattern(sizes[i], i));
+  }
+  const RegionLogStats st = log->stats();
+  EXPECT_EQ(st.appended_records, sizes.size());
+  EXPECT_EQ(st.reads, 2 * sizes.size());
+  // Flush of an empty log region is a no-op; the next append opens a new region.
+  ASSERT_TRUE(log->Flush().ok());
+  EXPECT_EQ(log->stats().flushes, 1u);
+  auto next = Put(*log, "after", "x");
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->region, 1u);
+  EXPECT_GT(next->generation, locs[0].generation);
+}
+
+TEST_F(RegionLogTest, MultiPieceValuesAndScatteredReads) {
+  auto dev = MakeDevice(2);
+  auto log = Make({dev.get()});
+  const std::string whole = Pattern(3 * 4096 + 123, 7);
+  std::vector<ConstPiece> pieces = {{whole.data(), 1},
+                                    {nullptr, 0},  // empty pieces are allowed, even null
+                                    {whole.data() + 1, 4095},
+                                    {whole.data() + 4096, 5000},
+                                    {whole.data() + 9096, whole.size() - 9096}};
+  auto loc = log->Append("multi", pieces);
+  ASSERT_TRUE(loc.ok()) << loc.status().ToString();
+  EXPECT_EQ(loc->size, whole.size());
+  for (int pass = 0; pass < 2; ++pass) {
+    std::string a(7, '\0'), b(4096, '\0'), c(whole.size() - 7 - 4096 + 10, '\0');
+    ASSERT_TRUE(
+        log->Read(*loc, "multi", {{a.data(), a.size()}, {b.data(), b.size()}, {c.data(), c.size()}})
+            .ok());
+    EXPECT_EQ(a + b + c.substr(0, c.size() - 10), whole);
+    EXPECT_EQ(c.substr(c.size() - 10), std::string(10, '\0'));  // past the value: untouched
+    std::string small(whole.size() - 1, '\0');
+    EXPECT_EQ(log->Read(*loc, "multi", {{small.data(), small.size()}}).code(),
+              ErrorCode::BUFFER_OVERFLOW);
+    ASSERT_TRUE(log->Flush().ok());
+  }
+  EXPECT_EQ(log->Append("bad", {{nullptr, 5}}).code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(Put(*log, "", "v").code(), ErrorCode::INVALID_KEY);
+  EXPECT_EQ(Put(*log, std::string(5000, 'k'), "v").code(), ErrorCode::INVALID_KEY);
+}
+
+TEST_F(RegionLogTest, RecordsAreBlockAlignedAndSpanBoundaries) {
+  auto dev = MakeDevice(2);
+  auto log = Make({dev.get()});
+  const std::string key = "ab";
+  const std::vector<uint64_t> sizes = {FillBlocks(2, 1), FillBlocks(2, 1) + 1, 1,
+                                       FillBlocks(2, 3) - 1, 3 * kBlockSize};
+  // Exactly one block; one byte over (two blocks); one block; just under three; four blocks.
+  const std::vector<uint64_t> expected = {4096, 8192, 16384, 20480, 32768};
+  std::vector<DiskLocation> locs;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    auto loc = Put(*log, key, Pattern(sizes[i], 100 + i));
+    ASSERT_TRUE(loc.ok());
+    EXPECT_EQ(loc->offset, expected[i]) << i;
+    locs.push_back(*loc);
+  }
+  ASSERT_TRUE(log->Flush().ok());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    auto v = Get(*log, locs[i], key);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(*v, Pattern(sizes[i], 100 + i));
+  }
+  // Padding after a record is zeroes on the device.
+  const uint8_t* d = dev->TEST_data();
+  for (uint64_t b = 4096 + 64 + 2 + sizes[0]; b < 8192; ++b) ASSERT_EQ(d[b], 0);
+  for (uint64_t b = 16384 + 64 + 2 + 1; b < 20480; ++b) ASSERT_EQ(d[b], 0);
+}
+
+TEST_F(RegionLogTest, RolloverFlushesTheFullRegion) {
+  auto dev = MakeDevice(4);
+  auto log = Make({dev.get()});
+  // 63 blocks of records fit after the header block: 21 records of 3 blocks.
+  std::vector<DiskLocation> locs;
+  for (int i = 0; i < 22; ++i) {
+    auto loc = Put(*log, "r" + std::to_string(i), Pattern(FillBlocks(3, 3), i));
+    ASSERT_TRUE(loc.ok());
+    locs.push_back(*loc);
+  }
+  EXPECT_EQ(locs[20].region, 0u);
+  EXPECT_EQ(locs[20].offset, kRegion - 3 * kBlockSize);
+  EXPECT_EQ(locs[21].region, 1u);
+  EXPECT_EQ(locs[21].offset, kFirstRecordOffset);
+  EXPECT_EQ(log->stats().flushes, 1u);
+  for (int i = 0; i < 22; ++i) {
+    auto v = Get(*log, locs[i], "r" + std::to_string(i));
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(*v, Pattern(FillBlocks(3, 3), i));
+  }
+}
+
+TEST_F(RegionLogTest, RecordLargerThanARegionIsRefused) {
+  auto dev = MakeDevice(2);
+  auto log = Make({dev.get()});
+  const uint64_t max_value = kRegion - kBlockSize - kRecordHeaderSize - 3;
+  auto too_big = Put(*log, "big", std::string(max_value + 1, 'x'));
+  EXPECT_EQ(too_big.code(), ErrorCode::OBJECT_TOO_LARGE);
+  EXPECT_NE(too_big.status().message().find("region capacity"), std::string::npos);
+  auto fits = Put(*log, "big", Pattern(max_value, 3));
+  ASSERT_TRUE(fits.ok()) << fits.status().ToString();
+  ASSERT_TRUE(log->Flush().ok());
+  auto v = Get(*log, *fits, "big");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, Pattern(max_value, 3));
+}
+
+TEST_F(RegionLogTest, CreateRejectsBadGeometry) {
+  auto dev = MakeDevice(2);
+  auto cb = [](uint32_t, uint64_t, std::vector<std::string>) {};
+  EXPECT_EQ(RegionLog::Create({}, Small(), cb).code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(RegionLog::Create({nullptr}, Small(), cb).code(), ErrorCode::INVALID_PARAMS);
+  RegionLogOptions o = Small();
+  o.region_size = kRegion + 100;
+  EXPECT_EQ(RegionLog::Create({dev.get()}, o, cb).code(), ErrorCode::INVALID_PARAMS);
+  o.region_size = 4 * kRegion;  // bigger than the device
+  EXPECT_EQ(RegionLog::Create({dev.get()}, o, cb).code(), ErrorCode::INVALID_PARAMS);
+}
+
+TEST_F(RegionLogTest, RegionsAreStripedOverDevices) {
+  auto d0 = MakeDevice(3);
+  auto d1 = MakeDevice(3);
+  auto log = Make({d0.get(), d1.get()});
+  ASSERT_EQ(log->num_regions(), 6u);
+  for (uint32_t r = 0; r < 6; ++r) {
+    EXPECT_EQ(log->region_device(r), r % 2);
+    EXPECT_EQ(log->region_base(r), (r / 2) * kRegion);
+  }
+  // One record filling each region: region r is written at its place on device r % 2.
+  std::vector<DiskLocation> locs;
+  for (uint32_t r = 0; r < 6; ++r) {
+    auto loc = Put(*log, "s" + std::to_string(r), Pattern(FillBlocks(2, 63), r));
+    ASSERT_TRUE(loc.ok());
+    EXPECT_EQ(loc->region, r);
+    locs.push_back(*loc);
+  }
+  ASSERT_TRUE(log->Flush().ok());
+  for (uint32_t r = 0; r < 6; ++r) {
+    MemoryDevice* dev = r % 2 == 0 ? d0.get() : d1.get();
+    const uint8_t* base = dev->TEST_data() + (r / 2) * kRegion;
+    auto rh = DecodeRegionHeader(base, kBlockSize);
+    ASSERT_TRUE(rh.ok()) << r;
+    EXPECT_EQ(rh->region_index, r);
+    const std::string value = Pattern(FillBlocks(2, 63), r);
+    EXPECT_EQ(0,
+              std::memcmp(base + kBlockSize + kRecordHeaderSize + 2, value.data(), value.size()));
+    auto v = Get(*log, locs[r], "s" + std::to_string(r));
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(*v, value);
+  }
+
+  // Unequal devices: the smaller one leaves the rotation when full.
+  auto big = MakeDevice(3);
+  auto small = MakeDevice(1);
+  auto log2 = Make({big.get(), small.get()});
+  ASSERT_EQ(log2->num_regions(), 4u);
+  EXPECT_EQ(log2->region_device(0), 0u);
+  EXPECT_EQ(log2->region_device(1), 1u);
+  EXPECT_EQ(log2->region_device(2), 0u);
+  EXPECT_EQ(log2->region_base(2), kRegion);
+  EXPECT_EQ(log2->region_device(3), 0u);
+  EXPECT_EQ(log2->region_base(3), 2 * kRegion);
+}
+
+TEST_F(RegionLogTest, FifoEvictionReportsKeysBeforeReuse) {
+  auto dev = MakeDevice(3);
+  auto log = Make({dev.get()});
+  std::vector<std::string> region0_keys;
+  for (int i = 0; i < 40; ++i) {
+    const std::string key = "q" + std::to_string(i);
+    auto loc = Put(*log, key, Pattern(FillBlocks(key.size(), 7), i));  // 9 per region
+    ASSERT_TRUE(loc.ok());
+    if (loc->region == 0 && evicted_.empty()) region0_keys.push_back(key);
+  }
+  // 40 records, 9 per region: regions 0, 1, 2, then 0 and 1 again.
+  ASSERT_EQ(evicted_.size(), 2u);
+  EXPECT_EQ(evicted_[0].region, 0u);
+  EXPECT_EQ(evicted_[0].keys, region0_keys);
+  EXPECT_EQ(evicted_[1].region, 1u);
+  EXPECT_EQ(evicted_[1].keys.front(), "q9");
+  EXPECT_EQ(evicted_[1].keys.size(), 9u);
+  EXPECT_EQ(log->stats().evicted_regions, 2u);
+  // Another round: FIFO keeps going in seal order, 2 then 0 (its second tenant).
+  for (int i = 40; i < 58; ++i) {
+    const std::string key = "q" + std::to_string(i);
+    ASSERT_TRUE(Put(*log, key, Pattern(FillBlocks(key.size(), 7), i)).ok());
+  }
+  ASSERT_EQ(evicted_.size(), 4u);
+  EXPECT_EQ(evicted_[2].region, 2u);
+  EXPECT_EQ(evicted_[3].region, 0u);
+  EXPECT_EQ(evicted_[3].keys.front(), "q27");
+  EXPECT_GT(evicted_[3].generation, evicted_[0].generation);
+}
+
+TEST_F(RegionLogTest, LruEvictsTheRegionReadLongestAgo) {
+  for (auto policy : {RegionEvictionPolicy::kFifo, RegionEvictionPolicy::kLru}) {
+    evicted_.clear();
+    auto dev = MakeDevice(3);
+    auto log = Make({dev.get()}, Small(policy));
+    std::vector<DiskLocation> locs;
+    for (int i = 0; i < 27; ++i) {  // regions 0, 1, 2 full (9 each)
+      const std::string key = "l" + std::to_string(i);
+      auto loc = Put(*log, key, Pattern(FillBlocks(key.size(), 7), i));
+      ASSERT_TRUE(loc.ok());
+      locs.push_back(*loc);
+    }
+    ASSERT_TRUE(log->Flush().ok());
+    ASSERT_TRUE(Get(*log, locs[0], "l0").ok());  // touch region 0
+    ASSERT_TRUE(Put(*log, "new", "v").ok());     // needs a region: evicts one
+    ASSERT_EQ(evicted_.size(), 1u);
+    EXPECT_EQ(evicted_[0].region, policy == RegionEvictionPolicy::kLru ? 1u : 0u);
+  }
+}
+
+TEST_F(RegionLogTest, StaleLocationAfterReuseIsNotFound) {
+  auto dev = MakeDevice(2);
+  auto log = Make({dev.get()});
+  // The old and the new tenant of region 0 put same-sized records at the same offsets.
+  const uint64_t size = FillBlocks(2, 9);
+  std::vector<DiskLocation> old_locs;
+  for (int i = 0; i < 7; ++i) {
+    auto loc = Put(*log, "o" + std::to_string(i), Pattern(size, i));
+    ASSERT_TRUE(loc.ok());
+    old_locs.push_back(*loc);
+  }
+  for (int i = 0; i < 7; ++i)
+    ASSERT_TRUE(Put(*log, "p" + std::to_string(i), Pattern(size, 50 + i)).ok());
+  // Region 0 is reused, still open: the old locations must not read the new buffer.
+  auto n0 = Put(*log, "o0", Pattern(size, 99));  // same key, same offset
+  ASSERT_TRUE(n0.ok());
+  ASSERT_EQ(n0->region, 0u);
+  ASSERT_EQ(n0->offset, old_locs[0].offset);
+  EXPECT_EQ(Get(*log, old_locs[0], "o0").code(), ErrorCode::OBJECT_NOT_FOUND);
+  ASSERT_TRUE(log->Flush().ok());  // the new tenant is now on the device at the same offsets
+  EXPECT_EQ(Get(*log, old_locs[0], "o0").code(), ErrorCode::OBJECT_NOT_FOUND);
+  EXPECT_EQ(Get(*log, old_locs[3], "o3").code(), ErrorCode::OBJECT_NOT_FOUND);
+  EXPECT_GE(log->stats().stale_reads, 3u);
+  auto v = Get(*log, *n0, "o0");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, Pattern(size, 99));
+  // A location that does not name a record of this key is not found either.
+  EXPECT_EQ(Get(*log, *n0, "other").code(), ErrorCode::OBJECT_NOT_FOUND);
+  DiskLocation wrong = *n0;
+  wrong.offset += kBlockSize;  // inside the record's value
+  EXPECT_NE(Get(*log, wrong, "o0").code(), ErrorCode::OK);
+}
+
+// A device that runs a hook (once) just before serving a read: lets a test reuse a region
+// and write its new tenant while a reader is "in" its IO.
+class HookDevice final : public Device {
+ public:
+  explicit HookDevice(std::unique_ptr<MemoryDevice> inner)
+      : Device(inner->size(), inner->alignment()), inner_(std::move(inner)) {}
+  std::function<void()> before_read;
+
+ protected:
+  Status DoRead(uint64_t offset, void* buf, uint64_t len) override {
+    if (before_read) {
+      auto hook = std::move(before_read);
+      before_read = nullptr;
+      hook();
+    }
+    return inner_->Read(offset, buf, len);
+  }
+  Status DoWrite(uint64_t offset, const void* buf, uint64_t len) override {
+    return inner_->Write(offset, buf, len);
+  }
+
+ private:
+  std::unique_ptr<MemoryDevice> inner_;
+};
+
+TEST_F(RegionLogTest, ReadRacingReuseNeverReturnsTheNewTenant) {
+  HookDevice dev(MakeDevice(2));
+  auto log = Make({&dev});
+  const uint64_t size = FillBlocks(1, 9);  // 7 records per region
+  std::vector<DiskLocation> old_locs;
+  for (int i = 0; i < 7; ++i) {
+    auto loc = Put(*log, "k", Pattern(size, i));
+    ASSERT_TRUE(loc.ok());
+    old_locs.push_back(*loc);
+  }
+  ASSERT_TRUE(Put(*log, "x", "roll").ok());  // region 0 sealed, region 1 open
+  ASSERT_TRUE(log->Flush().ok());
+  // While the read of region 0 is in flight, region 0 is evicted and its new tenant — same
+  // key, same sizes, same offsets — reaches the device before the read does.
+  dev.before_read = [&] {
+    for (int i = 0; i < 7; ++i) ASSERT_TRUE(Put(*log, "k", Pattern(size, 100 + i)).ok());
+    ASSERT_TRUE(log->Flush().ok());
+    ASSERT_EQ(evicted_.size(), 1u);
+  };
+  EXPECT_EQ(Get(*log, old_locs[2], "k").code(), ErrorCode::OBJECT_NOT_FOUND);
+  EXPECT_EQ(log->stats().stale_reads, 1u);
+}
+
+TEST_F(RegionLogTest, CorruptedDeviceBytesAreChecksumMismatch) {
+  auto dev = MakeDevice(2);
+  auto log = Make({dev.get()});
+  auto a = Put(*log, "a", Pattern(10000, 1));
+  auto b = Put(*log, "b", Pattern(10000, 2));
+  auto c = Put(*log, "c", Pattern(100, 3));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ASSERT_TRUE(log->Flush().ok());
+  uint8_t* d = dev->TEST_data();
+  d[a->offset + kRecordHeaderSize + 1 + 5000] ^= 0xff;  // a value byte
+  d[b->offset + 20] ^= 0x01;                            // a header byte
+  d[c->offset + kRecordHeaderSize] ^= 0x01;             // the key byte
+  EXPECT_EQ(Get(*log, *a, "a").code(), ErrorCode::CHECKSUM_MISMATCH);
+  EXPECT_EQ(Get(*log, *b, "b").code(), ErrorCode::CHECKSUM_MISMATCH);
+  EXPECT_EQ(Get(*log, *c, "c").code(), ErrorCode::CHECKSUM_MISMATCH);
+  EXPECT_EQ(log->stats().checksum_failures, 3u);
+}
+
+TEST_F(RegionLogTest, ReadIoErrorFailsOnlyThatRead) {
+  auto faulty = std::make_unique<FaultyDevice>(MakeDevice(2));
+  auto log = Make({faulty.get()});
+  auto loc = Put(*log, "k", Pattern(20000, 4));
+  ASSERT_TRUE(loc.ok());
+  ASSERT_TRUE(log->Flush().ok());
+  ASSERT_TRUE(faulty->AddFault(FaultRule::Once(FaultKind::kReadEio)).ok());
+  auto r = Get(*log, *loc, "k");
+  EXPECT_EQ(r.code(), ErrorCode::FILE_READ_FAIL);
+  ASSERT_TRUE(faulty->AddFault(FaultRule::Once(FaultKind::kShortRead)).ok());
+  EXPECT_EQ(Get(*log, *loc, "k").code(), ErrorCode::FILE_READ_FAIL);
+  auto ok = Get(*log, *loc, "k");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(*ok, Pattern(20000, 4));
+  EXPECT_EQ(log->stats().read_errors, 2u);
+}
+
+TEST_F(RegionLogTest, FlushErrorsAreSurfacedAndTheLogKeepsWorking) {
+  auto faulty = std::make_unique<FaultyDevice>(MakeDevice(3));
+  auto log = Make({faulty.get()});
+  // EIO on an explicit Flush.
+  auto lost = Put(*log, "lost", Pattern(5000, 1));
+  ASSERT_TRUE(lost.ok());
+  ASSERT_TRUE(faulty->AddFault(FaultRule::Once(FaultKind::kWriteEio)).ok());
+  Status s = log->Flush();
+  EXPECT_EQ(s.code(), ErrorCode::FILE_WRITE_FAIL);
+  ASSERT_EQ(evicted_.size(), 1u);
+  EXPECT_EQ(evicted_[0].keys, std::vector<std::string>{"lost"});
+  EXPECT_EQ(Get(*log, *lost, "lost").code(), ErrorCode::OBJECT_NOT_FOUND);
+
+  // ENOSPC on the flush of a rollover: that Append fails, the next ones work.
+  std::vector<std::pair<std::string, DiskLocation>> kept;
+  for (int i = 0; i < 9; ++i) {
+    const std::string key = "e" + std::to_string(i);
+    auto loc = Put(*log, key, Pattern(FillBlocks(key.size(), 7), i));
+    ASSERT_TRUE(loc.ok());
+  }
+  ASSERT_TRUE(faulty->AddFault(FaultRule::Once(FaultKind::kWriteEnospc)).ok());
+  auto failed = Put(*log, "trigger", "x");
+  EXPECT_EQ(failed.code(), ErrorCode::FILE_WRITE_FAIL);
+  EXPECT_NE(failed.status().message().find("No space"), std::string::npos);
+  ASSERT_EQ(evicted_.size(), 2u);
+  EXPECT_EQ(evicted_[1].keys.size(), 9u);
+  for (int i = 0; i < 30; ++i) {
+    const std::string key = "w" + std::to_string(i);
+    auto loc = Put(*log, key, Pattern(FillBlocks(key.size(), 7), i));
+    ASSERT_TRUE(loc.ok()) << loc.status().ToString();
+    kept.emplace_back(key, *loc);
+  }
+  ASSERT_TRUE(log->Flush().ok());
+  // The last 3 regions' worth of records (27 of 30, minus the evicted) read back.
+  int good = 0;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    auto v = Get(*log, kept[i].second, kept[i].first);
+    if (v.ok()) {
+      EXPECT_EQ(*v, Pattern(FillBlocks(kept[i].first.size(), 7), static_cast<uint32_t>(i)));
+      ++good;
+    } else {
+      EXPECT_EQ(v.code(), ErrorCode::OBJECT_NOT_FOUND);
+    }
+  }
+  EXPECT_GE(good, 18);
+  EXPECT_EQ(log->stats().flush_errors, 2u);
+}
+
+TEST_F(RegionLogTest, ScanFindsEveryLiveRecordNewestWins) {
+  auto d0 = MakeDevice(2);
+  auto d1 = MakeDevice(2);
+  std::vector<Device*> devices = {d0.get(), d1.get()};
+  auto log = Make(devices);
+  struct Rec {
+    std::string key;
+    DiskLocation loc;
+  };
+  std::vector<Rec> all;
+  for (int i = 0; i < 60; ++i) {  // 9 per region, 4 regions: wraps once
+    const std::string key = "s" + std::to_string(i);
+    auto loc = Put(*log, key, Pattern(FillBlocks(key.size(), 7), i));
+    ASSERT_TRUE(loc.ok());
+    all.push_back({key, *loc});
+  }
+  auto dup_old = Put(*log, "s59", Pattern(10, 1000));  // s59 again: newest wins
+  ASSERT_TRUE(dup_old.ok());
+  ASSERT_TRUE(log->Flush().ok());
+  all.back().loc = *dup_old;
+
+  auto scanned = RegionLog::Scan(devices, Small());
+  ASSERT_TRUE(scanned.ok()) << scanned.status().ToString();
+  std::map<std::string, ScannedRecord> by_key;
+  for (auto& r : *scanned) by_key[r.key] = r;
+  EXPECT_EQ(by_key.size(), scanned->size());
+  size_t live = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    auto v = Get(*log, all[i].loc, all[i].key);
+    auto it = by_key.find(all[i].key);
+    if (!v.ok()) {
+      EXPECT_TRUE(it == by_key.end()) << all[i].key << " was evicted but scanned";
+      continue;
+    }
+    ++live;
+    ASSERT_TRUE(it != by_key.end()) << all[i].key;
+    EXPECT_EQ(it->second.location.region, all[i].loc.region);
+    EXPECT_EQ(it->second.location.generation, all[i].loc.generation);
+    EXPECT_EQ(it->second.location.offset, all[i].loc.offset);
+    EXPECT_EQ(it->second.location.size, all[i].loc.size);
+    EXPECT_EQ(it->second.checksum, Checksum(v->data(), v->size()));
+    // The scanned location reads through the log like the original one.
+    auto again = Get(*log, it->second.location, all[i].key);
+    ASSERT_TRUE(again.ok());
+  }
+  EXPECT_EQ(live, scanned->size());
+  EXPECT_GE(live, 27u);
+}
+
+TEST_F(RegionLogTest, ScanStopsAtATornRecordAndIgnoresOldTenants) {
+  auto dev = MakeDevice(2);
+  std::vector<Device*> devices = {dev.get()};
+  auto log = Make(devices);
+  // Region 0: 9 records, then region 1 gets 9 and region 0 is reused with only 3.
+  std::vector<DiskLocation> r1;
+  for (int i = 0; i < 18; ++i) {
+    const std::string key = "t" + std::to_string(i);
+    auto loc = Put(*log, key, Pattern(FillBlocks(key.size(), 7), i));
+    ASSERT_TRUE(loc.ok());
+    if (i >= 9) r1.push_back(*loc);
+  }
+  for (int i = 18; i < 21; ++i) {
+    const std::string key = "t" + std::to_string(i);
+    ASSERT_TRUE(Put(*log, key, Pattern(FillBlocks(key.size(), 7), i)).ok());
+  }
+  ASSERT_TRUE(log->Flush().ok());
+
+  auto keys_of = [&]() {
+    auto scanned = RegionLog::Scan(devices, Small());
+    EXPECT_TRUE(scanned.ok());
+    std::set<std::string> keys;
+    for (auto& r : *scanned) keys.insert(r.key);
+    return keys;
+  };
+  std::set<std::string> expected;
+  for (int i = 9; i < 21; ++i) expected.insert("t" + std::to_string(i));
+  // Region 0's old tenant (t3..t8 after the new tenant's 3 records) is not resurrected.
+  EXPECT_EQ(keys_of(), expected);
+
+  // Corrupt a value byte of region 1's 5th record (t13): t14..t17 are ignored too.
+  uint8_t* d = dev->TEST_data();
+  d[kRegion + r1[4].offset + kRecordHeaderSize + 3 + 100] ^= 0x40;
+  for (int i = 13; i < 18; ++i) expected.erase("t" + std::to_string(i));
+  EXPECT_EQ(keys_of(), expected);
+
+  // A torn tail: the last record of region 0 (t20) zeroed from its middle on.
+  const uint64_t t20 = kFirstRecordOffset + 2 * 7 * kBlockSize;
+  std::memset(d + t20 + 3 * kBlockSize, 0, 4 * kBlockSize);
+  expected.erase("t20");
+  EXPECT_EQ(keys_of(), expected);
+
+  // A corrupt region header hides the whole region.
+  d[kRegion + 9] ^= 0x01;
+  for (int i = 9; i < 13; ++i) expected.erase("t" + std::to_string(i));
+  EXPECT_EQ(keys_of(), expected);
+}
+
+}  // namespace
+}  // namespace tierkv
