@@ -71,7 +71,8 @@ Status MasterService::UnmountSegment(SegmentId id) {
   uint64_t dropped_objects = 0;
   for (uint32_t i = 0; i < table_.num_shards(); ++i) {
     Shard& s = table_.shard(i);
-    std::vector<ObjectMeta> dropped;  // freed after the loop, still under the lock (allowed)
+    // Declared before the lock: the dropped replicas are freed after it is released.
+    std::vector<ObjectMeta> dropped;
     std::lock_guard lock(s.mu);
     std::unordered_set<std::string> dead_groups;
     for (auto it = s.objects.begin(); it != s.objects.end();) {
