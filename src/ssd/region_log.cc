@@ -352,8 +352,8 @@ RegionLogStats RegionLog::stats() const {
   return s;
 }
 
-Result<std::vector<ScannedRecord>> RegionLog::Scan(const std::vector<Device*>& devices,
-                                                   const RegionLogOptions& options) {
+Result<RegionLog::ScanResult> RegionLog::ScanAll(const std::vector<Device*>& devices,
+                                                 const RegionLogOptions& options) {
   auto places = Layout(devices, options.region_size);
   if (!places.ok()) return places.status();
   const uint64_t region_size = options.region_size;
@@ -361,20 +361,31 @@ Result<std::vector<ScannedRecord>> RegionLog::Scan(const std::vector<Device*>& d
   if (!buffer.ok()) return buffer.status();
   uint8_t* buf = buffer->data();
 
-  std::vector<ScannedRecord> out;
-  absl::flat_hash_map<std::string, size_t> index;  // key -> position in out
-  for (uint32_t r = 0; r < places->size(); ++r) {
-    const Place& p = (*places)[r];
+  ScanResult result;
+  result.places = std::move(places).value();
+  result.regions.resize(result.places.size());
+  for (uint32_t r = 0; r < result.places.size(); ++r) {
+    const Place& p = result.places[r];
     Status s = devices[p.device]->Read(p.base, buf, region_size);
     if (!s.ok()) {
       spdlog::warn("region log scan: region {} unreadable, skipped: {}", r, s.ToString());
       continue;
     }
     auto rh = DecodeRegionHeader(buf, kBlockSize);
+    if (rh.ok()) result.max_generation = std::max(result.max_generation, rh->generation);
+    // Every checksum-valid record header at a block boundary bounds the generations a new
+    // tenant must not reuse: leftover records past its own would otherwise look like its own.
+    for (uint64_t off = kFirstRecordOffset; off + kRecordHeaderSize <= region_size;
+         off += kBlockSize) {
+      auto h = DecodeRecordHeader(buf + off, kRecordHeaderSize);
+      if (h.ok()) result.max_generation = std::max(result.max_generation, h->generation);
+    }
     if (!rh.ok() || rh->region_index != r || rh->region_size != region_size ||
         rh->generation == 0) {
       continue;  // never written, or not a region of this layout
     }
+    RegionScan& region = result.regions[r];
+    region.generation = rh->generation;
     uint64_t off = kFirstRecordOffset;
     while (off + kRecordHeaderSize <= region_size) {
       const uint8_t* rec = buf + off;
@@ -392,22 +403,85 @@ Result<std::vector<ScannedRecord>> RegionLog::Scan(const std::vector<Device*>& d
       if (KeyHash(key) != h->key_hash || Checksum(value, h->value_size) != h->value_checksum) {
         break;  // torn or corrupt: nothing after it is trusted
       }
-      ScannedRecord found{std::move(key), DiskLocation{r, rh->generation, off, h->value_size},
-                          h->value_checksum};
-      auto [it, inserted] = index.try_emplace(found.key, out.size());
-      if (inserted) {
-        out.push_back(std::move(found));
-      } else {
-        ScannedRecord& old = out[it->second];
-        if (std::pair(found.location.generation, found.location.offset) >
-            std::pair(old.location.generation, old.location.offset)) {
-          old = std::move(found);
-        }
-      }
+      region.records.push_back(ScannedRecord{
+          std::move(key), DiskLocation{r, rh->generation, off, h->value_size}, h->value_checksum});
       off += span;
     }
   }
+  return result;
+}
+
+std::vector<ScannedRecord> RegionLog::NewestPerKey(const std::vector<RegionScan>& regions) {
+  std::vector<ScannedRecord> out;
+  absl::flat_hash_map<std::string, size_t> index;  // key -> position in out
+  for (const RegionScan& region : regions) {
+    for (const ScannedRecord& found : region.records) {
+      auto [it, inserted] = index.try_emplace(found.key, out.size());
+      if (inserted) {
+        out.push_back(found);
+        continue;
+      }
+      ScannedRecord& old = out[it->second];
+      if (std::pair(found.location.generation, found.location.offset) >
+          std::pair(old.location.generation, old.location.offset)) {
+        old = found;
+      }
+    }
+  }
   return out;
+}
+
+Result<std::vector<ScannedRecord>> RegionLog::Scan(const std::vector<Device*>& devices,
+                                                   const RegionLogOptions& options) {
+  auto scanned = ScanAll(devices, options);
+  if (!scanned.ok()) return scanned.status();
+  return NewestPerKey(scanned->regions);
+}
+
+Result<std::unique_ptr<RegionLog>> RegionLog::Recover(std::vector<Device*> devices,
+                                                      const RegionLogOptions& options,
+                                                      RegionEvictedCallback on_region_evicted,
+                                                      std::vector<ScannedRecord>* surviving) {
+  auto scanned = ScanAll(devices, options);
+  if (!scanned.ok()) return scanned.status();
+  auto buffer = IoBuffer::Allocate(options.region_size, options.want_huge_pages);
+  if (!buffer.ok()) return buffer.status();
+  std::unique_ptr<RegionLog> log(new RegionLog(std::move(devices), scanned->places, options,
+                                               std::move(on_region_evicted),
+                                               std::move(buffer).value()));
+  if (surviving != nullptr) *surviving = NewestPerKey(scanned->regions);
+  log->Adopt(scanned->regions, scanned->max_generation);
+  return log;
+}
+
+void RegionLog::Adopt(std::vector<RegionScan>& regions, uint64_t max_generation) {
+  std::lock_guard lock(mu_);
+  std::vector<uint32_t> sealed;
+  free_.clear();
+  for (uint32_t r = num_regions_; r > 0; --r) {
+    const uint32_t i = r - 1;
+    if (regions[i].generation == 0 || regions[i].records.empty()) {
+      free_.push_back(i);  // popped from the back: lowest index first
+      continue;
+    }
+    Region& reg = regions_[i];
+    reg.state = State::kSealed;
+    reg.generation = regions[i].generation;
+    reg.keys.clear();
+    reg.keys.reserve(regions[i].records.size());
+    for (ScannedRecord& rec : regions[i].records) reg.keys.push_back(std::move(rec.key));
+    sealed.push_back(i);
+  }
+  // LRU starts in generation order too: the oldest recovered region has the oldest tick.
+  std::sort(sealed.begin(), sealed.end(), [this](uint32_t a, uint32_t b) {
+    return std::pair(regions_[a].generation, a) < std::pair(regions_[b].generation, b);
+  });
+  for (uint32_t i : sealed) {
+    Region& reg = regions_[i];
+    reg.last_access.store(clock_.fetch_add(1) + 1);
+    reg.sealed_generation.store(reg.generation);
+  }
+  last_generation_ = max_generation;
 }
 
 }  // namespace tierkv

@@ -33,6 +33,9 @@
 // FILE_READ_FAIL (IO error; the next read works), BUFFER_OVERFLOW (dst smaller than the
 // value), INVALID_PARAMS (location outside the tier).
 //
+// Warm restart: Recover() opens a log over used devices, adopting the regions that hold
+// valid records as sealed (see docs/disk-format.md, "Warm restart"); Create() starts empty.
+//
 // Ownership: the devices are borrowed and must outlive the log. Unflushed records are
 // dropped by the destructor (call Flush() first to keep them).
 // Thread-safety: all methods are thread-safe. Appends, flushes and evictions are serialized
@@ -136,6 +139,22 @@ class RegionLog {
   static Result<std::vector<ScannedRecord>> Scan(const std::vector<Device*>& devices,
                                                  const RegionLogOptions& options);
 
+  // Warm restart: opens a log over devices written by an earlier RegionLog with the same
+  // layout (devices in the same order, same region_size) and adopts what Scan finds.
+  // Every region holding at least one valid record starts sealed (readable, with the keys of
+  // its valid records in append order — including keys superseded by a newer region, as a
+  // live region's list would — and evicted by FIFO/LRU oldest generation first); every other
+  // region (never written, corrupt or mismatched header, torn first record, unreadable)
+  // starts free and is used first. The generation counter starts above every generation
+  // found in a checksum-valid region or record header anywhere on the devices, so a new
+  // tenant's generation never matches leftover bytes. If `surviving` is not null it receives
+  // the records Scan would return (newest wins per key); their locations Read byte-exact.
+  // Errors as for Create.
+  static Result<std::unique_ptr<RegionLog>> Recover(std::vector<Device*> devices,
+                                                    const RegionLogOptions& options,
+                                                    RegionEvictedCallback on_region_evicted,
+                                                    std::vector<ScannedRecord>* surviving);
+
  private:
   enum class State : uint8_t { kFree, kOpen, kSealed };
   struct Place {
@@ -153,6 +172,16 @@ class RegionLog {
     uint64_t generation = 0;
     std::vector<std::string> keys;
   };
+  // What a scan found in one region.
+  struct RegionScan {
+    uint64_t generation = 0;             // of its valid header; 0 when the header is not valid
+    std::vector<ScannedRecord> records;  // valid records, in append order
+  };
+  struct ScanResult {
+    std::vector<Place> places;
+    std::vector<RegionScan> regions;  // one per place
+    uint64_t max_generation = 0;      // over every checksum-valid region or record header
+  };
   struct Counters {
     std::atomic<uint64_t> appended_records{0}, appended_bytes{0}, flushes{0}, flush_errors{0},
         evicted_regions{0}, reads{0}, read_errors{0}, checksum_failures{0}, stale_reads{0};
@@ -162,6 +191,12 @@ class RegionLog {
             const RegionLogOptions& options, RegionEvictedCallback cb, IoBuffer buffer);
   static Result<std::vector<Place>> Layout(const std::vector<Device*>& devices,
                                            uint64_t region_size);
+  static Result<ScanResult> ScanAll(const std::vector<Device*>& devices,
+                                    const RegionLogOptions& options);
+  // Newest record per key (highest generation, then offset) over all regions.
+  static std::vector<ScannedRecord> NewestPerKey(const std::vector<RegionScan>& regions);
+  // Recover: start with the scanned regions that hold records sealed, the others free.
+  void Adopt(std::vector<RegionScan>& regions, uint64_t max_generation);
 
   // All under mu_.
   Status OpenRegionLocked();
