@@ -1,6 +1,5 @@
 #include "bench_util.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,15 +11,6 @@
 #include <utility>
 
 namespace tierkv::bench {
-namespace {
-
-constexpr size_t kHugePage = 2 * kMiB;
-constexpr size_t kSmallPage = 4 * kKiB;
-
-size_t RoundUp(size_t value, size_t align) { return (value + align - 1) / align * align; }
-
-}  // namespace
-
 double Median(std::vector<double> values) {
   if (values.empty()) return 0.0;
   std::sort(values.begin(), values.end());
@@ -105,63 +95,6 @@ void Progress::Done() {
   if (!enabled_ || !tty_ || last_len_ == 0) return;
   std::cerr << '\r' << std::string(last_len_, ' ') << '\r' << std::flush;
   last_len_ = 0;
-}
-
-// ---- AlignedBuffer ----------------------------------------------------------
-
-Result<AlignedBuffer> AlignedBuffer::Allocate(size_t size) {
-  if (size == 0) return Result<AlignedBuffer>(ErrorCode::INVALID_PARAMS, "buffer size 0");
-  const size_t length = RoundUp(size, kHugePage);
-  // Over-map by one huge page and trim, so the start is 2 MiB-aligned and THP
-  // can back the whole range.
-  void* raw = ::mmap(nullptr, length + kHugePage, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (raw == MAP_FAILED) {
-    return Result<AlignedBuffer>(ErrorCode::INTERNAL_ERROR,
-                                 "mmap(" + FormatBytes(length) + "): " + std::strerror(errno));
-  }
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = RoundUp(begin, kHugePage);
-  const size_t head = aligned - begin;
-  const size_t tail = kHugePage - head;
-  if (head > 0) ::munmap(raw, head);
-  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + length), tail);
-  auto* data = reinterpret_cast<uint8_t*>(aligned);
-  // Best effort: without THP the buffer still works, on 4 KiB pages.
-  (void)::madvise(data, length, MADV_HUGEPAGE);
-  // Pre-fault: one write per small page (a huge page is faulted by its first).
-  for (size_t offset = 0; offset < length; offset += kSmallPage) {
-    reinterpret_cast<volatile uint8_t*>(data)[offset] = 0;
-  }
-  AlignedBuffer buffer;
-  buffer.data_ = data;
-  buffer.size_ = size;
-  buffer.mapped_size_ = length;
-  return buffer;
-}
-
-AlignedBuffer::~AlignedBuffer() { Release(); }
-
-AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)),
-      mapped_size_(std::exchange(other.mapped_size_, 0)) {}
-
-AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
-  if (this != &other) {
-    Release();
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-    mapped_size_ = std::exchange(other.mapped_size_, 0);
-  }
-  return *this;
-}
-
-void AlignedBuffer::Release() {
-  if (data_ != nullptr) ::munmap(data_, mapped_size_);
-  data_ = nullptr;
-  size_ = 0;
-  mapped_size_ = 0;
 }
 
 void FillPattern(uint8_t* data, size_t size, uint64_t seed) {

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "device/io_buffer.h"
 #include "tierkv/status.h"
 
 namespace tierkv::bench {
@@ -125,27 +126,10 @@ class Progress {
 
 // ---- Buffers ----------------------------------------------------------------
 
-// Anonymous private memory, 2 MiB-aligned, advised for transparent huge pages
-// and pre-faulted (every page written once) before it is returned.
-class AlignedBuffer {
- public:
-  static Result<AlignedBuffer> Allocate(size_t size);
-  AlignedBuffer() = default;
-  ~AlignedBuffer();
-  AlignedBuffer(AlignedBuffer&& other) noexcept;
-  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-
-  uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  void Release();
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;         // usable size, as requested
-  size_t mapped_size_ = 0;  // mapping length (rounded up)
-};
+// Benchmark buffers are the SSD tier's IO buffers: anonymous memory, 2 MiB
+// pages where the kernel gives them, pre-faulted before they are returned (first
+// touch must never be measured). size() may be rounded up to the page size.
+using AlignedBuffer = IoBuffer;
 
 // Fills [data, data+size) with a pattern that depends on `seed` and on the
 // position of every 8-byte word, so misplaced or stale bytes are detected.
