@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -302,6 +303,30 @@ TEST_F(ClientTest, BatchShapeMismatch) {
                                             {{10}, {10}}, rc);
   EXPECT_EQ(codes,
             (std::vector<int>{Code(ErrorCode::INVALID_PARAMS), Code(ErrorCode::INVALID_PARAMS)}));
+}
+
+TEST_F(ClientTest, LargeBatchOfTinyAndOddObjects) {
+  // 5000 keys of 1..64 bytes in one batch, non-ASCII keys included.
+  constexpr int kKeys = 5000;
+  std::vector<std::string> keys;
+  std::vector<std::vector<void*>> ptrs, dptrs;
+  std::vector<std::vector<size_t>> sizes;
+  size_t off = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    keys.push_back((i % 3 ? "k\xc3\xa9-" : "k-") + std::to_string(i));
+    const size_t size = 1 + static_cast<size_t>(i % 64);
+    ptrs.push_back({src_.data() + off});
+    dptrs.push_back({dst_.data() + off});
+    sizes.push_back({size});
+    off += size;
+  }
+  auto codes = client_->BatchPutFromMultiBuffers(keys, ptrs, sizes);
+  for (int i = 0; i < kKeys; ++i) ASSERT_EQ(codes[i], kOk) << keys[i];
+  auto got = client_->BatchGetIntoMultiBuffers(keys, dptrs, sizes);
+  for (int i = 0; i < kKeys; ++i) ASSERT_EQ(got[i], static_cast<int64_t>(sizes[i][0])) << keys[i];
+  EXPECT_EQ(0, std::memcmp(src_.data(), dst_.data(), off));
+  auto exist = client_->BatchIsExist(keys);
+  EXPECT_EQ(std::count(exist.begin(), exist.end(), 1), kKeys);
 }
 
 TEST(ClientCreate, RejectsModesNotBuiltAndBadConfig) {
