@@ -27,6 +27,7 @@ PACKAGES=(
   libabsl-dev
   liburing-dev
   python3              # scripts/test.sh checks the bench's JSON output with it
+  fio                  # tierkv bench disk: the baseline of the SSD tier's raw path
 )
 
 if [[ "${1:-}" == "--list" ]]; then

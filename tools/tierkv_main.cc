@@ -2,6 +2,7 @@
 //
 //   tierkv bench embedded [flags]   data-path throughput vs memcpy
 //   tierkv bench metadata [flags]   BatchIsExist keys per second
+//   tierkv bench disk [flags]       SSD tier raw path (region log) vs fio
 //
 // Exit codes: 0 success; 1 a run failed (a client error, a wrong byte); 2 bad
 // option values or a rejected config; CLI11's own codes (> 100) for command
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "disk_bench.h"
 #include "embedded_bench.h"
 #include "metadata_bench.h"
 #include "tierkv/config.h"
@@ -146,6 +148,26 @@ int main(int argc, char** argv) {
   metadata->callback([&] {
     metadata_options.object_bytes = SizeOf(object_size);
     exit_code = Report("metadata", tierkv::bench::RunMetadataBench(metadata_options));
+  });
+
+  tierkv::bench::DiskBenchOptions disk_options;
+  std::string disk_working_set = "1GiB";
+  CLI::App* disk = bench->add_subcommand(
+      "disk",
+      "The SSD tier's raw path: RegionLog appends (demote) and reads (load) over an O_DIRECT "
+      "tier file with io_uring, against fio on a file in the same directory");
+  AddCommonFlags(disk, &disk_options.common);
+  disk->add_option("--dir", disk_options.dir,
+                   "Directory for the bench files (created if missing; files removed at the end)")
+      ->capture_default_str();
+  disk->add_flag("--allow-tmpfs", disk_options.allow_tmpfs,
+                 "Accept a directory on tmpfs (memory, buffered IO: not a disk figure)");
+  disk->add_option("--working-set", disk_working_set, "Bytes of distinct 2 MiB objects")
+      ->check(kSizeValidator)
+      ->capture_default_str();
+  disk->callback([&] {
+    disk_options.working_set_bytes = SizeOf(disk_working_set);
+    exit_code = Report("disk", tierkv::bench::RunDiskBench(disk_options));
   });
 
   try {
