@@ -132,8 +132,11 @@ bool OnPath(const std::string& program) {
   std::stringstream dirs(path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
   std::string dir;
   while (std::getline(dirs, dir, ':')) {
-    if (dir.empty()) dir = ".";
-    if (access((dir + "/" + program).c_str(), X_OK) == 0) return true;
+    // Built with append(): GCC 12 at -O3 warns (-Wrestrict, a known false
+    // positive) on `dir + "/" + program`.
+    std::string candidate = dir.empty() ? std::string(".") : dir;
+    candidate.append("/").append(program);
+    if (access(candidate.c_str(), X_OK) == 0) return true;
   }
   return false;
 }

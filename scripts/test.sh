@@ -3,6 +3,7 @@
 #   0. clang-format check of every C++ file.
 #   1. RelWithDebInfo build in build/: the whole ctest suite, then a smoke run of
 #      `tierkv bench embedded --json` whose summary line must parse.
+#   1b. Release build of the CLI in build-release/ (what scripts/demo.sh builds).
 #   2. ASan+UBSan build in build-asan/: the whole ctest suite.
 #   3. TSan build in build-tsan/: the concurrency tests (ctest -L concurrency).
 # Exit status 0 only if everything passed; the last line says what ran.
@@ -71,6 +72,12 @@ for key in keys:
 print("summary line OK: get_ratio=%.3f put_ratio=%.3f" % (line["get_ratio"], line["put_ratio"]))
 '
 summary+=("CLI smoke")
+
+# The demo's Release (-O3) build of the CLI: -O3 raises warnings -O2 does not.
+begin "build (Release, build-release/: what scripts/demo.sh builds)"
+cmake -G Ninja -B build-release -DCMAKE_BUILD_TYPE=Release
+cmake --build build-release -j"$jobs" --target tierkv_cli
+summary+=("release build")
 
 # ---- 2. ASan + UBSan ---------------------------------------------------------
 begin "build (ASan+UBSan, build-asan/)"
