@@ -14,6 +14,8 @@
 #include <string_view>
 #include <utility>
 
+#include "common/proc_files.h"
+
 // Kernel 5.14+; older headers lack it (the kernel then answers EINVAL).
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -28,52 +30,6 @@ Status SyscallError(const char* call, uint64_t size, int err) {
   return Status(ErrorCode::INTERNAL_ERROR, std::string("IoBuffer of ") + std::to_string(size) +
                                                " bytes: " + call +
                                                " failed: " + std::strerror(err));
-}
-
-// Reads a kernel text file whole; "" when it cannot be opened. Plain read(2), not
-// iostreams: ifstream's failure path trips UBSan's vptr check inside libstdc++ 12.
-std::string ReadTextFile(const char* path) {
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  std::string out;
-  char buf[16384];
-  for (;;) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  return out;
-}
-
-// AnonHugePages, in bytes, of the VMA of /proc/self/smaps that contains `addr`; 0 if unknown.
-uint64_t AnonHugeBytes(const void* addr) {
-  const std::string smaps = ReadTextFile("/proc/self/smaps");
-  const auto wanted = reinterpret_cast<uintptr_t>(addr);
-  bool in_vma = false;
-  size_t pos = 0;
-  while (pos < smaps.size()) {
-    size_t end = smaps.find('\n', pos);
-    if (end == std::string::npos) end = smaps.size();
-    const std::string line = smaps.substr(pos, end - pos);
-    pos = end + 1;
-    uintptr_t start = 0;
-    uintptr_t stop = 0;
-    char dash = 0;
-    // VMA header lines read "start-end perms ..."; field lines start with a name.
-    if (std::sscanf(line.c_str(), "%" SCNxPTR "%c%" SCNxPTR, &start, &dash, &stop) == 3 &&
-        dash == '-') {
-      if (in_vma) return 0;  // left our VMA without the field
-      in_vma = start <= wanted && wanted < stop;
-      continue;
-    }
-    uint64_t kib = 0;
-    if (in_vma && std::sscanf(line.c_str(), "AnonHugePages: %" SCNu64, &kib) == 1) {
-      return kib * 1024;
-    }
-  }
-  return 0;
 }
 
 }  // namespace
@@ -110,7 +66,7 @@ Result<IoBuffer> IoBuffer::Allocate(uint64_t size, bool want_huge_pages) {
     volatile uint8_t* bytes = base;
     for (uint64_t off = 0; off < rounded; off += kSmallPageSize) bytes[off] = 0;
   }
-  buffer.huge_page_bytes_ = std::min(AnonHugeBytes(base), rounded);
+  buffer.huge_page_bytes_ = std::min(SmapsFieldBytes(base, "AnonHugePages").value_or(0), rounded);
   return buffer;
 }
 

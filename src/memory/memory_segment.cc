@@ -12,9 +12,10 @@
 #include <cstring>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <utility>
+
+#include "common/proc_files.h"
 
 // Kernel 5.14+; older headers lack it (the kernel then answers EINVAL).
 #ifndef MADV_POPULATE_WRITE
@@ -133,20 +134,6 @@ uint64_t MissingSamples(const Region& region, uint64_t page_size) {
   return missing;
 }
 
-// Reads a small kernel text file whole; "" when it cannot be opened. Plain
-// read(2), not iostreams: ifstream's failure path (e.g. no fds left) trips
-// UBSan's vptr check inside libstdc++ 12.
-std::string ReadTextFile(const char* path) {
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  std::string out;
-  char buf[8192];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return out;
-}
-
 // The selected value of /sys/kernel/mm/transparent_hugepage/shmem_enabled
 // ("never", "advise", ...), or "" when it cannot be read.
 std::string ShmemThpMode() {
@@ -159,30 +146,6 @@ std::string ShmemThpMode() {
 
 bool ThpModeAllowsHuge(const std::string& mode) {
   return mode == "always" || mode == "within_size" || mode == "advise" || mode == "force";
-}
-
-// ShmemPmdMapped of the mapping at `base` in /proc/self/smaps, in bytes:
-// whether the kernel really mapped 2 MiB pages. nullopt when unreadable.
-std::optional<uint64_t> PmdMappedBytes(const void* base) {
-  std::istringstream in(ReadTextFile("/proc/self/smaps"));
-  const auto wanted = reinterpret_cast<uintptr_t>(base);
-  std::string line;
-  bool in_vma = false;
-  while (std::getline(in, line)) {
-    uintptr_t start = 0;
-    uintptr_t end = 0;
-    // Only VMA header lines parse as "start-end"; field names are not hex ranges.
-    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR, &start, &end) == 2) {
-      if (in_vma) return std::nullopt;  // left our VMA without the field
-      in_vma = start == wanted;
-      continue;
-    }
-    uint64_t kib = 0;
-    if (in_vma && std::sscanf(line.c_str(), "ShmemPmdMapped: %" SCNu64, &kib) == 1) {
-      return kib * 1024;
-    }
-  }
-  return std::nullopt;
 }
 
 }  // namespace
@@ -251,7 +214,7 @@ Result<std::unique_ptr<MemorySegment>> MemorySegment::Create(const std::string& 
 
     if (thp_possible) {
       // Advice is only a hint (alignment, fragmentation): report what smaps says.
-      const std::optional<uint64_t> pmd = PmdMappedBytes(region.base);
+      const std::optional<uint64_t> pmd = SmapsFieldBytes(region.base, "ShmemPmdMapped");
       if (pmd.has_value() ? *pmd > 0 : advised) {
         page_size = kHugePageSize;
         page_kind = "thp";
