@@ -22,48 +22,18 @@
 #include "device/posix_device.h"
 #include "device/tier_file.h"
 #include "device/uring_device.h"
+#include "device_test_util.h"
 
 namespace tierkv {
 namespace {
 
 namespace fs = std::filesystem;
 
-// The running test's name as one path component ("Name/Param" becomes "Name_Param").
-std::string TestDirName() {
-  std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  for (char& c : name) c = c == '/' ? '_' : c;
-  return name;
-}
-
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * kKiB;
 constexpr uint64_t kCapacity = 8 * kMiB;
-constexpr uint64_t kTmpfsMagic = 0x01021994;
 
-// A scratch directory on the build tree's filesystem (ctest runs us in build/tests), not
-// temp_directory_path(), which may be tmpfs. Removed, with its files, at destruction.
-class ScratchDir {
- public:
-  ScratchDir() {
-    base_ = fs::current_path() / ("tierkv-device-test-" + std::to_string(getpid()));
-    path_ = base_ / TestDirName();
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-    fs::remove(base_, ec);  // only once empty: other tests of this process may use it
-  }
-  std::string File(const std::string& name) const { return (path_ / name).string(); }
-  bool IsTmpfs() const {
-    struct statfs sfs {};
-    return statfs(path_.c_str(), &sfs) == 0 && static_cast<uint64_t>(sfs.f_type) == kTmpfsMagic;
-  }
-
- private:
-  fs::path base_;
-  fs::path path_;
-};
+using test_util::ScratchDir;
 
 TierFile MakeTierFile(const ScratchDir& dir, const std::string& name, uint64_t capacity) {
   TierFileOptions options;

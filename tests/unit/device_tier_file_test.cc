@@ -15,49 +15,33 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "device/device.h"
 #include "device/io_buffer.h"
 #include "device/tier_file.h"
+#include "device_test_util.h"
 
 namespace tierkv {
 namespace {
 
 namespace fs = std::filesystem;
 
-// The running test's name as one path component ("Name/Param" becomes "Name_Param").
-std::string TestDirName() {
-  std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  for (char& c : name) c = c == '/' ? '_' : c;
-  return name;
-}
-
 constexpr uint64_t kMiB = 1024 * 1024;
 constexpr uint64_t kPiB = kMiB * kMiB * 1024;
-constexpr uint64_t kTmpfsMagic = 0x01021994;
 
-bool IsTmpfs(const std::string& path) {
-  struct statfs sfs {};
-  return statfs(path.c_str(), &sfs) == 0 && static_cast<uint64_t>(sfs.f_type) == kTmpfsMagic;
-}
+using test_util::IsTmpfs;
 
-// A scratch directory on the build tree's filesystem (ctest runs us in build/tests), not
-// temp_directory_path(), which may be tmpfs. Removed, with its files, at destruction.
 class TierFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    base_ = fs::current_path() / ("tierkv-device-test-" + std::to_string(getpid()));
-    dir_ = base_ / TestDirName();
-    fs::create_directories(dir_);
-    on_tmpfs_ = IsTmpfs(dir_.string());
+    scratch_.emplace();
+    dir_ = scratch_->path();
+    on_tmpfs_ = scratch_->IsTmpfs();
   }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-    fs::remove(base_, ec);  // only once empty
-  }
+  void TearDown() override { scratch_.reset(); }
 
   std::string File(const std::string& name) const { return (dir_ / name).string(); }
   TierFileOptions Options(uint64_t capacity) const {
@@ -74,7 +58,7 @@ class TierFileTest : public ::testing::Test {
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
-  fs::path base_;
+  std::optional<test_util::ScratchDir> scratch_;
   fs::path dir_;
   bool on_tmpfs_ = false;
 };
