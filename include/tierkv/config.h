@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tierkv/status.h"
 
@@ -26,7 +27,7 @@ struct Config {
   uint64_t local_buffer_size = 256ull << 20;  // requester staging buffer
   std::string protocol = "tcp";               // tcp | rdma | shm | auto
   std::string device_name;                    // NIC list for rdma
-  bool enable_offload = false;                // SSD tier (later issue)
+  bool enable_offload = false;                // SSD tier behind this process's segment
 
   // Master / metadata.
   uint64_t default_kv_lease_ttl_ms = 10000;  // read lease granted by exists/get
@@ -40,12 +41,29 @@ struct Config {
   bool require_registered_buffers = true;  // batch_*_multi_buffers buffers
   uint32_t transfer_threads = 0;           // 0 = min(4, hardware threads)
   bool use_huge_pages = true;              // try 2 MiB pages for segments
+
+  // SSD tier (enable_offload). One tier file per path; several paths are striped.
+  std::vector<std::string> offload_paths;
+  uint64_t offload_capacity = uint64_t{16} << 30;        // bytes per path
+  uint64_t offload_region_size = uint64_t{64} << 20;     // unit of disk eviction
+  std::string offload_eviction_policy = "fifo";          // fifo | lru (over regions)
+  std::string offload_write_policy = "demote_on_evict";  // | write_behind
+  std::string offload_io_engine = "auto";                // auto | io_uring | posix
+  bool offload_warm_restart = false;       // keep tier files and re-register them at start
+  bool offload_page_cache_reads = false;   // read the tier through the page cache
+  bool offload_allow_buffered_io = false;  // accept a filesystem without O_DIRECT
+  uint64_t staging_buffer_size = uint64_t{1280} << 20;  // disk reads land here
+  double staging_usable_ratio = 0.9;  // share of the staging buffer one batch part may use
+  uint64_t staging_ttl_ms = 30000;    // staging space of a vanished requester is reclaimed
+  bool promote_on_hit = false;        // copy disk hits back to DRAM
+  uint32_t promote_min_hits = 2;      // disk hits before an object is promoted
 };
 
 // Parses a JSON document. Unknown keys are errors (INVALID_CONFIG).
 Result<Config> ParseConfig(std::string_view json_text);
 // Reads and parses a file; the error names the path.
 Result<Config> LoadConfigFile(const std::string& path);
+// Environment overrides applied by ParseConfig/LoadConfig: TIERKV_STAGING_USABLE_RATIO.
 // Path from TIERKV_CONFIG_PATH if set, else defaults. `explicit_path`, when not
 // empty (e.g. --config), wins over the environment.
 Result<Config> LoadConfig(const std::string& explicit_path = "");

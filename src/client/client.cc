@@ -16,11 +16,6 @@ Result<std::unique_ptr<Client>> Client::Create(const Config& config) {
                       std::string(ModeName(config.mode)) + "', master_server_address '" +
                       config.master_server_address + "'");
   }
-  if (config.enable_offload) {
-    // No silent fallback: asking for a disk tier that is not there is an error.
-    return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
-                  "enable_offload: the SSD tier is not in this build yet; set it to false");
-  }
   auto client = EmbeddedClient::Create(config);
   if (!client.ok()) return client.status();
   return std::unique_ptr<Client>(std::move(client).value());

@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_set>
 
@@ -61,10 +63,16 @@ std::vector<std::vector<Piece>> ToPieces(size_t n, const std::vector<std::vector
   return pieces;
 }
 
+bool TierLogEnabled() {
+  const char* v = std::getenv("TIERKV_TIER_LOG");
+  return v != nullptr && std::string_view(v) == "1";
+}
+
 }  // namespace
 
 Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::Create(
-    const Config& config, std::shared_ptr<InProcessMaster> master) {
+    const Config& config, std::shared_ptr<InProcessMaster> master,
+    const std::function<void(SsdTierOptions&)>& tier_hook) {
   if (Status st = ValidateConfig(config); !st.ok()) return st;
   if (config.mode != Mode::kEmbedded) {
     return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE, "EmbeddedClient needs mode 'embedded'");
@@ -85,6 +93,11 @@ Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::Create(
   auto id = master->Attach(client->segment_);
   if (!id.ok()) return id.status();
   client->segment_id_ = *id;
+  if (config.enable_offload) {
+    SsdTierOptions tier_options = TierOptionsFrom(config);
+    if (tier_hook) tier_hook(tier_options);
+    if (Status st = client->OpenTier(tier_options); !st.ok()) return st;
+  }
   spdlog::info("embedded client: segment {} of {} bytes ({} pages), {} transfer threads",
                client->segment_->name(), client->segment_->size(), client->segment_->page_kind(),
                client->pool_.threads());
@@ -94,9 +107,67 @@ Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::Create(
 EmbeddedClient::EmbeddedClient(Config config, std::shared_ptr<InProcessMaster> master)
     : config_(std::move(config)),
       master_(std::move(master)),
-      pool_(DefaultTransferThreads(config_.transfer_threads)) {}
+      pool_(DefaultTransferThreads(config_.transfer_threads)),
+      loader_(config_.staging_usable_ratio, &pool_),
+      tier_log_(TierLogEnabled()) {}
+
+SsdTierOptions TierOptionsFrom(const Config& c) {
+  SsdTierOptions o;
+  o.paths = c.offload_paths;
+  o.capacity_per_path = c.offload_capacity;
+  o.region_size = c.offload_region_size;
+  o.eviction =
+      c.offload_eviction_policy == "lru" ? RegionEvictionPolicy::kLru : RegionEvictionPolicy::kFifo;
+  o.warm_restart = c.offload_warm_restart;
+  o.page_cache_reads = c.offload_page_cache_reads;
+  o.allow_buffered_fallback = c.offload_allow_buffered_io;
+  o.device.engine = c.offload_io_engine == "io_uring" ? DeviceEngine::kUring
+                    : c.offload_io_engine == "posix"  ? DeviceEngine::kPosix
+                                                      : DeviceEngine::kAuto;
+  o.staging.capacity = c.staging_buffer_size;
+  o.staging.ttl = Millis(c.staging_ttl_ms);
+  o.staging.want_huge_pages = c.use_huge_pages;
+  o.want_huge_pages = c.use_huge_pages;
+  return o;
+}
+
+Status EmbeddedClient::OpenTier(const SsdTierOptions& options) {
+  // The log reports a reused region's keys: their disk replicas are gone.
+  std::weak_ptr<InProcessMaster> weak = master_;
+  const SegmentId segment = segment_id_;
+  auto on_evicted = [weak, segment](uint32_t region, uint64_t generation,
+                                    std::vector<std::string> keys) {
+    if (auto master = weak.lock()) {
+      master->master().DropDiskReplicas(segment, region, generation, keys);
+    }
+  };
+  std::vector<ScannedRecord> surviving;
+  auto tier = SsdTier::Open(options, on_evicted, options.warm_restart ? &surviving : nullptr);
+  if (!tier.ok()) return tier.status();
+  tier_ = std::shared_ptr<SsdTier>(std::move(tier).value());
+  master_->AttachTier(segment_id_, tier_);
+  if (!surviving.empty()) {
+    std::vector<DiskRecord> records;
+    records.reserve(surviving.size());
+    for (auto& r : surviving)
+      records.push_back(DiskRecord{std::move(r.key), r.location, r.checksum});
+    const auto added = master_->master().AddDiskReplicas(segment_id_, records);
+    const size_t ok = static_cast<size_t>(
+        std::count_if(added.begin(), added.end(), [](const Status& st) { return st.ok(); }));
+    spdlog::info("warm restart: re-registered {} of {} objects found in the SSD tier", ok,
+                 records.size());
+  }
+  if (config_.offload_write_policy == "write_behind") {
+    write_behind_ = std::make_unique<WriteBehind>(&master_->master());
+  }
+  spdlog::info("SSD tier: {} bytes over {} file(s), staging buffer {} bytes, policy {}",
+               tier_->capacity(), options.paths.size(), tier_->staging_capacity(),
+               config_.offload_write_policy);
+  return Status::Ok();
+}
 
 EmbeddedClient::~EmbeddedClient() {
+  write_behind_.reset();  // drains: queued copies finish while the tier is attached
   if (segment_id_ != 0) {
     if (Status st = master_->Detach(segment_id_); !st.ok()) {
       spdlog::warn("unmounting segment {}: {}", segment_id_, st.ToString());
@@ -211,6 +282,13 @@ std::vector<int> EmbeddedClient::PutImpl(const std::vector<std::string>& keys,
   if (!end_keys.empty()) {
     auto ended = master_->master().PutEnd(end_keys, end_ids, end_sums);
     for (size_t k = 0; k < ended.size(); ++k) codes[end_pos[k]] = ToInt(ended[k].code());
+    if (write_behind_) {
+      std::vector<std::string> done;
+      for (size_t k = 0; k < ended.size(); ++k) {
+        if (ended[k].ok()) done.push_back(end_keys[k]);
+      }
+      write_behind_->Enqueue(done);
+    }
   }
   return codes;
 }
@@ -232,6 +310,8 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
   auto replicas = master_->master().GetReplicas(sub_keys);
   const Clock* clock = master_->master().options().clock;
   const bool verify = config_.verify_checksum;
+  std::vector<std::vector<MutPiece>> dsts(sub_keys.size());
+  std::vector<uint8_t> wants_disk(sub_keys.size(), 0);  // memory failed, a disk replica exists
 
   pool_.ParallelFor(sub_keys.size(), [&](size_t j) {
     const size_t i = idx[j];
@@ -251,7 +331,7 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
       return;
     }
     // Fill exactly obj.size bytes: trim the destination pieces to the object.
-    std::vector<MutPiece> dst;
+    std::vector<MutPiece>& dst = dsts[j];
     uint64_t left = obj.size;
     for (const auto& p : pieces[i]) {
       if (left == 0) break;
@@ -259,9 +339,14 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
       left -= dst.back().size;
     }
     int64_t code = ToInt(ErrorCode::TRANSFER_FAIL);
+    bool has_disk = false;
     for (const auto& rep : obj.replicas) {
+      if (rep.tier == ReplicaTier::kDisk) {
+        has_disk = true;
+        continue;
+      }
       auto seg = master_->Find(rep.segment);  // keeps the memory mapped while copying
-      if (rep.tier != ReplicaTier::kMemory || !seg || rep.offset + obj.size > seg->size()) continue;
+      if (!seg || rep.offset + obj.size > seg->size()) continue;
       const uint64_t sum = ScatterCopy(seg->base() + rep.offset, dst, verify);
       if (verify && sum != obj.checksum) {
         spdlog::error("checksum mismatch reading {} from segment {} at offset {}", keys[i],
@@ -276,12 +361,113 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
       // The lease ran out mid-copy: the space may have been reused; discard.
       code = ToInt(ErrorCode::LEASE_EXPIRED);
     }
+    if (code < 0 && has_disk) {
+      wants_disk[j] = 1;  // the staged load fills (or zeroes) the destination
+      return;
+    }
     if (code < 0) {
       for (const auto& p : dst) std::memset(p.ptr, 0, p.size);  // never leave wrong bytes
     }
     results[i] = code;
   });
+
+  size_t memory_hits = 0;
+  uint64_t memory_bytes = 0;
+  std::vector<DiskRead> reads;
+  std::vector<size_t> slot;  // reads[r] is sub-key slot[r]
+  for (size_t j = 0; j < sub_keys.size(); ++j) {
+    if (wants_disk[j]) {
+      DiskRead r;
+      r.key = &keys[idx[j]];
+      r.checksum = replicas[j]->checksum;
+      r.dst = std::move(dsts[j]);
+      reads.push_back(std::move(r));
+      slot.push_back(j);
+    } else if (results[idx[j]] > 0) {
+      ++memory_hits;
+      memory_bytes += static_cast<uint64_t>(results[idx[j]]);
+    }
+  }
+  if (!reads.empty() || tier_log_) {
+    // Disk replicas in order; a failed read falls back to the object's next disk replica.
+    std::vector<size_t> next_replica(reads.size(), 0);
+    std::vector<size_t> pending(reads.size());
+    for (size_t r = 0; r < reads.size(); ++r) pending[r] = r;
+    std::vector<int64_t> final_code(reads.size(), ToInt(ErrorCode::OBJECT_NOT_FOUND));
+    while (!pending.empty()) {
+      std::vector<DiskRead> round;
+      std::vector<size_t> owner;
+      for (size_t r : pending) {
+        const auto& reps = replicas[slot[r]]->replicas;
+        size_t& next = next_replica[r];
+        while (next < reps.size() && reps[next].tier != ReplicaTier::kDisk) ++next;
+        if (next == reps.size()) continue;
+        DiskRead d;
+        d.tier = master_->FindTier(reps[next].segment);
+        d.key = reads[r].key;
+        d.location = reps[next].disk;
+        d.checksum = reads[r].checksum;
+        d.dst = reads[r].dst;
+        ++next;
+        round.push_back(std::move(d));
+        owner.push_back(r);
+      }
+      if (round.empty()) break;
+      loader_.Load(round);
+      pending.clear();
+      for (size_t k = 0; k < round.size(); ++k) {
+        final_code[owner[k]] = round[k].result;
+        if (round[k].result < 0) pending.push_back(owner[k]);
+      }
+    }
+    size_t disk_hits = 0, failed = 0;
+    uint64_t disk_bytes = 0;
+    std::vector<size_t> hits;
+    for (size_t r = 0; r < reads.size(); ++r) {
+      results[idx[slot[r]]] = final_code[r];
+      if (final_code[r] >= 0) {
+        ++disk_hits;
+        disk_bytes += static_cast<uint64_t>(final_code[r]);
+        hits.push_back(r);
+      } else {
+        ++failed;
+        for (const auto& p : reads[r].dst) std::memset(p.ptr, 0, p.size);
+      }
+    }
+    if (config_.promote_on_hit && !hits.empty()) Promote(reads, hits);
+    if (tier_log_) {
+      spdlog::info(
+          "tier: get batch of {} keys: {} from memory ({} bytes), {} from disk ({} "
+          "bytes), {} disk reads failed",
+          n, memory_hits, memory_bytes, disk_hits, disk_bytes, failed);
+    }
+  }
   return results;
+}
+
+void EmbeddedClient::Promote(const std::vector<DiskRead>& reads, const std::vector<size_t>& hits) {
+  std::vector<std::string> keys;
+  for (size_t r : hits) keys.push_back(*reads[r].key);
+  auto started = master_->master().PromoteStart(keys, config_.promote_min_hits);
+  std::vector<std::string> end_keys;
+  std::vector<uint64_t> ids;
+  std::vector<bool> ok;
+  for (size_t k = 0; k < started.size(); ++k) {
+    if (!started[k].ok()) continue;  // not admitted yet, or no free DRAM
+    const ReplicaLocation& loc = started[k]->replicas.front();
+    auto seg = master_->Find(loc.segment);
+    const bool fits = seg && loc.offset + loc.size <= seg->size();
+    if (fits) {
+      // The caller's buffer holds the verified bytes: copy them into the new range.
+      std::vector<ConstPiece> src;
+      for (const auto& p : reads[hits[k]].dst) src.push_back(ConstPiece{p.ptr, p.size});
+      GatherCopy(seg->base() + loc.offset, src, /*hash=*/false);
+    }
+    end_keys.push_back(keys[k]);
+    ids.push_back(started[k]->put_id);
+    ok.push_back(fits);
+  }
+  if (!end_keys.empty()) master_->master().PromoteEnd(end_keys, ids, ok);
 }
 
 int EmbeddedClient::Put(const std::string& key, const void* data, size_t size,
@@ -337,8 +523,14 @@ std::vector<Result<std::vector<ReplicaDesc>>> EmbeddedClient::BatchGetReplicaDes
     std::vector<ReplicaDesc> descs;
     for (const auto& loc : r->replicas) {
       auto seg = master_->master().segments().Find(loc.segment);
+      uint64_t offset = loc.offset;
+      if (loc.tier == ReplicaTier::kDisk) {
+        // Byte offset of the record in the owner's tier: region index x region size + offset.
+        auto tier = master_->FindTier(loc.segment);
+        offset = (tier ? tier->log().region_size() : 0) * loc.disk.region + loc.disk.offset;
+      }
       descs.push_back(
-          ReplicaDesc{loc.tier, seg ? seg->name : std::string("<unmounted>"), loc.offset, r->size});
+          ReplicaDesc{loc.tier, seg ? seg->name : std::string("<unmounted>"), offset, r->size});
     }
     out.emplace_back(std::move(descs));
   }

@@ -4,12 +4,16 @@
 // base's default arguments (same values) so tests can call them directly.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "client/buffer_registry.h"
 #include "client/in_process_master.h"
+#include "client/staged_loader.h"
+#include "client/write_behind.h"
+#include "ssd/ssd_tier.h"
 #include "tierkv/client.h"
 #include "transfer/copy.h"
 #include "transfer/transfer_pool.h"
@@ -20,8 +24,10 @@ class EmbeddedClient final : public Client {
  public:
   // Contributes a segment of config.global_segment_size to `master` (a new
   // in-process master when null). Several clients may share one master.
+  // `tier_hook` (tests) may adjust the SSD tier's options before it opens.
   static Result<std::unique_ptr<EmbeddedClient>> Create(
-      const Config& config, std::shared_ptr<InProcessMaster> master = nullptr);
+      const Config& config, std::shared_ptr<InProcessMaster> master = nullptr,
+      const std::function<void(SsdTierOptions&)>& tier_hook = nullptr);
   ~EmbeddedClient() override;
 
   Status RegisterBuffer(void* ptr, size_t size) override;
@@ -46,6 +52,8 @@ class EmbeddedClient final : public Client {
   const std::shared_ptr<InProcessMaster>& TEST_master() const { return master_; }
   SegmentId TEST_segment_id() const { return segment_id_; }
   MemorySegment* TEST_segment() const { return segment_.get(); }
+  SsdTier* TEST_tier() const { return tier_.get(); }
+  WriteBehind* TEST_write_behind() const { return write_behind_.get(); }
 
  private:
   EmbeddedClient(Config config, std::shared_ptr<InProcessMaster> master);
@@ -65,12 +73,27 @@ class EmbeddedClient final : public Client {
                               const std::vector<std::vector<Piece>>& pieces,
                               bool check_registered) const;
 
+  // enable_offload: opens this process's SSD tier behind its segment (warm restart
+  // re-registers what the tier still holds).
+  Status OpenTier(const SsdTierOptions& options);
+
+  // promote_on_hit: copies disk hits (reads[hits[k]], already verified in the caller's
+  // buffers) back into DRAM once the master admits them.
+  void Promote(const std::vector<DiskRead>& reads, const std::vector<size_t>& hits);
+
   const Config config_;
   std::shared_ptr<InProcessMaster> master_;
   std::shared_ptr<MemorySegment> segment_;
   SegmentId segment_id_ = 0;
+  std::shared_ptr<SsdTier> tier_;
+  std::unique_ptr<WriteBehind> write_behind_;  // offload_write_policy "write_behind"
   BufferRegistry buffers_;
   TransferPool pool_;
+  StagedLoader loader_;
+  const bool tier_log_;  // TIERKV_TIER_LOG=1: one summary line per get batch
 };
+
+// The SSD tier options `config` asks for (enable_offload).
+SsdTierOptions TierOptionsFrom(const Config& config);
 
 }  // namespace tierkv

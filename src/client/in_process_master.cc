@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "client/local_tier.h"
+
 namespace tierkv {
 
 InProcessMaster::InProcessMaster(MasterOptions options, Millis maintenance_period)
@@ -26,6 +28,12 @@ void InProcessMaster::MaintenanceLoop(Millis period) {
     lock.unlock();
     master_.ReclaimAbandonedPuts();
     master_.EvictIfNeeded();
+    std::vector<std::shared_ptr<SsdTier>> tiers;
+    {
+      std::shared_lock tiers_lock(mu_);
+      for (const auto& [id, tier] : tiers_) tiers.push_back(tier);
+    }
+    for (const auto& tier : tiers) tier->ReclaimExpired();
     lock.lock();
   }
 }
@@ -40,10 +48,26 @@ Result<SegmentId> InProcessMaster::Attach(std::shared_ptr<MemorySegment> segment
 }
 
 Status InProcessMaster::Detach(SegmentId id) {
-  Status st = master_.UnmountSegment(id);
+  Status st = master_.UnmountSegment(id);  // also detaches its tier mover
   std::unique_lock lock(mu_);
   memory_.erase(id);
+  tiers_.erase(id);
   return st;
+}
+
+void InProcessMaster::AttachTier(SegmentId id, std::shared_ptr<SsdTier> tier) {
+  auto segment = Find(id);
+  {
+    std::unique_lock lock(mu_);
+    tiers_[id] = tier;
+  }
+  master_.SetTierMover(id, std::make_shared<LocalTierMover>(std::move(segment), std::move(tier)));
+}
+
+std::shared_ptr<SsdTier> InProcessMaster::FindTier(SegmentId id) const {
+  std::shared_lock lock(mu_);
+  auto it = tiers_.find(id);
+  return it == tiers_.end() ? nullptr : it->second;
 }
 
 std::shared_ptr<MemorySegment> InProcessMaster::Find(SegmentId id) const {

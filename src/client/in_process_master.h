@@ -1,6 +1,7 @@
 // The master of embedded mode: a MasterService in this process, the memory of
 // the segments mounted on it (so a transfer is a direct memcpy), and the
-// maintenance thread (abandoned puts, watermark eviction).
+// maintenance thread (abandoned puts, watermark eviction and demotion, expired staging
+// space).
 //
 // Several embedded clients of one process may share one InProcessMaster, each
 // contributing a segment. Thread-safety: thread-safe.
@@ -15,6 +16,7 @@
 
 #include "master/master_service.h"
 #include "memory/memory_segment.h"
+#include "ssd/ssd_tier.h"
 
 namespace tierkv {
 
@@ -35,12 +37,18 @@ class InProcessMaster {
   Status Detach(SegmentId id);
   std::shared_ptr<MemorySegment> Find(SegmentId id) const;
 
+  // Gives segment `id` an SSD tier: eviction there demotes through it, disk replicas on it
+  // are read from it, and maintenance reclaims its expired staging space. Detach drops it.
+  void AttachTier(SegmentId id, std::shared_ptr<SsdTier> tier);
+  std::shared_ptr<SsdTier> FindTier(SegmentId id) const;
+
  private:
   void MaintenanceLoop(Millis period);
 
   MasterService master_;
   mutable std::shared_mutex mu_;
   std::map<SegmentId, std::shared_ptr<MemorySegment>> memory_;  // guarded by mu_
+  std::map<SegmentId, std::shared_ptr<SsdTier>> tiers_;         // guarded by mu_
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;  // guarded by stop_mu_

@@ -29,7 +29,7 @@ constexpr uint32_t kMaxMetadataShards = 4096;
 constexpr uint32_t kMaxTransferThreads = 256;
 
 // Every accepted key, in the order docs/configuration.md lists them.
-constexpr std::array<std::string_view, 18> kKnownKeys = {
+constexpr std::array<std::string_view, 32> kKnownKeys = {
     "mode",
     "master_server_address",
     "metadata_server",
@@ -48,6 +48,20 @@ constexpr std::array<std::string_view, 18> kKnownKeys = {
     "require_registered_buffers",
     "transfer_threads",
     "use_huge_pages",
+    "offload_paths",
+    "offload_capacity",
+    "offload_region_size",
+    "offload_eviction_policy",
+    "offload_write_policy",
+    "offload_io_engine",
+    "offload_warm_restart",
+    "offload_page_cache_reads",
+    "offload_allow_buffered_io",
+    "staging_buffer_size",
+    "staging_usable_ratio",
+    "staging_ttl_ms",
+    "promote_on_hit",
+    "promote_min_hits",
 };
 
 Status Invalid(std::string message) {
@@ -235,6 +249,32 @@ Status GetRatio(const std::string& key, const Json& value, double* out) {
   return Status::Ok();
 }
 
+// A list of paths: a JSON array of strings, or one string of comma-separated paths.
+Status GetPathList(const std::string& key, const Json& value, std::vector<std::string>* out) {
+  std::vector<std::string> paths;
+  if (value.is_string()) {
+    std::string_view rest = value.get_ref<const std::string&>();
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      paths.emplace_back(Trim(rest.substr(0, comma)));
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  } else if (value.is_array()) {
+    for (const auto& item : value) {
+      if (!item.is_string()) return TypeError(key, "an array of path strings", item);
+      paths.push_back(item.get<std::string>());
+    }
+  } else {
+    return TypeError(key, "an array of paths or a comma-separated string", value);
+  }
+  for (const auto& p : paths) {
+    if (p.empty()) return KeyError(key, "empty path in the list");
+  }
+  *out = std::move(paths);
+  return Status::Ok();
+}
+
 Status ApplyKey(const std::string& key, const Json& value, Config* config) {
   if (key == "mode") {
     std::string mode;
@@ -286,6 +326,33 @@ Status ApplyKey(const std::string& key, const Json& value, Config* config) {
     return Status::Ok();
   }
   if (key == "use_huge_pages") return GetBool(key, value, &config->use_huge_pages);
+  if (key == "offload_paths") return GetPathList(key, value, &config->offload_paths);
+  if (key == "offload_capacity") return GetSize(key, value, &config->offload_capacity);
+  if (key == "offload_region_size") return GetSize(key, value, &config->offload_region_size);
+  if (key == "offload_eviction_policy") {
+    return GetString(key, value, &config->offload_eviction_policy);
+  }
+  if (key == "offload_write_policy") return GetString(key, value, &config->offload_write_policy);
+  if (key == "offload_io_engine") return GetString(key, value, &config->offload_io_engine);
+  if (key == "offload_warm_restart") return GetBool(key, value, &config->offload_warm_restart);
+  if (key == "offload_page_cache_reads") {
+    return GetBool(key, value, &config->offload_page_cache_reads);
+  }
+  if (key == "offload_allow_buffered_io") {
+    return GetBool(key, value, &config->offload_allow_buffered_io);
+  }
+  if (key == "staging_buffer_size") return GetSize(key, value, &config->staging_buffer_size);
+  if (key == "staging_usable_ratio") return GetRatio(key, value, &config->staging_usable_ratio);
+  if (key == "staging_ttl_ms") {
+    return GetUint(key, value, std::numeric_limits<uint64_t>::max(), &config->staging_ttl_ms);
+  }
+  if (key == "promote_on_hit") return GetBool(key, value, &config->promote_on_hit);
+  if (key == "promote_min_hits") {
+    uint64_t v = 0;
+    if (Status s = GetUint(key, value, 1u << 20, &v); !s.ok()) return s;
+    config->promote_min_hits = static_cast<uint32_t>(v);
+    return Status::Ok();
+  }
 
   std::string message = "unknown key " + Quote(key);
   if (std::optional<std::string_view> suggestion = SuggestKey(key)) {
@@ -339,6 +406,74 @@ Result<std::string> ReadWholeFile(const std::string& path) {
                    "\": " + std::generic_category().message(err != 0 ? err : EIO));
   }
   return data;
+}
+
+Status ValidateOffload(const Config& config) {
+  auto one_of = [](const std::string& key, const std::string& v,
+                   std::initializer_list<std::string_view> allowed) -> Status {
+    if (std::find(allowed.begin(), allowed.end(), v) != allowed.end()) return Status::Ok();
+    std::string list;
+    for (auto a : allowed) list += (list.empty() ? "\"" : ", \"") + std::string(a) + "\"";
+    return KeyError(key, "unknown value " + Quote(v) + "; allowed values are " + list);
+  };
+  if (Status s = one_of("offload_eviction_policy", config.offload_eviction_policy, {"fifo", "lru"});
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = one_of("offload_write_policy", config.offload_write_policy,
+                        {"demote_on_evict", "write_behind"});
+      !s.ok()) {
+    return s;
+  }
+  if (Status s =
+          one_of("offload_io_engine", config.offload_io_engine, {"auto", "io_uring", "posix"});
+      !s.ok()) {
+    return s;
+  }
+  if (config.offload_region_size % 4096 != 0 || config.offload_region_size < (uint64_t{1} << 20)) {
+    return KeyError("offload_region_size", "must be a multiple of 4096 and at least 1MiB, got " +
+                                               std::to_string(config.offload_region_size));
+  }
+  if (!(config.staging_usable_ratio > 0.0 && config.staging_usable_ratio <= 1.0)) {
+    return KeyError("staging_usable_ratio",
+                    "must be in (0, 1], got " + FormatDouble(config.staging_usable_ratio));
+  }
+  if (config.staging_ttl_ms == 0) return KeyError("staging_ttl_ms", "must be greater than 0");
+  if (config.promote_min_hits == 0) return KeyError("promote_min_hits", "must be at least 1");
+  if (!config.enable_offload) return Status::Ok();
+  if (config.offload_paths.empty()) {
+    return KeyError("offload_paths",
+                    "enable_offload needs at least one tier file path (e.g. "
+                    "[\"/mnt/nvme0/tierkv.tier\"])");
+  }
+  if (config.offload_capacity < config.offload_region_size) {
+    return KeyError("offload_capacity", "must hold at least one region (offload_region_size " +
+                                            std::to_string(config.offload_region_size) +
+                                            " bytes), got " +
+                                            std::to_string(config.offload_capacity));
+  }
+  // Larger objects stream through it in pieces; below 1 MiB the pieces get wastefully small.
+  if (config.staging_buffer_size < (uint64_t{1} << 20)) {
+    return KeyError("staging_buffer_size",
+                    "must be at least 1MiB, got " + std::to_string(config.staging_buffer_size));
+  }
+  return Status::Ok();
+}
+
+// TIERKV_STAGING_USABLE_RATIO overrides staging_usable_ratio (strictly parsed).
+Status ApplyEnvironment(Config* config) {
+  const char* ratio = std::getenv("TIERKV_STAGING_USABLE_RATIO");
+  if (ratio == nullptr || ratio[0] == '\0') return Status::Ok();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(ratio, &end);
+  if (errno != 0 || end == ratio || *end != '\0' || !(v > 0.0 && v <= 1.0)) {
+    return Invalid(
+        "environment variable TIERKV_STAGING_USABLE_RATIO: expected a number in (0, 1], got " +
+        Quote(ratio));
+  }
+  config->staging_usable_ratio = v;
+  return Status::Ok();
 }
 
 }  // namespace
@@ -499,6 +634,7 @@ Status ValidateConfig(const Config& config) {
     return KeyError("metadata_shards", "must be in 1.." + std::to_string(kMaxMetadataShards) +
                                            ", got " + std::to_string(config.metadata_shards));
   }
+  if (Status s = ValidateOffload(config); !s.ok()) return s;
   if (config.transfer_threads > kMaxTransferThreads) {
     return KeyError("transfer_threads", "must be in 0.." + std::to_string(kMaxTransferThreads) +
                                             ", got " + std::to_string(config.transfer_threads));
@@ -529,6 +665,7 @@ Result<Config> ParseConfig(std::string_view json_text) {
     for (const auto& [key, value] : doc.items()) {
       if (Status s = ApplyKey(key, value, &config); !s.ok()) return s;
     }
+    if (Status s = ApplyEnvironment(&config); !s.ok()) return s;
     if (Status s = ValidateConfig(config); !s.ok()) return s;
     WarnAboutIgnoredSettings(config);
     return config;
@@ -557,6 +694,7 @@ Result<Config> LoadConfig(const std::string& explicit_path) {
   const char* env_path = std::getenv("TIERKV_CONFIG_PATH");
   if (env_path != nullptr && env_path[0] != '\0') return LoadConfigFile(env_path);
   Config config;
+  if (Status s = ApplyEnvironment(&config); !s.ok()) return s;
   if (Status s = ValidateConfig(config); !s.ok()) return s;
   return config;
 }

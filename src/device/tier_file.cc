@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -124,6 +125,86 @@ Result<TierFile> TierFile::Create(const std::string& path, const TierFileOptions
     }
     spdlog::warn("tier file {}: fallocate unsupported; file is sparse, writes may hit ENOSPC",
                  path);
+  }
+  file.remove_on_close_ = options.remove_on_close;
+  return file;
+}
+
+Result<TierFile> TierFile::OpenExisting(const std::string& path, const TierFileOptions& options) {
+  if (path.empty()) return Status(ErrorCode::INVALID_PARAMS, "tier file path is empty");
+  if (options.capacity == 0 || options.capacity % kAlignment != 0 ||
+      options.capacity > static_cast<uint64_t>(std::numeric_limits<off_t>::max())) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "tier file " + path + ": capacity " + std::to_string(options.capacity) +
+                      " is not a positive multiple of " + std::to_string(kAlignment));
+  }
+  // Refuse what is not a regular file before opening it: opening a device node or a FIFO can
+  // have side effects of its own. The fstat below re-checks the file actually opened.
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT) return OpenFail(path, "cannot open: it does not exist");
+    return OpenFail(path, "cannot open: " + ErrnoText(err));
+  }
+  if (S_ISLNK(st.st_mode)) return OpenFail(path, "is a symbolic link; refusing to follow it");
+  if (!S_ISREG(st.st_mode)) return OpenFail(path, "is not a regular file");
+
+  // O_NONBLOCK: a FIFO swapped in after the lstat must not block the open (it is refused below).
+  const int flags = O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
+  TierFile file;
+  file.path_ = path;
+  file.capacity_ = options.capacity;
+  file.remove_on_close_ = false;  // until every check passed: never remove what we refuse
+  file.direct_io_ = true;
+  int err = EINVAL;
+  if (!options.TEST_pretend_no_direct_io) {
+    file.fd_ = open(path.c_str(), flags | O_DIRECT);
+    err = errno;
+  }
+  if (file.fd_ < 0 && err == EINVAL) {
+    if (!options.allow_buffered_fallback) {
+      return OpenFail(path,
+                      "filesystem does not support O_DIRECT (tmpfs?); put the tier on a disk "
+                      "filesystem, or set allow_buffered_fallback to use the page cache");
+    }
+    spdlog::warn(
+        "tier file {}: filesystem does not support O_DIRECT; using buffered IO "
+        "(allow_buffered_fallback): slower writes and page-cache pressure",
+        path);
+    file.direct_io_ = false;
+    file.fd_ = open(path.c_str(), flags);
+    err = errno;
+  }
+  if (file.fd_ < 0) {
+    switch (err) {
+      case ELOOP:
+        return OpenFail(path, "is a symbolic link; refusing to follow it");
+      case ENOENT:
+        return OpenFail(path, "cannot open: it does not exist");
+      default:
+        return OpenFail(path, "cannot open: " + ErrnoText(err));
+    }
+  }
+  if (fstat(file.fd_, &st) != 0) return OpenFail(path, "fstat: " + ErrnoText(errno));
+  if (!S_ISREG(st.st_mode)) return OpenFail(path, "is not a regular file");
+  if (st.st_uid != geteuid()) {
+    return OpenFail(path, "owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " +
+                              std::to_string(geteuid()) + ")");
+  }
+  if ((st.st_mode & 07777) != 0600) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return OpenFail(path, std::string("mode ") + mode +
+                              ", expected 0600 (a tier file is private to the store)");
+  }
+  if (static_cast<uint64_t>(st.st_size) != options.capacity) {
+    return OpenFail(path, "size " + std::to_string(st.st_size) + " bytes, expected " +
+                              std::to_string(options.capacity) +
+                              " (the configured capacity; was the configuration changed?)");
+  }
+  const int fl = fcntl(file.fd_, F_GETFL);
+  if (fl < 0 || fcntl(file.fd_, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    return OpenFail(path, "fcntl: " + ErrnoText(errno));
   }
   file.remove_on_close_ = options.remove_on_close;
   return file;

@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "master/eviction_policy.h"
 #include "master/object_table.h"
 #include "master/segment_registry.h"
+#include "master/tier_mover.h"
 #include "tierkv/status.h"
 #include "tierkv/types.h"
 
@@ -35,8 +38,16 @@ struct MasterOptions {
 struct ReplicaLocation {
   SegmentId segment = 0;
   ReplicaTier tier = ReplicaTier::kMemory;
-  uint64_t offset = 0;
-  uint64_t size = 0;  // object size (the allocation may be larger)
+  uint64_t offset = 0;  // memory replicas: offset in the segment
+  uint64_t size = 0;    // object size (the allocation may be larger)
+  DiskLocation disk{};  // disk replicas: the record in the segment owner's SSD tier
+};
+
+// A record found in an SSD tier at warm restart, to be registered as a disk replica.
+struct DiskRecord {
+  std::string key;
+  DiskLocation location;
+  uint64_t checksum = 0;
 };
 
 struct PutStartResult {
@@ -59,6 +70,14 @@ struct MasterStats {
   uint64_t evicted_bytes = 0;
   uint64_t reclaimed_puts = 0;
   uint64_t lease_grants = 0;
+  uint64_t demoted_objects = 0;  // moved to disk by eviction
+  uint64_t demoted_bytes = 0;
+  uint64_t demotion_failures = 0;      // objects dropped because their tier write failed
+  uint64_t written_behind = 0;         // copied to disk ahead of eviction
+  uint64_t disk_replicas_dropped = 0;  // their SSD region was reused
+  uint64_t memory_replicas = 0;
+  uint64_t disk_replicas = 0;
+  uint64_t promoted_objects = 0;
 };
 
 class MasterService {
@@ -72,6 +91,38 @@ class MasterService {
   // removed, and so is the rest of its group (no partial groups).
   Status UnmountSegment(SegmentId id);
   const SegmentRegistry& segments() const { return segments_; }
+  // The owner of `segment` has an SSD tier: eviction there demotes objects through
+  // `mover` instead of dropping them. Null detaches it.
+  void SetTierMover(SegmentId segment, std::shared_ptr<TierMover> mover);
+
+  // --- SSD tier bookkeeping (called by the segment's owner) ---
+  // The owner's tier reused `region`: drops the disk replicas of `keys` on `segment` that
+  // point into it at `generation`. An object left without replicas is removed, with the rest
+  // of its group. Returns the objects removed.
+  uint64_t DropDiskReplicas(SegmentId segment, uint32_t region, uint64_t generation,
+                            const std::vector<std::string>& keys);
+  // Warm restart: registers records as complete, ungrouped objects with one disk replica
+  // on `segment`. Per record: OK, OBJECT_ALREADY_EXISTS (the key is already stored),
+  // INVALID_KEY, SEGMENT_NOT_FOUND.
+  std::vector<Status> AddDiskReplicas(SegmentId segment, const std::vector<DiskRecord>& records);
+  // Write-behind: copies complete objects that have a memory replica on a segment with a
+  // tier mover, and no disk replica yet, to that tier, keeping the memory replica. Per key:
+  // OK (copied, or already on disk), OBJECT_NOT_FOUND, REPLICA_IS_NOT_READY, or the tier's
+  // write error.
+  std::vector<Status> CopyToDisk(const std::vector<std::string>& keys);
+
+  // --- Promotion on hit (copy disk-only objects back to DRAM) ---
+  // Counts a disk hit for each key; an object with only disk replicas that reached
+  // `min_hits` gets a memory range on its disk replica's segment (when one is free without
+  // evicting: admission never evicts), returned with a promotion id. Other keys: an error
+  // (OBJECT_NOT_FOUND, NO_AVAILABLE_HANDLE when not admitted or no room).
+  std::vector<Result<PutStartResult>> PromoteStart(const std::vector<std::string>& keys,
+                                                   uint32_t min_hits);
+  // Makes promoted ranges readable (`ok` true) or frees them. OBJECT_NOT_FOUND if the object
+  // or the promotion is gone (removed, or reclaimed after put_timeout).
+  std::vector<Status> PromoteEnd(const std::vector<std::string>& keys,
+                                 const std::vector<uint64_t>& promotion_ids,
+                                 const std::vector<bool>& ok);
 
   // --- Two-phase put ---
   // Per key: where to write, or INVALID_KEY, INVALID_PARAMS (size 0, bad
@@ -123,8 +174,18 @@ class MasterService {
   void GrantLease(Shard& shard, ObjectMeta& meta, SteadyTime now);
   bool IsLeased(Shard& shard, const ObjectMeta& meta, SteadyTime now) const;
   std::vector<EvictionCandidate> CollectCandidates(SegmentId segment, SteadyTime now);
-  // Evicts one candidate if still evictable; returns bytes freed on `segment`.
+  // Evicts one candidate if still evictable; returns bytes freed on `segment`. With a tier
+  // mover on the segment, objects without a disk replica are demoted (written to disk, then
+  // switched to a disk replica); a group whose demotion fails for any member is dropped whole.
   uint64_t EvictCandidate(const EvictionCandidate& c, SegmentId segment, SteadyTime now);
+  std::shared_ptr<TierMover> MoverOf(SegmentId segment) const;
+  // Phase 3 of a tier move: attaches the disk replicas written for `items` (objects that
+  // changed meanwhile are skipped) and, when `drop_memory`, frees their memory replicas on
+  // `segment` unless leased. Returns memory bytes freed.
+  uint64_t FinishDemotion(uint32_t shard, SegmentId segment,
+                          const std::vector<std::pair<DemoteItem, uint64_t>>& items,
+                          std::vector<Result<DiskLocation>>& written, bool drop_memory,
+                          const std::string& group, SteadyTime now);
   // Evicts on the segments a put of `size` would use; returns bytes freed.
   uint64_t EvictForPut(uint64_t size, const ReplicateConfig& config);
 
@@ -137,6 +198,20 @@ class MasterService {
   std::atomic<uint64_t> evicted_bytes_{0};
   std::atomic<uint64_t> reclaimed_puts_{0};
   std::atomic<uint64_t> lease_grants_{0};
+  std::atomic<uint64_t> demoted_objects_{0};
+  std::atomic<uint64_t> demoted_bytes_{0};
+  std::atomic<uint64_t> demotion_failures_{0};
+  std::atomic<uint64_t> written_behind_{0};
+  std::atomic<uint64_t> disk_replicas_dropped_{0};
+  std::atomic<uint64_t> promoted_objects_{0};
+  struct Promotion {
+    std::vector<Replica> replicas;
+    SteadyTime started;
+  };
+  std::mutex promotions_mu_;                  // a leaf lock (taken under a shard lock at most)
+  std::map<uint64_t, Promotion> promotions_;  // by promotion id, guarded by promotions_mu_
+  mutable std::mutex movers_mu_;              // a leaf lock: nothing else is taken while holding it
+  std::map<SegmentId, std::shared_ptr<TierMover>> movers_;  // guarded by movers_mu_
 };
 
 }  // namespace tierkv

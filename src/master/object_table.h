@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/disk_location.h"
 #include "master/segment_registry.h"
 #include "tierkv/types.h"
 
@@ -83,10 +84,13 @@ struct KeyEq {
 
 enum class ObjectState : uint8_t { kPending, kComplete };
 
+// A memory replica owns its allocation in the segment; a disk replica names a record in the
+// SSD tier of the segment's owner (and has no allocation).
 struct Replica {
   SegmentId segment;
   ReplicaTier tier;
   Allocation allocation;
+  DiskLocation disk{};
 };
 
 struct ObjectMeta {
@@ -94,6 +98,12 @@ struct ObjectMeta {
   uint64_t checksum = 0;
   uint64_t put_id = 0;  // PutEnd/PutRevoke must name the put that created it
   ObjectState state = ObjectState::kPending;
+  bool demoting = false;   // a tier move is writing it to disk: not evicted again meanwhile
+  uint32_t disk_hits = 0;  // reads served from disk since it was last in memory
+  // A promotion (copy back from disk) in flight, 0 = none. Its memory range is held by the
+  // master's promotion table, not here, so removing the object meanwhile cannot free a
+  // range a requester is still writing.
+  uint64_t promotion_id = 0;
   bool soft_pin = false;
   bool hard_pin = false;
   std::string group_id;

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "master/offset_allocator.h"
+#include "memory/offset_allocator.h"
 #include "tierkv/status.h"
 #include "tierkv/types.h"
 

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "common/checksum.h"
@@ -78,21 +80,45 @@ Result<std::vector<RegionLog::Place>> RegionLog::Layout(const std::vector<Device
   return places;
 }
 
+Status RegionLog::CheckReadDevices(const std::vector<Device*>& devices,
+                                   const std::vector<Device*>& read_devices) {
+  if (read_devices.empty()) return Status::Ok();
+  if (read_devices.size() != devices.size()) {
+    return Status(ErrorCode::INVALID_PARAMS, "region log: " + std::to_string(read_devices.size()) +
+                                                 " read devices for " +
+                                                 std::to_string(devices.size()) + " devices");
+  }
+  for (size_t d = 0; d < devices.size(); ++d) {
+    const Device* r = read_devices[d];
+    if (r == nullptr || r->size() != devices[d]->size() || kBlockSize % r->alignment() != 0) {
+      return Status(ErrorCode::INVALID_PARAMS,
+                    "region log: read device " + std::to_string(d) +
+                        " is null or differs from its device in size or alignment");
+    }
+  }
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<RegionLog>> RegionLog::Create(std::vector<Device*> devices,
                                                      const RegionLogOptions& options,
-                                                     RegionEvictedCallback on_region_evicted) {
+                                                     RegionEvictedCallback on_region_evicted,
+                                                     std::vector<Device*> read_devices) {
   auto places = Layout(devices, options.region_size);
   if (!places.ok()) return places.status();
+  Status s = CheckReadDevices(devices, read_devices);
+  if (!s.ok()) return s;
   auto buffer = IoBuffer::Allocate(options.region_size, options.want_huge_pages);
   if (!buffer.ok()) return buffer.status();
-  return std::unique_ptr<RegionLog>(new RegionLog(std::move(devices), *places, options,
-                                                  std::move(on_region_evicted),
+  return std::unique_ptr<RegionLog>(new RegionLog(std::move(devices), std::move(read_devices),
+                                                  *places, options, std::move(on_region_evicted),
                                                   std::move(buffer).value()));
 }
 
-RegionLog::RegionLog(std::vector<Device*> devices, const std::vector<Place>& places,
-                     const RegionLogOptions& options, RegionEvictedCallback cb, IoBuffer buffer)
+RegionLog::RegionLog(std::vector<Device*> devices, std::vector<Device*> read_devices,
+                     const std::vector<Place>& places, const RegionLogOptions& options,
+                     RegionEvictedCallback cb, IoBuffer buffer)
     : devices_(std::move(devices)),
+      read_devices_(read_devices.empty() ? devices_ : std::move(read_devices)),
       region_size_(options.region_size),
       policy_(options.eviction),
       on_region_evicted_(std::move(cb)),
@@ -250,8 +276,28 @@ Status RegionLog::Stale(const DiskLocation& loc) {
   return Status(ErrorCode::OBJECT_NOT_FOUND, "region log: " + Where(loc) + " was reused");
 }
 
-Status RegionLog::Read(const DiskLocation& loc, std::string_view key,
-                       const std::vector<MutPiece>& dst) {
+namespace {
+
+// The blocks a range needs, relative to the record start: [*begin, *begin + *len). A range at
+// value offset 0 starts at the record (header and key are checked); a later one covers only
+// its own value bytes.
+void RangeBlocks(uint64_t key_size, uint64_t value_offset, uint64_t length, uint64_t* begin,
+                 uint64_t* len) {
+  const uint64_t first = kRecordHeaderSize + key_size + value_offset;
+  *begin = value_offset == 0 ? 0 : first & ~(kBlockSize - 1);
+  *len = AlignUpToBlock(first + length) - *begin;
+}
+
+}  // namespace
+
+uint64_t RegionLog::RangeReadBytes(uint64_t key_size, uint64_t value_offset, uint64_t length) {
+  uint64_t begin = 0;
+  uint64_t len = 0;
+  RangeBlocks(key_size, value_offset, length, &begin, &len);
+  return len;
+}
+
+Status RegionLog::CheckLocation(const DiskLocation& loc, std::string_view key) const {
   if (key.empty() || key.size() > kMaxKeyLength) {
     return Status(ErrorCode::INVALID_KEY, "region log: bad key length");
   }
@@ -260,6 +306,189 @@ Status RegionLog::Read(const DiskLocation& loc, std::string_view key,
       RecordSpan(key.size(), loc.size) > region_size_ - loc.offset) {
     return Status(ErrorCode::INVALID_PARAMS, "region log: no such location: " + Where(loc));
   }
+  return Status::Ok();
+}
+
+Status RegionLog::CheckRange(const RangeRead& read) const {
+  const DiskLocation& loc = read.loc;
+  Status s = CheckLocation(loc, read.key);
+  if (!s.ok()) return s;
+  if (read.value_offset > loc.size || read.length > loc.size - read.value_offset ||
+      (read.length == 0 && read.value_offset != 0)) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "region log: range [" + std::to_string(read.value_offset) + ", +" +
+                      std::to_string(read.length) + ") is not inside the value of " +
+                      std::to_string(loc.size) + " bytes at " + Where(loc));
+  }
+  if (read.dst == nullptr || reinterpret_cast<uintptr_t>(read.dst) % kBlockSize != 0) {
+    return Status(ErrorCode::INVALID_PARAMS, "region log: range destination is null or not " +
+                                                 std::to_string(kBlockSize) + "-aligned");
+  }
+  return Status::Ok();
+}
+
+Status RegionLog::CheckHeader(const RangeRead& read, const uint8_t* rec, uint64_t len,
+                              bool verify_value, bool from_buffer) {
+  const DiskLocation& loc = read.loc;
+  auto h = DecodeRecordHeader(rec, len);
+  if (!h.ok()) {
+    // The open buffer holds only records this log wrote: a bad header there means the
+    // location names no record. On the device it is corruption.
+    if (from_buffer) {
+      return Status(ErrorCode::OBJECT_NOT_FOUND, "region log: no record at " + Where(loc));
+    }
+    counters_.checksum_failures.fetch_add(1);
+    return Status(ErrorCode::CHECKSUM_MISMATCH,
+                  "region log: " + Where(loc) + ": " + h.status().message());
+  }
+  if (h->generation != loc.generation || h->key_size != read.key.size() ||
+      h->value_size != loc.size || h->key_hash != KeyHash(read.key)) {
+    return Status(ErrorCode::OBJECT_NOT_FOUND,
+                  "region log: no record of this key at " + Where(loc));
+  }
+  if (std::memcmp(rec + kRecordHeaderSize, read.key.data(), read.key.size()) != 0) {
+    if (from_buffer) {
+      return Status(ErrorCode::OBJECT_NOT_FOUND,
+                    "region log: no record of this key at " + Where(loc));
+    }
+    counters_.checksum_failures.fetch_add(1);
+    return Status(ErrorCode::CHECKSUM_MISMATCH,
+                  "region log: " + Where(loc) + ": key bytes do not match the key hash");
+  }
+  // Staged reads skip this: the requester hashes the whole value once, against the object
+  // checksum. Read() promises verified bytes, so it hashes here.
+  if (verify_value && !from_buffer && read.value_offset == 0 && read.length == loc.size &&
+      Checksum(rec + kRecordHeaderSize + read.key.size(), loc.size) != h->value_checksum) {
+    counters_.checksum_failures.fetch_add(1);
+    return Status(ErrorCode::CHECKSUM_MISMATCH,
+                  "region log: " + Where(loc) + ": value bytes do not match the checksum");
+  }
+  return Status::Ok();
+}
+
+Status RegionLog::ReadOpenLocked(const RangeRead& read, uint64_t begin, uint64_t len,
+                                 bool verify_value, bool* handled) {
+  const DiskLocation& loc = read.loc;
+  *handled = open_ == static_cast<int64_t>(loc.region) &&
+             regions_[loc.region].generation == loc.generation;
+  if (!*handled) return Status::Ok();
+  // Same checks as a device read, on the bytes appended so far.
+  if (loc.offset + kRecordHeaderSize > used_) {
+    return Status(ErrorCode::OBJECT_NOT_FOUND, "region log: no record at " + Where(loc));
+  }
+  const uint8_t* rec = buffer_.data() + loc.offset;
+  Status s = CheckHeader(read, rec, kRecordHeaderSize + read.key.size(), verify_value,
+                         /*from_buffer=*/true);
+  if (!s.ok()) return s;
+  // The header matched, so the whole record (span <= used_ - offset) is in the buffer.
+  std::memcpy(read.dst, rec + begin, len);
+  if (read.value_out != nullptr) {
+    *read.value_out = read.dst + (kRecordHeaderSize + read.key.size() + read.value_offset - begin);
+  }
+  counters_.reads.fetch_add(1);
+  return Status::Ok();
+}
+
+std::vector<Status> RegionLog::ReadRanges(const std::vector<RangeRead>& reads) {
+  return ReadRangesImpl(reads, /*verify_value=*/false);
+}
+
+std::vector<Status> RegionLog::ReadRangesImpl(const std::vector<RangeRead>& reads,
+                                              bool verify_value) {
+  std::vector<Status> out(reads.size());
+  std::vector<uint64_t> begins(reads.size(), 0);
+  std::vector<uint64_t> lens(reads.size(), 0);
+  std::vector<std::vector<size_t>> per_device(devices_.size());  // indices into reads
+  std::vector<size_t> not_sealed;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    out[i] = CheckRange(reads[i]);
+    if (!out[i].ok()) continue;
+    RangeBlocks(reads[i].key.size(), reads[i].value_offset, reads[i].length, &begins[i], &lens[i]);
+    const Region& reg = regions_[reads[i].loc.region];
+    // Step 1 of the reuse protocol: only a region sealed under this generation goes to disk.
+    if (reg.sealed_generation.load() == reads[i].loc.generation) {
+      per_device[reg.device].push_back(i);
+    } else {
+      not_sealed.push_back(i);
+    }
+  }
+  if (!not_sealed.empty()) {
+    std::lock_guard lock(mu_);  // once for the whole batch
+    for (size_t i : not_sealed) {
+      bool handled = false;
+      out[i] = ReadOpenLocked(reads[i], begins[i], lens[i], verify_value, &handled);
+      if (handled) continue;
+      const Region& reg = regions_[reads[i].loc.region];
+      if (reg.sealed_generation.load() == reads[i].loc.generation) {
+        per_device[reg.device].push_back(i);  // sealed between the two checks
+      } else {
+        out[i] = Stale(reads[i].loc);
+      }
+    }
+  }
+
+  // One batch per device, the devices in parallel, so every drive has reads in flight.
+  std::vector<std::vector<Status>> io(devices_.size());
+  auto run = [&](size_t d) {
+    std::vector<IoRequest> requests;
+    requests.reserve(per_device[d].size());
+    for (size_t i : per_device[d]) {
+      const Region& reg = regions_[reads[i].loc.region];
+      requests.push_back(
+          IoRequest{reg.base + reads[i].loc.offset + begins[i], reads[i].dst, lens[i]});
+    }
+    io[d] = read_devices_[d]->ReadBatch(requests);
+  };
+  std::vector<size_t> busy;
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    if (!per_device[d].empty()) busy.push_back(d);
+  }
+  std::vector<std::thread> helpers;
+  for (size_t k = 1; k < busy.size(); ++k) {
+    try {
+      helpers.emplace_back(run, busy[k]);
+    } catch (const std::system_error&) {
+      run(busy[k]);  // no thread to spare: this device's batch runs on this thread
+    }
+  }
+  if (!busy.empty()) run(busy[0]);
+  for (auto& t : helpers) t.join();
+
+  for (size_t d : busy) {
+    for (size_t k = 0; k < per_device[d].size(); ++k) {
+      const size_t i = per_device[d][k];
+      const RangeRead& read = reads[i];
+      Region& reg = regions_[read.loc.region];
+      // Step 3: an unchanged sealed generation means no reuse (which zeroes it before any new
+      // byte can be written) began before the read finished.
+      if (reg.sealed_generation.load() != read.loc.generation) {
+        out[i] = Stale(read.loc);
+        continue;
+      }
+      if (!io[d][k].ok()) {
+        counters_.read_errors.fetch_add(1);
+        out[i] = io[d][k];
+        continue;
+      }
+      if (read.value_offset == 0) {
+        out[i] = CheckHeader(read, read.dst, lens[i], verify_value, /*from_buffer=*/false);
+        if (!out[i].ok()) continue;
+      }
+      if (read.value_out != nullptr) {
+        *read.value_out =
+            read.dst + (kRecordHeaderSize + read.key.size() + read.value_offset - begins[i]);
+      }
+      reg.last_access.store(clock_.fetch_add(1) + 1);
+      counters_.reads.fetch_add(1);
+    }
+  }
+  return out;
+}
+
+Status RegionLog::Read(const DiskLocation& loc, std::string_view key,
+                       const std::vector<MutPiece>& dst) {
+  Status s = CheckLocation(loc, key);
+  if (!s.ok()) return s;
   uint64_t total = 0;
   for (const auto& p : dst) {
     if (p.size > 0 && p.ptr == nullptr) {
@@ -272,70 +501,16 @@ Status RegionLog::Read(const DiskLocation& loc, std::string_view key,
                                                   std::to_string(total) + " of " +
                                                   std::to_string(loc.size) + " bytes");
   }
-  Region& reg = regions_[loc.region];
-  if (reg.sealed_generation.load() != loc.generation) {
-    std::unique_lock lock(mu_);
-    if (open_ == static_cast<int64_t>(loc.region) && reg.generation == loc.generation) {
-      // Still in the open buffer: verify the header like a disk read would, then copy.
-      const uint8_t* rec = buffer_.data() + loc.offset;
-      if (loc.offset + kRecordHeaderSize > used_) {
-        return Status(ErrorCode::OBJECT_NOT_FOUND, "region log: no record at " + Where(loc));
-      }
-      auto h = DecodeRecordHeader(rec, kRecordHeaderSize);
-      if (!h.ok() || h->key_size != key.size() || h->value_size != loc.size ||
-          h->key_hash != KeyHash(key) ||
-          std::memcmp(rec + kRecordHeaderSize, key.data(), key.size()) != 0) {
-        return Status(ErrorCode::OBJECT_NOT_FOUND,
-                      "region log: no record of this key at " + Where(loc));
-      }
-      Scatter(rec + kRecordHeaderSize + key.size(), loc.size, dst);
-      counters_.reads.fetch_add(1);
-      return Status::Ok();
-    }
-    if (reg.sealed_generation.load() != loc.generation) return Stale(loc);
-    // Sealed between the two checks: read it from the device like any sealed region.
-  }
-  return ReadSealed(loc, key, dst);
-}
-
-Status RegionLog::ReadSealed(const DiskLocation& loc, std::string_view key,
-                             const std::vector<MutPiece>& dst) {
-  Region& reg = regions_[loc.region];
-  const uint64_t span = RecordSpan(key.size(), loc.size);
+  const uint64_t bytes = RangeReadBytes(key.size(), 0, loc.size);
   std::unique_ptr<uint8_t, FreeDeleter> bounce(
-      static_cast<uint8_t*>(std::aligned_alloc(kBlockSize, span)));
+      static_cast<uint8_t*>(std::aligned_alloc(kBlockSize, bytes)));
   if (!bounce) return Status(ErrorCode::INTERNAL_ERROR, "region log: out of memory for a read");
-  Status s = devices_[reg.device]->Read(reg.base + loc.offset, bounce.get(), span);
-  // Re-check after the IO: an unchanged sealed generation means no reuse (which zeroes it
-  // before any new byte can be written) began before the read finished.
-  if (reg.sealed_generation.load() != loc.generation) return Stale(loc);
-  if (!s.ok()) {
-    counters_.read_errors.fetch_add(1);
-    return s;
-  }
-  const uint8_t* rec = bounce.get();
-  auto h = DecodeRecordHeader(rec, span);
-  if (!h.ok()) {
-    counters_.checksum_failures.fetch_add(1);
-    return Status(ErrorCode::CHECKSUM_MISMATCH,
-                  "region log: " + Where(loc) + ": " + h.status().message());
-  }
-  if (h->generation != loc.generation || h->key_size != key.size() || h->value_size != loc.size ||
-      h->key_hash != KeyHash(key)) {
-    return Status(ErrorCode::OBJECT_NOT_FOUND,
-                  "region log: no record of this key at " + Where(loc));
-  }
-  const uint8_t* value = rec + kRecordHeaderSize + key.size();
-  if (std::memcmp(rec + kRecordHeaderSize, key.data(), key.size()) != 0 ||
-      Checksum(value, loc.size) != h->value_checksum) {
-    counters_.checksum_failures.fetch_add(1);
-    return Status(ErrorCode::CHECKSUM_MISMATCH,
-                  "region log: " + Where(loc) + ": key or value bytes do not match the checksum");
-  }
-  Scatter(value, loc.size, dst);
-  reg.last_access.store(clock_.fetch_add(1) + 1);
-  counters_.reads.fetch_add(1);
-  return Status::Ok();
+  const uint8_t* value = nullptr;
+  const RangeRead read{loc, key, 0, loc.size, bounce.get(), &value};
+  s = std::move(ReadRangesImpl({read}, /*verify_value=*/true)[0]);
+  // The caller's pieces are written only once every check passed.
+  if (s.ok()) Scatter(value, loc.size, dst);
+  return s;
 }
 
 RegionLogStats RegionLog::stats() const {
@@ -441,14 +616,19 @@ Result<std::vector<ScannedRecord>> RegionLog::Scan(const std::vector<Device*>& d
 Result<std::unique_ptr<RegionLog>> RegionLog::Recover(std::vector<Device*> devices,
                                                       const RegionLogOptions& options,
                                                       RegionEvictedCallback on_region_evicted,
-                                                      std::vector<ScannedRecord>* surviving) {
+                                                      std::vector<ScannedRecord>* surviving,
+                                                      std::vector<Device*> read_devices) {
+  auto places = Layout(devices, options.region_size);
+  if (!places.ok()) return places.status();
+  Status s = CheckReadDevices(devices, read_devices);
+  if (!s.ok()) return s;
   auto scanned = ScanAll(devices, options);
   if (!scanned.ok()) return scanned.status();
   auto buffer = IoBuffer::Allocate(options.region_size, options.want_huge_pages);
   if (!buffer.ok()) return buffer.status();
-  std::unique_ptr<RegionLog> log(new RegionLog(std::move(devices), scanned->places, options,
-                                               std::move(on_region_evicted),
-                                               std::move(buffer).value()));
+  std::unique_ptr<RegionLog> log(
+      new RegionLog(std::move(devices), std::move(read_devices), scanned->places, options,
+                    std::move(on_region_evicted), std::move(buffer).value()));
   if (surviving != nullptr) *surviving = NewestPerKey(scanned->regions);
   log->Adopt(scanned->regions, scanned->max_generation);
   return log;

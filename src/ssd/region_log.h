@@ -24,6 +24,13 @@
 // checksum confirms them). Any mismatch is OBJECT_NOT_FOUND. Reads of the open region copy
 // from the buffer under the append mutex.
 //
+// Staged reads: ReadRanges() reads a batch of value ranges straight into caller-provided
+// aligned buffers (the staging area), with one Device::ReadBatch per device so many reads are
+// in flight. A range starting at value offset 0 is read from the record's start and its
+// header and key are checked as Read() does, but the value is not hashed (the requester
+// verifies the object checksum over the whole value); a later range reads only the aligned
+// blocks covering it. Both follow the sealed-generation protocol above.
+//
 // Errors: Append: INVALID_KEY (empty, > kMaxKeyLength), INVALID_PARAMS (null piece, size
 // overflow), OBJECT_TOO_LARGE (record > region_size - kBlockSize), FILE_WRITE_FAIL when the
 // flush of the full region failed: then that region's records are lost (reported through
@@ -31,13 +38,15 @@
 // the next Append works normally. Read: OBJECT_NOT_FOUND (region reused, or the location does
 // not name a record of this key), CHECKSUM_MISMATCH (corrupt header, key or value),
 // FILE_READ_FAIL (IO error; the next read works), BUFFER_OVERFLOW (dst smaller than the
-// value), INVALID_PARAMS (location outside the tier).
+// value), INVALID_PARAMS (location outside the tier). ReadRanges: per range, the same codes
+// (no value checksum), INVALID_KEY, and INVALID_PARAMS for a range outside the value or a
+// null/unaligned dst.
 //
 // Warm restart: Recover() opens a log over used devices, adopting the regions that hold
 // valid records as sealed (see docs/disk-format.md, "Warm restart"); Create() starts empty.
 //
-// Ownership: the devices are borrowed and must outlive the log. Unflushed records are
-// dropped by the destructor (call Flush() first to keep them).
+// Ownership: the devices and read devices are borrowed and must outlive the log. Unflushed
+// records are dropped by the destructor (call Flush() first to keep them).
 // Thread-safety: all methods are thread-safe. Appends, flushes and evictions are serialized
 // by one mutex (the flush IO runs under it); reads of sealed regions take no lock. The
 // callback runs under that mutex: it must not call Append/Flush on this log.
@@ -52,21 +61,13 @@
 #include <string_view>
 #include <vector>
 
+#include "common/disk_location.h"
 #include "device/device.h"
 #include "device/io_buffer.h"
 #include "tierkv/status.h"
 #include "transfer/copy.h"
 
 namespace tierkv {
-
-// Where a record's value lives. `offset` is the record header's byte offset in its region
-// (a multiple of kBlockSize); `size` is the value's size in bytes.
-struct DiskLocation {
-  uint32_t region = 0;
-  uint64_t generation = 0;
-  uint64_t offset = 0;
-  uint64_t size = 0;
-};
 
 enum class RegionEvictionPolicy {
   kFifo,  // reuse the region sealed longest ago
@@ -90,7 +91,7 @@ struct RegionLogStats {
   uint64_t flushes = 0;         // successful region writes
   uint64_t flush_errors = 0;
   uint64_t evicted_regions = 0;
-  uint64_t reads = 0;  // Read() calls that returned OK
+  uint64_t reads = 0;  // Read() calls and ReadRanges() ranges that returned OK
   uint64_t read_errors = 0;
   uint64_t checksum_failures = 0;
   uint64_t stale_reads = 0;  // OBJECT_NOT_FOUND because the region was reused
@@ -103,14 +104,33 @@ struct ScannedRecord {
   uint64_t checksum = 0;  // xxh3-64 of the value
 };
 
+// One value range for ReadRanges: bytes [value_offset, value_offset + length) of the value
+// of the record of `key` at `loc`.
+struct RangeRead {
+  DiskLocation loc;
+  std::string_view key;
+  uint64_t value_offset = 0;
+  // > 0; 0 is accepted only with value_offset 0 (checks the header and key, reads no value).
+  uint64_t length = 0;
+  // kBlockSize-aligned, at least RegionLog::RangeReadBytes(key.size(), value_offset, length)
+  // bytes (<= StagingNeed(length), see ssd/staging_area.h). Holds the aligned blocks read:
+  // for value_offset 0 the record header and key come first.
+  uint8_t* dst = nullptr;
+  // If not null, receives the address in dst of the first requested value byte (on success).
+  const uint8_t** value_out = nullptr;
+};
+
 class RegionLog {
  public:
   // INVALID_PARAMS for no/null devices, a bad region size, a device alignment that does not
   // divide kBlockSize, or devices too small for one region; INTERNAL_ERROR if the buffer
-  // cannot be allocated.
+  // cannot be allocated. `read_devices`, when not empty, holds one device per device (same
+  // file, same size, e.g. opened without O_DIRECT) that serves the reads of sealed regions;
+  // writes and recovery scans always use `devices`. INVALID_PARAMS if it does not match.
   static Result<std::unique_ptr<RegionLog>> Create(std::vector<Device*> devices,
                                                    const RegionLogOptions& options,
-                                                   RegionEvictedCallback on_region_evicted);
+                                                   RegionEvictedCallback on_region_evicted,
+                                                   std::vector<Device*> read_devices = {});
   ~RegionLog() = default;
   RegionLog(const RegionLog&) = delete;
   RegionLog& operator=(const RegionLog&) = delete;
@@ -123,6 +143,12 @@ class RegionLog {
   // Copies the value at `loc`, which must have been appended under `key`, into `dst`
   // (total size >= loc.size; bytes past loc.size are left alone).
   Status Read(const DiskLocation& loc, std::string_view key, const std::vector<MutPiece>& dst);
+  // Staged reads (see the class comment): one Status per range, in order; a failed range
+  // never fails its neighbours. On failure the range's dst bytes are unspecified.
+  std::vector<Status> ReadRanges(const std::vector<RangeRead>& reads);
+  // Bytes of dst a RangeRead needs: the blocks covering the range, from the record start
+  // when value_offset is 0. At most StagingNeed(length) for keys of up to kMaxKeyLength.
+  static uint64_t RangeReadBytes(uint64_t key_size, uint64_t value_offset, uint64_t length);
 
   uint32_t num_regions() const { return num_regions_; }
   uint64_t region_size() const { return region_size_; }
@@ -150,10 +176,12 @@ class RegionLog {
   // tenant's generation never matches leftover bytes. If `surviving` is not null it receives
   // the records Scan would return (newest wins per key); their locations Read byte-exact.
   // Errors as for Create.
+  // `read_devices` as for Create (the scan itself reads `devices`).
   static Result<std::unique_ptr<RegionLog>> Recover(std::vector<Device*> devices,
                                                     const RegionLogOptions& options,
                                                     RegionEvictedCallback on_region_evicted,
-                                                    std::vector<ScannedRecord>* surviving);
+                                                    std::vector<ScannedRecord>* surviving,
+                                                    std::vector<Device*> read_devices = {});
 
  private:
   enum class State : uint8_t { kFree, kOpen, kSealed };
@@ -187,8 +215,12 @@ class RegionLog {
         evicted_regions{0}, reads{0}, read_errors{0}, checksum_failures{0}, stale_reads{0};
   };
 
-  RegionLog(std::vector<Device*> devices, const std::vector<Place>& places,
-            const RegionLogOptions& options, RegionEvictedCallback cb, IoBuffer buffer);
+  RegionLog(std::vector<Device*> devices, std::vector<Device*> read_devices,
+            const std::vector<Place>& places, const RegionLogOptions& options,
+            RegionEvictedCallback cb, IoBuffer buffer);
+  // INVALID_PARAMS unless `read_devices` is empty or matches `devices` one to one.
+  static Status CheckReadDevices(const std::vector<Device*>& devices,
+                                 const std::vector<Device*>& read_devices);
   static Result<std::vector<Place>> Layout(const std::vector<Device*>& devices,
                                            uint64_t region_size);
   static Result<ScanResult> ScanAll(const std::vector<Device*>& devices,
@@ -201,14 +233,24 @@ class RegionLog {
   // All under mu_.
   Status OpenRegionLocked();
   Status SealOpenRegionLocked();
-  // Reads from the open buffer if `loc` names the open region; sets *handled.
-  Status ReadOpenLocked(const DiskLocation& loc, std::string_view key,
-                        const std::vector<MutPiece>& dst, bool* handled);
-  Status ReadSealed(const DiskLocation& loc, std::string_view key,
-                    const std::vector<MutPiece>& dst);
+  // ReadRanges, plus (verify_value) the value checksum of value_offset-0 ranges covering the
+  // whole value, as Read() promises.
+  std::vector<Status> ReadRangesImpl(const std::vector<RangeRead>& reads, bool verify_value);
+  // INVALID_KEY / INVALID_PARAMS for a key or location that names nothing readable.
+  Status CheckLocation(const DiskLocation& loc, std::string_view key) const;
+  // CheckLocation, plus INVALID_PARAMS for a range outside the value or a bad dst.
+  Status CheckRange(const RangeRead& read) const;
+  // Copies the range from the open buffer if `read.loc` names the open region (same checks as
+  // a device read). Under mu_. Sets *handled when the location was the open region's.
+  Status ReadOpenLocked(const RangeRead& read, uint64_t begin, uint64_t len, bool verify_value,
+                        bool* handled);
+  // Checks the record header (and key) at the start of `rec` against the range.
+  Status CheckHeader(const RangeRead& read, const uint8_t* rec, uint64_t len, bool verify_value,
+                     bool from_buffer);
   Status Stale(const DiskLocation& loc);
 
   const std::vector<Device*> devices_;
+  const std::vector<Device*> read_devices_;  // serve sealed reads; devices_ when not given
   const uint64_t region_size_;
   const RegionEvictionPolicy policy_;
   const RegionEvictedCallback on_region_evicted_;

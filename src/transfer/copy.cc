@@ -53,4 +53,25 @@ uint64_t ScatterCopy(const uint8_t* src, const std::vector<MutPiece>& pieces, bo
   return sum.Digest();
 }
 
+void ScatterCopyAt(const uint8_t* src, uint64_t len, const std::vector<MutPiece>& pieces,
+                   uint64_t offset, ChecksumStream* sum) {
+  for (const auto& p : pieces) {
+    if (len == 0) break;
+    if (offset >= p.size) {
+      offset -= p.size;
+      continue;
+    }
+    auto* dst = static_cast<uint8_t*>(p.ptr) + offset;
+    const uint64_t n = std::min<uint64_t>(len, p.size - offset);
+    for (uint64_t off = 0; off < n; off += kChunk) {
+      const size_t chunk = static_cast<size_t>(std::min<uint64_t>(kChunk, n - off));
+      std::memcpy(dst + off, src + off, chunk);
+      if (sum != nullptr) sum->Update(dst + off, chunk);
+    }
+    src += n;
+    len -= n;
+    offset = 0;
+  }
+}
+
 }  // namespace tierkv

@@ -24,4 +24,11 @@ uint64_t GatherCopy(uint8_t* dst, const std::vector<ConstPiece>& pieces, bool ha
 // bytes (each destination chunk is hashed right after it is written), else 0.
 uint64_t ScatterCopy(const uint8_t* src, const std::vector<MutPiece>& pieces, bool hash);
 
+class ChecksumStream;
+// Copies `len` bytes of `src` to bytes [offset, offset + len) of the concatenation of
+// `pieces` (which must be that long), feeding each copied chunk to `sum` when not null:
+// an object streamed in order through several calls gets the checksum of the whole.
+void ScatterCopyAt(const uint8_t* src, uint64_t len, const std::vector<MutPiece>& pieces,
+                   uint64_t offset, ChecksumStream* sum);
+
 }  // namespace tierkv

@@ -338,8 +338,8 @@ TEST(ClientCreate, RejectsModesNotBuiltAndBadConfig) {
   bad.global_segment_size = 0;
   EXPECT_EQ(Client::Create(bad).code(), ErrorCode::INVALID_CONFIG);
   Config offload = SmallConfig();
-  offload.enable_offload = true;
-  EXPECT_EQ(Client::Create(offload).code(), ErrorCode::UNAVAILABLE_IN_CURRENT_MODE);
+  offload.enable_offload = true;  // without offload_paths
+  EXPECT_EQ(Client::Create(offload).code(), ErrorCode::INVALID_CONFIG);
   auto ok = Client::Create(SmallConfig());
   EXPECT_TRUE(ok.ok()) << ok.status().ToString();
 }

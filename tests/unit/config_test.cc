@@ -56,8 +56,11 @@ template <typename T>
 Result<Config> ParseBody(const std::string& body) { return ParseConfig("{" + body + "}"); }
 
 // Parses `{"<key>": <value>}`.
+// enable_offload needs a tier path, so that key brings one along.
 Result<Config> ParseKey(const std::string& key, const std::string& value) {
-  return ParseBody("\"" + key + "\": " + value);
+  const std::string extra =
+      key == "enable_offload" ? ", \"offload_paths\": \"/var/tmp/t.tier\"" : "";
+  return ParseBody("\"" + key + "\": " + value + extra);
 }
 
 void ExpectDefaults(const Config& c) {
@@ -128,7 +131,21 @@ TEST(ConfigParseTest, AllKeysParsed) {
     "verify_checksum": false,
     "require_registered_buffers": "FALSE",
     "transfer_threads": 8,
-    "use_huge_pages": "false"
+    "use_huge_pages": "false",
+    "offload_paths": ["/mnt/a/t.tier", "/mnt/b/t.tier"],
+    "offload_capacity": "2GB",
+    "offload_region_size": "32MiB",
+    "offload_eviction_policy": "lru",
+    "offload_write_policy": "write_behind",
+    "offload_io_engine": "posix",
+    "offload_warm_restart": true,
+    "offload_page_cache_reads": true,
+    "offload_allow_buffered_io": true,
+    "staging_buffer_size": "64MiB",
+    "staging_usable_ratio": 0.5,
+    "staging_ttl_ms": 1000,
+    "promote_on_hit": true,
+    "promote_min_hits": 3
   })");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->mode, Mode::kStandaloneStore);
@@ -149,6 +166,70 @@ TEST(ConfigParseTest, AllKeysParsed) {
   EXPECT_FALSE(config->require_registered_buffers);
   EXPECT_EQ(config->transfer_threads, 8u);
   EXPECT_FALSE(config->use_huge_pages);
+  EXPECT_EQ(config->offload_paths, (std::vector<std::string>{"/mnt/a/t.tier", "/mnt/b/t.tier"}));
+  EXPECT_EQ(config->offload_capacity, 2 * kGiB);
+  EXPECT_EQ(config->offload_region_size, 32 * kMiB);
+  EXPECT_EQ(config->offload_eviction_policy, "lru");
+  EXPECT_EQ(config->offload_write_policy, "write_behind");
+  EXPECT_EQ(config->offload_io_engine, "posix");
+  EXPECT_TRUE(config->offload_warm_restart);
+  EXPECT_TRUE(config->offload_page_cache_reads);
+  EXPECT_TRUE(config->offload_allow_buffered_io);
+  EXPECT_EQ(config->staging_buffer_size, 64 * kMiB);
+  EXPECT_DOUBLE_EQ(config->staging_usable_ratio, 0.5);
+  EXPECT_EQ(config->staging_ttl_ms, 1000u);
+  EXPECT_TRUE(config->promote_on_hit);
+  EXPECT_EQ(config->promote_min_hits, 3u);
+}
+
+TEST(ConfigOffloadTest, OffloadDefaultsAndRules) {
+  Config c;
+  EXPECT_TRUE(c.offload_paths.empty());
+  EXPECT_EQ(c.offload_capacity, 16 * kGiB);
+  EXPECT_EQ(c.offload_region_size, 64 * kMiB);
+  EXPECT_EQ(c.offload_eviction_policy, "fifo");
+  EXPECT_EQ(c.offload_write_policy, "demote_on_evict");
+  EXPECT_EQ(c.staging_buffer_size, 1280 * kMiB);
+  EXPECT_DOUBLE_EQ(c.staging_usable_ratio, 0.9);
+  EXPECT_FALSE(c.offload_warm_restart);
+  EXPECT_FALSE(c.offload_page_cache_reads);
+  EXPECT_FALSE(c.promote_on_hit);
+  EXPECT_TRUE(IsInvalid(ParseBody(R"("enable_offload": true)"), {"offload_paths"}));
+  EXPECT_TRUE(IsInvalid(ParseBody(R"("offload_paths": "a,,b")"), {"offload_paths", "empty"}));
+  EXPECT_TRUE(IsInvalid(ParseBody(R"("offload_paths": [1])"), {"offload_paths"}));
+  EXPECT_TRUE(IsInvalid(ParseBody(R"("offload_eviction_policy": "mru")"),
+                        {"offload_eviction_policy", "mru", "fifo"}));
+  EXPECT_TRUE(IsInvalid(ParseBody(R"("offload_write_policy": "eager")"),
+                        {"offload_write_policy", "write_behind"}));
+  EXPECT_TRUE(IsInvalid(ParseBody(R"("offload_io_engine": "aio")"), {"offload_io_engine"}));
+  EXPECT_TRUE(IsInvalid(ParseBody(R"("offload_region_size": 5000)"), {"offload_region_size"}));
+  EXPECT_TRUE(IsInvalid(ParseBody(R"("staging_usable_ratio": 0)"), {"staging_usable_ratio"}));
+  EXPECT_TRUE(IsInvalid(ParseBody(R"("staging_usable_ratio": 1.5)"), {"staging_usable_ratio"}));
+  EXPECT_TRUE(IsInvalid(ParseBody(R"("staging_ttl_ms": 0)"), {"staging_ttl_ms"}));
+  EXPECT_TRUE(IsInvalid(ParseBody(R"("promote_min_hits": 0)"), {"promote_min_hits"}));
+  EXPECT_TRUE(IsInvalid(ParseBody(R"("enable_offload": true, "offload_paths": "/x",
+                                      "offload_capacity": "1MiB")"),
+                        {"offload_capacity", "region"}));
+  EXPECT_TRUE(IsInvalid(ParseBody(R"("enable_offload": true, "offload_paths": "/x",
+                                      "staging_buffer_size": "512KiB")"),
+                        {"staging_buffer_size"}));
+  auto list = ParseBody(R"("offload_paths": " /a/t , /b/t ")");
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(list->offload_paths, (std::vector<std::string>{"/a/t", "/b/t"}));
+}
+
+TEST(ConfigOffloadTest, UsableRatioFromEnvironment) {
+  ::setenv("TIERKV_STAGING_USABLE_RATIO", "0.25", 1);
+  auto c = ParseBody(R"("staging_usable_ratio": 0.5)");
+  ::setenv("TIERKV_STAGING_USABLE_RATIO", "abc", 1);
+  auto bad = ParseBody("");
+  ::setenv("TIERKV_STAGING_USABLE_RATIO", "1.01", 1);
+  auto too_big = ParseBody("");
+  ::unsetenv("TIERKV_STAGING_USABLE_RATIO");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_DOUBLE_EQ(c->staging_usable_ratio, 0.25);  // the environment wins
+  EXPECT_TRUE(IsInvalid(bad, {"TIERKV_STAGING_USABLE_RATIO", "abc"}));
+  EXPECT_TRUE(IsInvalid(too_big, {"TIERKV_STAGING_USABLE_RATIO"}));
 }
 
 TEST(ConfigParseTest, MooncakeStyleEmbeddedConfig) {

@@ -1,5 +1,6 @@
-// TierFile creation safety (symlinks, modes, removal, O_DIRECT fallback, space errors) and
-// IoBuffer (alignment, rounding, moves, page kind).
+// TierFile creation safety (symlinks, modes, removal, O_DIRECT fallback, space errors),
+// reopening a kept file (OpenExisting refusals), and IoBuffer (alignment, rounding, moves, page
+// kind).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -292,6 +293,131 @@ TEST_F(TierFileTest, NotEnoughSpaceNamesNeededAndAvailableBytes) {
       << message;
   EXPECT_NE(message.find("bytes available"), std::string::npos) << message;
   EXPECT_FALSE(fs::exists(path));
+}
+
+// ---- OpenExisting (warm restart) ----
+
+// A kept tier file of `capacity` bytes whose block 2 holds 0x5A bytes.
+void MakeKeptFile(const std::string& path, const TierFileOptions& base, uint64_t capacity) {
+  TierFileOptions options = base;
+  options.capacity = capacity;
+  options.remove_on_close = false;
+  Result<TierFile> file = TierFile::Create(path, options);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  Result<std::unique_ptr<Device>> device = OpenDevice(*file, DeviceOptions{});
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  Result<IoBuffer> buf = IoBuffer::Allocate(4096, false);
+  ASSERT_TRUE(buf.ok());
+  std::memset(buf->data(), 0x5A, 4096);
+  ASSERT_TRUE((*device)->Write(8192, buf->data(), 4096).ok());
+}
+
+// The error of opening `path` must be FILE_OPEN_FAIL naming the path and `what`.
+void ExpectOpenFail(const Result<TierFile>& file, const std::string& path,
+                    const std::string& what) {
+  EXPECT_EQ(file.code(), ErrorCode::FILE_OPEN_FAIL) << file.status().ToString();
+  EXPECT_NE(file.status().message().find(path), std::string::npos) << file.status().message();
+  EXPECT_NE(file.status().message().find(what), std::string::npos) << file.status().message();
+}
+
+TEST_F(TierFileTest, OpenExistingReopensAKeptFileWithItsBytes) {
+  MakeKeptFile(File("tier"), Options(kMiB), kMiB);
+  TierFileOptions options = Options(kMiB);
+  options.remove_on_close = false;
+  {
+    Result<TierFile> file = TierFile::OpenExisting(File("tier"), options);
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    EXPECT_EQ(file->capacity(), kMiB);
+    EXPECT_EQ(file->path(), File("tier"));
+    EXPECT_FALSE(file->remove_on_close());
+    if (!on_tmpfs_) {
+      EXPECT_TRUE(file->direct_io());
+    }
+    const int flags = fcntl(file->fd(), F_GETFL);
+    EXPECT_EQ((flags & O_DIRECT) != 0, file->direct_io());
+    EXPECT_EQ(flags & O_NONBLOCK, 0);
+    EXPECT_EQ(flags & O_ACCMODE, O_RDWR);
+    EXPECT_NE(fcntl(file->fd(), F_GETFD) & FD_CLOEXEC, 0);
+    Result<std::unique_ptr<Device>> device = OpenDevice(*file, DeviceOptions{});
+    ASSERT_TRUE(device.ok());
+    Result<IoBuffer> buf = IoBuffer::Allocate(4096, false);
+    ASSERT_TRUE(buf.ok());
+    ASSERT_TRUE((*device)->Read(8192, buf->data(), 4096).ok());
+    EXPECT_EQ(buf->data()[0], 0x5A);
+    EXPECT_EQ(buf->data()[4095], 0x5A);
+  }
+  EXPECT_TRUE(fs::exists(File("tier"))) << "kept with remove_on_close = false";
+  // With remove_on_close (the default) the reopened file goes at close, like a created one.
+  options.remove_on_close = true;
+  { ASSERT_TRUE(TierFile::OpenExisting(File("tier"), options).ok()); }
+  EXPECT_FALSE(fs::exists(File("tier")));
+}
+
+TEST_F(TierFileTest, OpenExistingRefusesASymlinkAndLeavesItsTargetAlone) {
+  MakeKeptFile(File("target"), Options(kMiB), kMiB);
+  ASSERT_EQ(symlink(File("target").c_str(), File("tier").c_str()), 0);
+  TierFileOptions options = Options(kMiB);
+  ExpectOpenFail(TierFile::OpenExisting(File("tier"), options), File("tier"), "symbolic link");
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(File("tier"))));  // neither removed
+  EXPECT_TRUE(fs::exists(File("target")));                        // nor followed
+  EXPECT_EQ(fs::file_size(File("target")), kMiB);
+  ASSERT_EQ(symlink(File("nowhere").c_str(), File("dangling").c_str()), 0);
+  ExpectOpenFail(TierFile::OpenExisting(File("dangling"), options), File("dangling"),
+                 "symbolic link");
+  EXPECT_FALSE(fs::exists(File("nowhere")));
+}
+
+TEST_F(TierFileTest, OpenExistingRefusesWhatIsNotARegularFile) {
+  const TierFileOptions options = Options(kMiB);
+  fs::create_directory(dir_ / "subdir");
+  ExpectOpenFail(TierFile::OpenExisting(File("subdir"), options), File("subdir"),
+                 "not a regular file");
+  ASSERT_EQ(mkfifo(File("fifo").c_str(), 0600), 0);
+  ExpectOpenFail(TierFile::OpenExisting(File("fifo"), options), File("fifo"), "not a regular file");
+  EXPECT_TRUE(fs::is_fifo(File("fifo")));
+  ExpectOpenFail(TierFile::OpenExisting(File("missing"), options), File("missing"),
+                 "does not exist");
+  EXPECT_FALSE(fs::exists(File("missing"))) << "OpenExisting never creates";
+  EXPECT_EQ(TierFile::OpenExisting("", options).code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(TierFile::OpenExisting(File("subdir"), Options(1000)).code(),
+            ErrorCode::INVALID_PARAMS);
+}
+
+TEST_F(TierFileTest, OpenExistingRefusesAnotherModeOrSize) {
+  MakeKeptFile(File("tier"), Options(kMiB), kMiB);
+  ASSERT_EQ(chmod(File("tier").c_str(), 0644), 0);
+  ExpectOpenFail(TierFile::OpenExisting(File("tier"), Options(kMiB)), File("tier"),
+                 "mode 0644, expected 0600");
+  ASSERT_EQ(chmod(File("tier").c_str(), 0600), 0);
+  ExpectOpenFail(TierFile::OpenExisting(File("tier"), Options(2 * kMiB)), File("tier"),
+                 "size 1048576 bytes, expected 2097152");
+  // Refusals leave the file as it was, even with remove_on_close.
+  EXPECT_EQ(fs::file_size(File("tier")), kMiB);
+  ASSERT_TRUE(TierFile::OpenExisting(File("tier"), Options(kMiB)).ok());
+}
+
+TEST_F(TierFileTest, OpenExistingRefusesAFileOfAnotherUser) {
+  MakeKeptFile(File("tier"), Options(kMiB), kMiB);
+  if (geteuid() != 0) GTEST_SKIP() << "changing a file's owner needs root";
+  ASSERT_EQ(chown(File("tier").c_str(), 65534, 65534), 0);
+  ExpectOpenFail(TierFile::OpenExisting(File("tier"), Options(kMiB)), File("tier"),
+                 "owned by uid 65534");
+  EXPECT_TRUE(fs::exists(File("tier")));
+}
+
+TEST_F(TierFileTest, OpenExistingWithoutODirectNeedsTheBufferedFallback) {
+  MakeKeptFile(File("tier"), Options(kMiB), kMiB);
+  TierFileOptions options = Options(kMiB);
+  options.TEST_pretend_no_direct_io = true;
+  options.allow_buffered_fallback = false;
+  ExpectOpenFail(TierFile::OpenExisting(File("tier"), options), File("tier"),
+                 "filesystem does not support O_DIRECT");
+  EXPECT_TRUE(fs::exists(File("tier")));
+  options.allow_buffered_fallback = true;
+  Result<TierFile> file = TierFile::OpenExisting(File("tier"), options);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_FALSE(file->direct_io());
+  EXPECT_EQ(fcntl(file->fd(), F_GETFL) & O_DIRECT, 0);
 }
 
 // ---- IoBuffer ----

@@ -1,4 +1,4 @@
-#include "master/offset_allocator.h"
+#include "memory/offset_allocator.h"
 
 #include <cassert>
 

@@ -1,0 +1,19 @@
+#include "client/local_tier.h"
+
+namespace tierkv {
+
+std::vector<Result<DiskLocation>> LocalTierMover::Demote(const std::vector<DemoteItem>& items) {
+  std::vector<Result<DiskLocation>> out;
+  out.reserve(items.size());
+  for (const auto& item : items) {
+    if (item.offset > segment_->size() || item.size > segment_->size() - item.offset) {
+      out.emplace_back(ErrorCode::INVALID_PARAMS,
+                       "demote of " + item.key + ": range outside segment");
+      continue;
+    }
+    out.push_back(tier_->Append(item.key, {ConstPiece{segment_->base() + item.offset, item.size}}));
+  }
+  return out;
+}
+
+}  // namespace tierkv

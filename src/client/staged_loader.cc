@@ -1,0 +1,151 @@
+#include "client/staged_loader.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <future>
+#include <map>
+
+#include "common/checksum.h"
+#include "ssd/ssd_tier.h"
+#include "tierkv/status.h"
+
+namespace tierkv {
+namespace {
+
+void Fail(DiskRead& r, ErrorCode code) {
+  r.result = ToInt(code);
+  for (const auto& p : r.dst) std::memset(p.ptr, 0, p.size);  // never leave wrong bytes
+}
+
+Result<StageResult> StagePart(SsdTier& tier, const std::vector<DiskRead*>& part) {
+  std::vector<StageRequest> requests;
+  requests.reserve(part.size());
+  for (const DiskRead* r : part) {
+    requests.push_back(StageRequest{*r->key, r->location, 0, r->location.size});
+  }
+  return tier.Stage(requests);
+}
+
+}  // namespace
+
+uint64_t StagedLoader::PartBudget(uint64_t capacity) const {
+  return static_cast<uint64_t>(usable_ratio_ * static_cast<double>(capacity));
+}
+
+StagedLoadStats StagedLoader::Load(std::vector<DiskRead>& reads) const {
+  StagedLoadStats stats;
+  std::map<SsdTier*, std::vector<DiskRead*>> by_tier;
+  for (auto& r : reads) {
+    if (!r.tier) {
+      Fail(r, ErrorCode::OBJECT_NOT_FOUND);
+      continue;
+    }
+    by_tier[r.tier.get()].push_back(&r);
+  }
+  for (auto& [tier, list] : by_tier) LoadFromTier(*tier, list, stats);
+  return stats;
+}
+
+void StagedLoader::LoadFromTier(SsdTier& tier, std::vector<DiskRead*>& reads,
+                                StagedLoadStats& stats) const {
+  const uint64_t usable = PartBudget(tier.staging_capacity());
+  // At most half the usable budget per part, so the next part stages while this one is
+  // copied out; and at most kPipelinePart, so even a batch that would fit whole is cut into
+  // a few parts and its disk reads overlap its copies.
+  const uint64_t half = std::min(usable / 2, kPipelinePart);
+  std::vector<std::vector<DiskRead*>> parts;
+  uint64_t used = 0;
+  for (DiskRead* r : reads) {
+    const uint64_t need = StagingNeed(r->location.size);
+    if (need > usable) {
+      ++stats.streamed_objects;
+      Stream(tier, *r, usable);
+      continue;
+    }
+    if (parts.empty() || used + need > half) {
+      parts.emplace_back();
+      used = 0;
+    }
+    parts.back().push_back(r);
+    used += need;
+  }
+  stats.parts += parts.size();
+  if (parts.empty()) return;
+
+  auto stage = [&tier](const std::vector<DiskRead*>& part) { return StagePart(tier, part); };
+  std::future<Result<StageResult>> next = std::async(std::launch::async, stage, parts[0]);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    Result<StageResult> staged = next.get();
+    if (k + 1 < parts.size()) next = std::async(std::launch::async, stage, parts[k + 1]);
+    const std::vector<DiskRead*>& part = parts[k];
+    if (!staged.ok()) {
+      spdlog::warn("staging {} objects failed: {}", part.size(), staged.status().ToString());
+      for (DiskRead* r : part) Fail(*r, staged.code());
+      continue;
+    }
+    pool_->ParallelFor(part.size(), [&](size_t j) {
+      DiskRead& r = *part[j];
+      const StagedPiece& piece = staged->pieces[j];
+      if (!piece.status.ok()) {
+        Fail(r, piece.status.code());
+        return;
+      }
+      const uint64_t sum = ScatterCopy(piece.data, r.dst, /*hash=*/true);
+      if (sum != r.checksum) {
+        spdlog::error("checksum mismatch reading {} from the SSD tier (region {} offset {})",
+                      *r.key, r.location.region, r.location.offset);
+        Fail(r, ErrorCode::CHECKSUM_MISMATCH);
+        return;
+      }
+      r.result = static_cast<int64_t>(r.location.size);
+    });
+    // Reclaimed mid-copy (the ticket outlived its TTL): the bytes may be a new tenant's.
+    const bool held = tier.Held(staged->ticket);
+    if (Status st = tier.Release(staged->ticket); !st.ok() && held) {
+      spdlog::warn("releasing staging ticket {}: {}", staged->ticket, st.ToString());
+    }
+    if (!held) {
+      for (DiskRead* r : part) {
+        if (r->result >= 0) Fail(*r, ErrorCode::TRANSFER_FAIL);
+      }
+    }
+  }
+}
+
+void StagedLoader::Stream(SsdTier& tier, DiskRead& r, uint64_t usable) const {
+  // The largest piece whose staging need fits the usable budget.
+  const uint64_t piece = usable > 8192 + 4096 ? (usable - 8192) & ~uint64_t{4095} : 0;
+  if (piece == 0) {
+    Fail(r, ErrorCode::OBJECT_TOO_LARGE);
+    return;
+  }
+  ChecksumStream sum;
+  for (uint64_t off = 0; off < r.location.size; off += piece) {
+    const uint64_t len = std::min(piece, r.location.size - off);
+    auto staged = tier.Stage({StageRequest{*r.key, r.location, off, len}});
+    Status st = staged.ok() ? staged->pieces[0].status : staged.status();
+    if (st.ok()) {
+      ScatterCopyAt(staged->pieces[0].data, len, r.dst, off, &sum);
+      if (!tier.Held(staged->ticket)) {
+        st = Status(ErrorCode::TRANSFER_FAIL, "staging space reclaimed during the copy");
+      }
+    }
+    if (staged.ok()) (void)tier.Release(staged->ticket);
+    if (!st.ok()) {
+      spdlog::warn("streaming {} from the SSD tier failed at byte {}: {}", *r.key, off,
+                   st.ToString());
+      Fail(r, st.code());
+      return;
+    }
+  }
+  if (sum.Digest() != r.checksum) {
+    spdlog::error("checksum mismatch streaming {} from the SSD tier", *r.key);
+    Fail(r, ErrorCode::CHECKSUM_MISMATCH);
+    return;
+  }
+  r.result = static_cast<int64_t>(r.location.size);
+}
+
+}  // namespace tierkv

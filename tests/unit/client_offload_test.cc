@@ -1,0 +1,335 @@
+// The SSD tier through the client API (embedded mode): demotion under memory pressure,
+// staged loads split by the staging budget, streaming of objects larger than the budget,
+// write-behind, warm restart, corruption and injected IO faults.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "client/embedded_client.h"
+#include "device/faulty_device.h"
+#include "device_test_util.h"
+#include "ssd/ssd_tier.h"
+
+namespace tierkv {
+namespace {
+
+constexpr uint64_t kKiB = 1024, kMiB = 1024 * 1024;
+
+std::vector<uint8_t> Pattern(size_t size, uint32_t seed) {
+  std::vector<uint8_t> v(size);
+  std::mt19937 rng(seed);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+std::string Key(int i) { return "tierkv:model@chunk-" + std::to_string(i); }
+
+class ClientOffloadTest : public ::testing::Test {
+ protected:
+  Config MakeConfig() const {
+    Config c;
+    c.global_segment_size = 8 * kMiB;
+    c.use_huge_pages = false;
+    c.transfer_threads = 2;
+    c.enable_offload = true;
+    c.offload_paths = {dir_.File("t0.tier")};
+    c.offload_capacity = 32 * kMiB;
+    c.offload_region_size = 1 * kMiB;
+    c.staging_buffer_size = 4 * kMiB;
+    return c;
+  }
+  void Open(const Config& c, std::function<void(SsdTierOptions&)> hook = nullptr) {
+    client_.reset();
+    auto r = EmbeddedClient::Create(c, nullptr, hook);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    client_ = std::move(r).value();
+  }
+  void PutAll(int n, size_t size, int first = 0) {
+    for (int i = first; i < first + n; ++i) {
+      auto data = Pattern(size, static_cast<uint32_t>(i));
+      ASSERT_EQ(client_->Put(Key(i), data.data(), data.size()), 0) << Key(i);
+    }
+  }
+  // Gets keys [first, first+n) in one batch; expects each byte-exact or `missing_ok`
+  // OBJECT_NOT_FOUND. Returns how many were found.
+  int GetAllExact(int n, size_t size, int first = 0, bool missing_ok = false) {
+    std::vector<std::vector<uint8_t>> bufs(n, std::vector<uint8_t>(size, 0xEE));
+    std::vector<std::string> keys;
+    std::vector<std::vector<void*>> ptrs;
+    std::vector<std::vector<size_t>> sizes;
+    for (int i = 0; i < n; ++i) {
+      keys.push_back(Key(first + i));
+      ptrs.push_back({bufs[i].data()});
+      sizes.push_back({size});
+      EXPECT_TRUE(client_->RegisterBuffer(bufs[i].data(), size).ok());
+    }
+    auto got = client_->BatchGetIntoMultiBuffers(keys, ptrs, sizes);
+    int found = 0;
+    for (int i = 0; i < n; ++i) {
+      EXPECT_TRUE(client_->UnregisterBuffer(bufs[i].data()).ok());
+      if (missing_ok && got[i] == ToInt(ErrorCode::OBJECT_NOT_FOUND)) continue;
+      EXPECT_EQ(got[i], static_cast<int64_t>(size)) << keys[i];
+      if (got[i] == static_cast<int64_t>(size)) {
+        ++found;
+        EXPECT_EQ(bufs[i], Pattern(size, static_cast<uint32_t>(first + i))) << keys[i];
+      }
+    }
+    return found;
+  }
+  std::vector<ReplicaTier> Tiers(const std::string& key) {
+    auto d = client_->BatchGetReplicaDesc({key});
+    std::vector<ReplicaTier> out;
+    if (d[0].ok()) {
+      for (const auto& r : *d[0]) out.push_back(r.tier);
+    }
+    return out;
+  }
+  MasterService& Master() { return client_->TEST_master()->master(); }
+
+  test_util::ScratchDir dir_;
+  std::unique_ptr<EmbeddedClient> client_;
+};
+
+TEST_F(ClientOffloadTest, DemotionUnderMemoryPressureKeepsEveryObjectReadable) {
+  Open(MakeConfig());
+  constexpr size_t kSize = 256 * kKiB;
+  PutAll(64, kSize);  // 16 MiB into an 8 MiB segment
+  const auto st = Master().Stats();
+  EXPECT_GE(st.demoted_objects, 30u);
+  EXPECT_EQ(st.evicted_objects, 0u);
+  EXPECT_EQ(st.objects, 64u);
+  EXPECT_EQ(Tiers(Key(0)), std::vector<ReplicaTier>{ReplicaTier::kDisk});
+  EXPECT_EQ(Tiers(Key(63)), std::vector<ReplicaTier>{ReplicaTier::kMemory});
+  EXPECT_EQ(GetAllExact(64, kSize), 64);
+  EXPECT_GT(client_->TEST_tier()->stats().staged_pieces, 0u);
+}
+
+TEST_F(ClientOffloadTest, DiskRegionReuseDropsTheOldestObjectsCleanly) {
+  Open(MakeConfig());
+  constexpr size_t kSize = 256 * kKiB;
+  PutAll(200, kSize);  // more than DRAM + disk hold
+  EXPECT_GT(Master().Stats().disk_replicas_dropped, 0u);
+  const int found = GetAllExact(200, kSize, 0, /*missing_ok=*/true);
+  EXPECT_GT(found, 100);
+  EXPECT_LT(found, 200);
+  EXPECT_EQ(found, static_cast<int>(Master().Stats().objects));
+}
+
+TEST_F(ClientOffloadTest, SmallStagingBudgetSplitsBatchesAndStreamsLargeObjects) {
+  Config c = MakeConfig();
+  c.offload_region_size = 4 * kMiB;
+  c.staging_buffer_size = 1 * kMiB;
+  c.staging_usable_ratio = 0.9;  // 921 KiB usable: a 3 MiB object streams in 4 pieces
+  Open(c);
+  constexpr size_t kSize = 3 * kMiB;
+  PutAll(2, kSize);
+  for (int i = 10; i < 30; ++i) {  // small ones: a batch of them needs several parts
+    auto data = Pattern(100 * kKiB, static_cast<uint32_t>(i));
+    ASSERT_EQ(client_->Put(Key(i), data.data(), data.size()), 0);
+  }
+  ASSERT_GT(Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB), 0u);
+  ASSERT_EQ(Tiers(Key(0)), std::vector<ReplicaTier>{ReplicaTier::kDisk});
+  ASSERT_EQ(Tiers(Key(10)), std::vector<ReplicaTier>{ReplicaTier::kDisk});
+  const uint64_t before = client_->TEST_tier()->stats().staging.reservations;
+  EXPECT_EQ(GetAllExact(2, kSize), 2);
+  const uint64_t streamed = client_->TEST_tier()->stats().staging.reservations - before;
+  EXPECT_EQ(streamed, 8u);  // 2 objects x 4 pieces
+  EXPECT_EQ(GetAllExact(20, 100 * kKiB, 10), 20);
+  EXPECT_GE(client_->TEST_tier()->stats().staging.reservations - before - streamed, 4u);
+  EXPECT_EQ(client_->TEST_tier()->stats().staging.bytes_in_use, 0u);
+}
+
+TEST_F(ClientOffloadTest, CorruptRecordIsChecksumMismatchAndZeroed) {
+  Open(MakeConfig());
+  constexpr size_t kSize = 200 * kKiB;
+  PutAll(3, kSize);
+  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+  ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+  auto desc = client_->BatchGetReplicaDesc({Key(1)});
+  ASSERT_TRUE(desc[0].ok());
+  ASSERT_EQ((*desc[0])[0].tier, ReplicaTier::kDisk);
+  // Flip one value byte on the disk (single file: the tier offset is the file offset).
+  const uint64_t at = (*desc[0])[0].offset + 64 + Key(1).size() + 1000;
+  const int fd = ::open(MakeConfig().offload_paths[0].c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint8_t b = 0;
+  ASSERT_EQ(::pread(fd, &b, 1, static_cast<off_t>(at)), 1);
+  b ^= 0x5A;
+  ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(at)), 1);
+  ::fsync(fd);
+  ::close(fd);
+  std::vector<uint8_t> out(kSize, 0xEE);
+  EXPECT_EQ(client_->Get(Key(1), out.data(), out.size()), ToInt(ErrorCode::CHECKSUM_MISMATCH));
+  EXPECT_EQ(out, std::vector<uint8_t>(kSize, 0));  // never the corrupt bytes
+  EXPECT_EQ(GetAllExact(1, kSize, 0), 1);          // the neighbours are fine
+  EXPECT_EQ(GetAllExact(1, kSize, 2), 1);
+}
+
+TEST_F(ClientOffloadTest, ReadErrorsFailTheirKeysAndTheNextReadWorks) {
+  FaultyDevice* faulty = nullptr;
+  Open(MakeConfig(), [&](SsdTierOptions& o) {
+    o.TEST_wrap_device = [&](std::unique_ptr<Device> d) {
+      auto f = std::make_unique<FaultyDevice>(std::move(d));
+      faulty = f.get();
+      return std::unique_ptr<Device>(std::move(f));
+    };
+  });
+  ASSERT_NE(faulty, nullptr);
+  constexpr size_t kSize = 256 * kKiB;
+  PutAll(8, kSize);
+  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+  ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+  for (FaultKind kind : {FaultKind::kReadEio, FaultKind::kShortRead}) {
+    ASSERT_TRUE(faulty->AddFault(FaultRule::Once(kind)).ok());
+    std::vector<uint8_t> out(kSize, 0xEE);
+    EXPECT_EQ(client_->Get(Key(0), out.data(), out.size()), ToInt(ErrorCode::FILE_READ_FAIL));
+    EXPECT_EQ(out, std::vector<uint8_t>(kSize, 0));
+    EXPECT_EQ(GetAllExact(8, kSize), 8);  // the IO path keeps working
+  }
+}
+
+TEST_F(ClientOffloadTest, WriteErrorsDropTheDemotedObjectsAndTheTierRecovers) {
+  FaultyDevice* faulty = nullptr;
+  Open(MakeConfig(), [&](SsdTierOptions& o) {
+    o.TEST_wrap_device = [&](std::unique_ptr<Device> d) {
+      auto f = std::make_unique<FaultyDevice>(std::move(d));
+      faulty = f.get();
+      return std::unique_ptr<Device>(std::move(f));
+    };
+  });
+  constexpr size_t kSize = 256 * kKiB;
+  for (FaultKind kind : {FaultKind::kWriteEio, FaultKind::kWriteEnospc, FaultKind::kShortWrite}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    ASSERT_TRUE(client_->RemoveAll(true) >= 0);
+    PutAll(8, kSize);
+    Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+    ASSERT_TRUE(faulty->AddFault(FaultRule::Once(kind)).ok());
+    // The region holding the demoted records fails to reach the disk: they are gone, never
+    // wrong.
+    EXPECT_EQ(client_->TEST_tier()->Flush().code(), ErrorCode::FILE_WRITE_FAIL);
+    const int found = GetAllExact(8, kSize, 0, /*missing_ok=*/true);
+    EXPECT_LT(found, 8);
+    // The next demotion and flush work.
+    ASSERT_TRUE(client_->RemoveAll(true) >= 0);
+    PutAll(8, kSize, 100);
+    Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+    ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+    EXPECT_EQ(GetAllExact(8, kSize, 100), 8);
+  }
+}
+
+TEST_F(ClientOffloadTest, WriteBehindCopiesAtPutAndEvictionOnlyFreesMemory) {
+  Config c = MakeConfig();
+  c.offload_write_policy = "write_behind";
+  Open(c);
+  constexpr size_t kSize = 256 * kKiB;
+  PutAll(4, kSize);
+  client_->TEST_write_behind()->Drain();
+  // (Replica descriptions would lease the objects and keep them from eviction: use stats.)
+  auto st = Master().Stats();
+  EXPECT_EQ(st.written_behind, 4u);
+  EXPECT_EQ(st.memory_replicas, 4u);
+  EXPECT_EQ(st.disk_replicas, 4u);
+  const uint64_t appended = client_->TEST_tier()->stats().log.appended_records;
+  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+  EXPECT_EQ(client_->TEST_tier()->stats().log.appended_records, appended);  // no second write
+  st = Master().Stats();
+  EXPECT_EQ(st.memory_replicas, 0u);
+  EXPECT_EQ(st.disk_replicas, 4u);
+  EXPECT_EQ(GetAllExact(4, kSize), 4);
+}
+
+TEST_F(ClientOffloadTest, WarmRestartBringsDemotedObjectsBack) {
+  Config c = MakeConfig();
+  c.offload_warm_restart = true;
+  Open(c);
+  constexpr size_t kSize = 256 * kKiB;
+  PutAll(10, kSize);
+  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+  ASSERT_EQ(Tiers(Key(0)), std::vector<ReplicaTier>{ReplicaTier::kDisk});
+  client_.reset();  // flushes the open region and keeps the file
+  ASSERT_TRUE(std::filesystem::exists(c.offload_paths[0]));
+  Open(c);
+  EXPECT_EQ(Master().Stats().objects, 10u);
+  EXPECT_EQ(GetAllExact(10, kSize), 10);
+  client_.reset();
+  // Without warm restart the file is removed at shutdown.
+  c.offload_warm_restart = false;
+  Open(c);
+  EXPECT_EQ(Master().Stats().objects, 0u);
+  client_.reset();
+  EXPECT_FALSE(std::filesystem::exists(c.offload_paths[0]));
+}
+
+TEST_F(ClientOffloadTest, AbandonedStagingSpaceIsReclaimedAfterItsTtl) {
+  ManualClock clock;
+  Open(MakeConfig(), [&](SsdTierOptions& o) {
+    o.staging.clock = &clock;
+    o.staging.ttl = Millis(1000);
+  });
+  constexpr size_t kSize = 256 * kKiB;
+  PutAll(4, kSize);
+  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+  auto reps = Master().GetReplicas({Key(0)});
+  ASSERT_TRUE(reps[0].ok());
+  // A requester stages and vanishes without releasing.
+  auto staged =
+      client_->TEST_tier()->Stage({StageRequest{Key(0), reps[0]->replicas[0].disk, 0, kSize}});
+  ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+  EXPECT_GT(client_->TEST_tier()->stats().staging.bytes_in_use, 0u);
+  EXPECT_EQ(client_->TEST_tier()->ReclaimExpired(), 0u);
+  clock.Advance(Millis(1001));
+  EXPECT_EQ(client_->TEST_tier()->ReclaimExpired(), 1u);
+  EXPECT_EQ(client_->TEST_tier()->stats().staging.bytes_in_use, 0u);
+  EXPECT_FALSE(client_->TEST_tier()->Held(staged->ticket));
+  EXPECT_EQ(GetAllExact(4, kSize), 4);
+}
+
+TEST_F(ClientOffloadTest, PromotionOnHitBringsHotObjectsBackToMemory) {
+  Config c = MakeConfig();
+  c.promote_on_hit = true;
+  c.promote_min_hits = 2;
+  Open(c);
+  constexpr size_t kSize = 256 * kKiB;
+  PutAll(4, kSize);
+  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+  EXPECT_EQ(Master().Stats().memory_replicas, 0u);
+  EXPECT_EQ(GetAllExact(4, kSize), 4);  // first hit: not admitted
+  EXPECT_EQ(Master().Stats().memory_replicas, 0u);
+  EXPECT_EQ(GetAllExact(2, kSize), 2);  // second hit of keys 0, 1: promoted
+  EXPECT_EQ(Master().Stats().promoted_objects, 2u);
+  EXPECT_EQ(Tiers(Key(0)), (std::vector<ReplicaTier>{ReplicaTier::kMemory, ReplicaTier::kDisk}));
+  const uint64_t staged = client_->TEST_tier()->stats().staged_pieces;
+  EXPECT_EQ(GetAllExact(2, kSize), 2);  // served from memory now, byte-exact
+  EXPECT_EQ(client_->TEST_tier()->stats().staged_pieces, staged);
+}
+
+TEST_F(ClientOffloadTest, BadTierPathFailsAtStartWithTheReason) {
+  Config c = MakeConfig();
+  c.offload_paths = {dir_.File("no-such-dir/t.tier")};
+  auto r = EmbeddedClient::Create(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.code(), ErrorCode::FILE_OPEN_FAIL);
+  EXPECT_NE(r.status().message().find("no-such-dir"), std::string::npos) << r.status().message();
+}
+
+TEST_F(ClientOffloadTest, StripedOverTwoPaths) {
+  Config c = MakeConfig();
+  c.offload_paths = {dir_.File("a.tier"), dir_.File("b.tier")};
+  c.offload_capacity = 8 * kMiB;
+  Open(c);
+  constexpr size_t kSize = 256 * kKiB;
+  PutAll(60, kSize);
+  EXPECT_EQ(GetAllExact(60, kSize, 0, /*missing_ok=*/true),
+            static_cast<int>(Master().Stats().objects));
+  EXPECT_GE(client_->TEST_tier()->stats().log.flushes, 4u);
+}
+
+}  // namespace
+}  // namespace tierkv
