@@ -168,11 +168,28 @@ Status EmbeddedClient::OpenTier(const SsdTierOptions& options) {
 
 EmbeddedClient::~EmbeddedClient() {
   write_behind_.reset();  // drains: queued copies finish while the tier is attached
+  if (tier_) LogTierCounters();
   if (segment_id_ != 0) {
     if (Status st = master_->Detach(segment_id_); !st.ok()) {
       spdlog::warn("unmounting segment {}: {}", segment_id_, st.ToString());
     }
   }
+}
+
+void EmbeddedClient::LogTierCounters() const {
+  const MasterStats m = master_->master().Stats();
+  const SsdTierStats t = tier_->stats();
+  spdlog::info(
+      "SSD tier counters: demoted {} objects ({} bytes), {} demotion failures, {} written "
+      "behind, {} promoted; disk writes {} regions ({} flush errors), {} records appended "
+      "({} bytes); {} regions reused ({} disk replicas dropped); staged {} pieces ({} bytes), "
+      "{} stage errors, {} read errors, {} checksum failures; staging {} reclaimed, {} "
+      "timeouts",
+      m.demoted_objects, m.demoted_bytes, m.demotion_failures, m.written_behind, m.promoted_objects,
+      t.log.flushes, t.log.flush_errors, t.log.appended_records, t.log.appended_bytes,
+      t.log.evicted_regions, m.disk_replicas_dropped, t.staged_pieces, t.staged_bytes,
+      t.stage_errors, t.log.read_errors, t.log.checksum_failures, t.staging.reclaimed,
+      t.staging.timeouts);
 }
 
 Status EmbeddedClient::RegisterBuffer(void* ptr, size_t size) {

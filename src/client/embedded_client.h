@@ -77,6 +77,9 @@ class EmbeddedClient final : public Client {
   // re-registers what the tier still holds).
   Status OpenTier(const SsdTierOptions& options);
 
+  // One info line with the SSD tier's counters (at shutdown; /metrics comes with the
+  // distributed build).
+  void LogTierCounters() const;
   // promote_on_hit: copies disk hits (reads[hits[k]], already verified in the caller's
   // buffers) back into DRAM once the master admits them.
   void Promote(const std::vector<DiskRead>& reads, const std::vector<size_t>& hits);

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "client/embedded_client.h"
+#include "common/logging.h"
 #include "device/faulty_device.h"
 #include "device_test_util.h"
 #include "ssd/ssd_tier.h"
@@ -265,6 +268,45 @@ TEST_F(ClientOffloadTest, WarmRestartBringsDemotedObjectsBack) {
   EXPECT_EQ(Master().Stats().objects, 0u);
   client_.reset();
   EXPECT_FALSE(std::filesystem::exists(c.offload_paths[0]));
+}
+
+TEST_F(ClientOffloadTest, KilledOwnerLosesAtMostItsUnflushedRegion) {
+  Config c = MakeConfig();
+  c.offload_warm_restart = true;
+  constexpr size_t kSize = 256 * kKiB;
+  GTEST_FLAG_SET(death_test_style, "fast");  // the child must share this test's directory
+  EXPECT_EXIT(
+      {
+        Open(c);
+        PutAll(10, kSize);
+        Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+        if (!client_->TEST_tier()->Flush().ok()) std::_Exit(3);
+        PutAll(2, kSize, 10);  // demoted into the open region, which never reaches the disk
+        Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+        std::raise(SIGKILL);
+      },
+      ::testing::KilledBySignal(SIGKILL), "");
+  Open(c);
+  EXPECT_EQ(Master().Stats().objects, 10u);
+  EXPECT_EQ(GetAllExact(10, kSize), 10);
+  EXPECT_EQ(GetAllExact(2, kSize, 10, /*missing_ok=*/true), 0);
+}
+
+TEST_F(ClientOffloadTest, TierLogSummarisesEachGetBatch) {
+  InitLogging();  // as Client::Create does: logs go to stderr
+  ::setenv("TIERKV_TIER_LOG", "1", 1);
+  Open(MakeConfig());
+  ::unsetenv("TIERKV_TIER_LOG");
+  constexpr size_t kSize = 256 * kKiB;
+  PutAll(4, kSize);
+  Master().EvictFromSegment(client_->TEST_segment_id(), 2 * kSize);  // keys 0, 1 to disk
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(GetAllExact(4, kSize), 4);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("tier: get batch of 4 keys: 2 from memory (524288 bytes), 2 from disk "
+                     "(524288 bytes), 0 disk reads failed"),
+            std::string::npos)
+      << log;
 }
 
 TEST_F(ClientOffloadTest, AbandonedStagingSpaceIsReclaimedAfterItsTtl) {
