@@ -20,10 +20,13 @@
 #include <string>
 #include <vector>
 
-#include "device/device.h"
-#include "device/tier_file.h"
+#include "client/embedded_client.h"
+#include "client/staged_loader.h"
 #include "ssd/record_format.h"
-#include "ssd/region_log.h"
+#include "ssd/ssd_tier.h"
+#include "ssd/staging_area.h"
+#include "tierkv/config.h"
+#include "transfer/transfer_pool.h"
 
 extern char** environ;
 
@@ -37,7 +40,11 @@ constexpr uint8_t kPoison = 0xA5;
 constexpr size_t kSpotBytes = 64;  // checked at each end of every object
 constexpr size_t kFullCheckEvery = 32;
 constexpr uint32_t kFioWideQueueDepth = 32;  // the informational extra read job
+constexpr uint32_t kRingQueueDepth = 32;     // DeviceOptions::queue_depth (io_uring ring)
 constexpr int64_t kTmpfsMagic = 0x01021994;
+// The segment holds the working set plus this share of it free below the eviction watermark,
+// so nothing is evicted (or demoted) before the timed demotion.
+constexpr double kSegmentHeadroom = 1.1;
 
 double Round3(double value) { return std::round(value * 1000.0) / 1000.0; }
 
@@ -46,9 +53,12 @@ std::string ObjectKey(size_t index) { return "bench-disk@" + HexHash64(index); }
 Status Bad(std::string message) { return Status(ErrorCode::INVALID_PARAMS, std::move(message)); }
 Status Failed(std::string message) { return Status(ErrorCode::INTERNAL_ERROR, std::move(message)); }
 
+uint64_t RoundUp(uint64_t value, uint64_t unit) { return (value + unit - 1) / unit * unit; }
+
 Status ValidateOptions(const DiskBenchOptions& o) {
   if (o.common.reps < 1) return Bad("--reps must be >= 1");
   if (o.dir.empty()) return Bad("--dir is empty");
+  if (o.batch < 1) return Bad("--batch must be >= 1");
   if (o.object_bytes < 2 * kSpotBytes) return Bad("object size below 128 bytes");
   if (o.region_bytes % kBlockSize != 0 || o.region_bytes < 2 * kBlockSize) {
     return Bad("region size must be a multiple of 4 KiB and >= 8 KiB");
@@ -59,6 +69,9 @@ Status ValidateOptions(const DiskBenchOptions& o) {
   }
   if (o.working_set_bytes < o.object_bytes) {
     return Bad("--working-set must hold at least one " + FormatBytes(o.object_bytes) + " object");
+  }
+  if (o.fio_mem != "auto" && o.fio_mem != "malloc" && o.fio_mem != "mmaphuge") {
+    return Bad("--fio-mem must be auto, malloc or mmaphuge");
   }
   return Status::Ok();
 }
@@ -83,6 +96,86 @@ const char* FsName(int64_t magic) {
       return "other";
   }
 }
+
+// Whether files in `dir` can be opened with O_DIRECT (what the tier file and fio then use).
+bool ProbeDirectIo(const std::string& dir) {
+  const std::string probe = dir + "/.tierkv-direct-probe";
+  ::unlink(probe.c_str());  // a leftover of a killed run
+  const int fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_DIRECT, 0600);
+  if (fd < 0) return false;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return true;
+}
+
+// Hugetlb pages of the default size and that size, from /proc/meminfo (0s if unknown).
+struct HugetlbPages {
+  uint64_t total = 0;
+  uint64_t free = 0;
+  uint64_t page_bytes = 0;
+};
+
+HugetlbPages ReadHugetlbPages() {
+  HugetlbPages pages;
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string name;
+    uint64_t value = 0;
+    fields >> name >> value;
+    if (name == "HugePages_Total:") pages.total = value;
+    if (name == "HugePages_Free:") pages.free = value;
+    if (name == "Hugepagesize:") pages.page_bytes = value * 1024;  // "2048 kB"
+  }
+  if (pages.page_bytes == 0) pages.page_bytes = 2 * kMiB;
+  return pages;
+}
+
+constexpr const char* kNrHugepages = "/proc/sys/vm/nr_hugepages";
+
+bool WriteNrHugepages(uint64_t pages) {
+  std::ofstream out(kNrHugepages);
+  out << pages << "\n";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+// Makes `needed` hugetlb pages free for fio's buffers (--mem=mmaphuge): when fewer are free
+// and /proc/sys/vm/nr_hugepages is writable (root), raises it by the shortfall for the
+// lifetime of this object and puts the old value back at the end. ok() says whether
+// `needed` pages are free now.
+class HugetlbReservation {
+ public:
+  explicit HugetlbReservation(uint64_t needed) {
+    const HugetlbPages pages = ReadHugetlbPages();
+    if (pages.free >= needed) {
+      ok_ = true;
+      return;
+    }
+    if (access(kNrHugepages, W_OK) != 0) return;
+    if (!WriteNrHugepages(pages.total + (needed - pages.free))) return;
+    raised_ = true;
+    original_ = pages.total;
+    ok_ = ReadHugetlbPages().free >= needed;  // the kernel may find fewer free 2 MiB blocks
+  }
+  ~HugetlbReservation() {
+    if (raised_ && !WriteNrHugepages(original_)) {
+      std::cerr << "tierkv bench disk: could not restore " << kNrHugepages << " to " << original_
+                << std::endl;
+    }
+  }
+  HugetlbReservation(const HugetlbReservation&) = delete;
+  HugetlbReservation& operator=(const HugetlbReservation&) = delete;
+
+  bool ok() const { return ok_; }
+  bool raised() const { return raised_; }
+
+ private:
+  bool ok_ = false;
+  bool raised_ = false;
+  uint64_t original_ = 0;
+};
 
 // ---- Running fio -------------------------------------------------------------
 
@@ -184,6 +277,7 @@ struct FioJob {
   uint64_t block_bytes = 0;
   uint64_t size_bytes = 0;
   uint32_t iodepth = 1;
+  bool huge_pages = false;  // --mem=mmaphuge (hugetlb 2 MiB pages) instead of malloc
 };
 
 // Runs one fio job on `file` and returns its bandwidth in GB/s (bw_bytes of the job).
@@ -202,6 +296,7 @@ Result<double> RunFio(const FioJob& job, const std::string& file, const std::str
       std::string("--direct=") + (direct ? "1" : "0"),
       "--iodepth=" + std::to_string(job.iodepth),
       "--numjobs=1",
+      std::string("--mem=") + (job.huge_pages ? "mmaphuge" : "malloc"),
       "--end_fsync=0",
       "--output-format=json",
       "--output=" + json_path,
@@ -241,20 +336,21 @@ Result<double> RunFio(const FioJob& job, const std::string& file, const std::str
   return bw_bytes / 1e9;
 }
 
-// ---- The region log ----------------------------------------------------------
+// ---- The client run ---------------------------------------------------------
 
 struct Geometry {
   size_t objects = 0;
-  uint64_t span = 0;           // bytes of one record (the read size)
+  uint64_t span = 0;           // bytes of one record (one staged read)
   size_t per_region = 0;       // records per region
   size_t regions = 0;          // regions written
   uint64_t flush_bytes = 0;    // bytes of one full region's flush (the write size)
   uint64_t written_bytes = 0;  // bytes the region log writes to the device
   uint64_t value_bytes = 0;    // objects * object_bytes: what the GB/s figures count
   uint64_t capacity = 0;       // tier file size
+  uint64_t segment_bytes = 0;  // the client's global_segment_size
 };
 
-Geometry ComputeGeometry(const DiskBenchOptions& o) {
+Geometry ComputeGeometry(const DiskBenchOptions& o, double high_watermark) {
   Geometry g;
   g.objects = static_cast<size_t>(o.working_set_bytes / o.object_bytes);
   g.span = RecordSpan(ObjectKey(0).size(), o.object_bytes);
@@ -265,7 +361,22 @@ Geometry ComputeGeometry(const DiskBenchOptions& o) {
   g.written_bytes = (g.regions - 1) * g.flush_bytes + kFirstRecordOffset + last * g.span;
   g.value_bytes = g.objects * o.object_bytes;
   g.capacity = (g.regions + 1) * o.region_bytes;  // one spare: nothing is ever evicted
+  const double segment = static_cast<double>(g.objects * RoundUp(o.object_bytes, 4096)) *
+                         kSegmentHeadroom / high_watermark;
+  g.segment_bytes = RoundUp(static_cast<uint64_t>(segment), 2 * kMiB);
   return g;
+}
+
+// Reads one staged part keeps in flight: the loader cuts a batch into parts of at most
+// min(usable / 2, kPipelinePart) staging bytes (StagingNeed per object) and issues each
+// part's reads together; the io_uring ring holds kRingQueueDepth.
+uint32_t LoadQueueDepth(const DiskBenchOptions& o, double usable_ratio, uint64_t staging_capacity) {
+  const StagedLoader loader(usable_ratio, nullptr);
+  const uint64_t usable = loader.PartBudget(staging_capacity);
+  const uint64_t part = std::min(usable / 2, StagedLoader::kPipelinePart);
+  const uint64_t per_part = std::max<uint64_t>(1, part / StagingNeed(o.object_bytes));
+  return static_cast<uint32_t>(
+      std::min<uint64_t>({per_part, kRingQueueDepth, static_cast<uint64_t>(o.batch)}));
 }
 
 struct RepResult {
@@ -273,19 +384,37 @@ struct RepResult {
   double fio_write_gbps = 0, fio_read_gbps = 0, fio_read_wide_gbps = 0;
 };
 
+// What a rep learned about the client's setup (the same in every rep).
+struct Setup {
+  uint64_t staging_capacity = 0;
+  uint32_t load_queue_depth = 1;
+  std::string segment_pages;
+  bool fio_huge_pages = false;      // fio's buffers on 2 MiB hugetlb pages (--mem=mmaphuge)
+  bool fio_hugetlb_raised = false;  // the bench raised nr_hugepages for fio (and restored it)
+};
+
 class DiskRun {
  public:
-  DiskRun(const DiskBenchOptions& options, const Geometry& geometry, const std::string& dir,
-          const AlignedBuffer& src, const AlignedBuffer& dst, Progress* progress)
-      : o_(options), g_(geometry), dir_(dir), src_(src), dst_(dst), progress_(progress) {
+  DiskRun(const DiskBenchOptions& options, const Config& config, const Geometry& geometry,
+          const std::string& dir, bool direct_io, const AlignedBuffer& src,
+          const AlignedBuffer& dst, Progress* progress)
+      : o_(options),
+        config_(config),
+        g_(geometry),
+        dir_(dir),
+        direct_io_(direct_io),
+        src_(src),
+        dst_(dst),
+        progress_(progress) {
     for (size_t i = 0; i < g_.objects; ++i) keys_.push_back(ObjectKey(i));
   }
 
   bool direct_io() const { return direct_io_; }
+  const Setup& setup() const { return setup_; }
 
   Result<RepResult> OneRep(int rep) {
     RepResult result;
-    if (Status s = RegionLogRep(rep, &result); !s.ok()) return s;
+    if (Status s = ClientRep(rep, &result); !s.ok()) return s;
     if (Status s = FioRep(rep, &result); !s.ok()) return s;
     return result;
   }
@@ -298,7 +427,7 @@ class DiskRun {
   }
 
   uint8_t* DstOf(size_t i) const { return dst_.data() + i * o_.object_bytes; }
-  const uint8_t* SrcOf(size_t i) const { return src_.data() + i * o_.object_bytes; }
+  uint8_t* SrcOf(size_t i) const { return src_.data() + i * o_.object_bytes; }
   bool FullCheck(size_t i, int rep) const {
     return i % kFullCheckEvery == static_cast<size_t>(rep) % kFullCheckEvery;
   }
@@ -333,74 +462,131 @@ class DiskRun {
     }
   }
 
-  Status RegionLogRep(int rep, RepResult* result) {
-    Report(rep, "creating the tier file (" + FormatBytes(g_.capacity) + ")");
-    TierFileOptions file_options;
-    file_options.capacity = g_.capacity;
-    file_options.allow_buffered_fallback = o_.allow_tmpfs;
-    Result<TierFile> file = TierFile::Create(dir_ + "/region-log.tier", file_options);
-    if (!file.ok()) return file.status();
-    direct_io_ = file->direct_io();
-    DeviceOptions device_options;
-    device_options.engine = DeviceEngine::kUring;
-    Result<std::unique_ptr<Device>> device = OpenDevice(*file, device_options);
-    if (!device.ok()) return device.status();
-    RegionLogOptions log_options;
-    log_options.region_size = o_.region_bytes;
-    size_t evictions = 0;
-    Result<std::unique_ptr<RegionLog>> log = RegionLog::Create(
-        {device->get()}, log_options,
-        [&evictions](uint32_t, uint64_t, std::vector<std::string>) { ++evictions; });
-    if (!log.ok()) return log.status();
-    RegionLog& region_log = **log;
-
-    // Demote: append every object, then flush the last region.
-    std::vector<DiskLocation> locations(g_.objects);
-    Status failed;
-    size_t failed_at = 0;
-    Report(rep, "region log demote (" + FormatBytes(g_.value_bytes) + ")");
-    Stopwatch watch;
-    for (size_t i = 0; i < g_.objects; ++i) {
-      Result<DiskLocation> loc =
-          region_log.Append(keys_[i], {ConstPiece{SrcOf(i), o_.object_bytes}});
-      if (!loc.ok()) {
-        failed = loc.status();
-        failed_at = i;
-        break;
+  // The batches of --batch keys, each object one piece of `base`.
+  struct Batch {
+    std::vector<std::string> keys;
+    std::vector<std::vector<void*>> ptrs;
+    std::vector<std::vector<size_t>> sizes;
+  };
+  std::vector<Batch> Batches(uint8_t* base) const {
+    std::vector<Batch> batches;
+    for (size_t first = 0; first < g_.objects; first += o_.batch) {
+      Batch& b = batches.emplace_back();
+      for (size_t i = first; i < std::min(g_.objects, first + o_.batch); ++i) {
+        b.keys.push_back(keys_[i]);
+        b.ptrs.push_back({base + i * o_.object_bytes});
+        b.sizes.push_back({o_.object_bytes});
       }
-      locations[i] = *loc;
     }
-    if (failed.ok()) failed = region_log.Flush();
+    return batches;
+  }
+
+  static std::string StatsText(const MasterStats& st) {
+    return std::to_string(st.objects) + " objects, " + std::to_string(st.memory_replicas) +
+           " memory and " + std::to_string(st.disk_replicas) + " disk replicas, " +
+           std::to_string(st.demoted_objects) + " demoted, " +
+           std::to_string(st.demotion_failures) + " demotion failures, " +
+           std::to_string(st.evicted_objects) + " evicted";
+  }
+
+  Status ClientRep(int rep, RepResult* result) {
+    Report(rep, "starting the client (segment " + FormatBytes(g_.segment_bytes) + ", tier file " +
+                    FormatBytes(g_.capacity) + ", staging " +
+                    FormatBytes(config_.staging_buffer_size) + ")");
+    Result<std::unique_ptr<EmbeddedClient>> created = EmbeddedClient::Create(config_);
+    if (!created.ok()) return created.status();
+    std::unique_ptr<EmbeddedClient> client = std::move(created).value();
+    SsdTier* tier = client->TEST_tier();
+    if (tier == nullptr) return Failed("the client opened no SSD tier");
+    MasterService& master = client->TEST_master()->master();
+    setup_.staging_capacity = tier->staging_capacity();
+    setup_.load_queue_depth =
+        LoadQueueDepth(o_, config_.staging_usable_ratio, setup_.staging_capacity);
+    setup_.segment_pages = client->TEST_segment()->page_kind();
+
+    // Put (untimed): every object from the registered source buffer.
+    Report(rep, "put (" + FormatBytes(g_.value_bytes) + ")");
+    if (Status s = client->RegisterBuffer(src_.data(), src_.size()); !s.ok()) return s;
+    FailureLog put_failures;
+    for (const Batch& b : Batches(src_.data())) {
+      const std::vector<int> codes = client->BatchPutFromMultiBuffers(b.keys, b.ptrs, b.sizes);
+      for (size_t k = 0; k < b.keys.size(); ++k) {
+        const int code = k < codes.size() ? codes[k] : ToInt(ErrorCode::INTERNAL_ERROR);
+        if (code != 0) put_failures.Add("put of " + b.keys[k] + ": " + CodeString(code));
+      }
+    }
+    if (Status s = put_failures.ToStatus("put"); !s.ok()) return s;
+    const MasterStats before = master.Stats();
+    if (before.objects != g_.objects || before.memory_replicas != g_.objects ||
+        before.disk_replicas != 0) {
+      return Failed("after the puts: " + StatsText(before) + "; expected " +
+                    std::to_string(g_.objects) + " objects in memory only");
+    }
+
+    // Demote (timed): evict the whole segment through the tier mover, then flush.
+    Report(rep, "demote (" + FormatBytes(g_.value_bytes) + ")");
+    Stopwatch watch;
+    const uint64_t freed = master.EvictFromSegment(client->TEST_segment_id(), g_.segment_bytes);
+    const Status flushed = tier->Flush();
     const double demote_seconds = watch.Seconds();
-    if (!failed.ok()) {
-      return Failed("demote of " + keys_[failed_at] +
-                    " (or the final flush): " + failed.ToString());
+    if (!flushed.ok()) return Failed("flushing the SSD tier: " + flushed.ToString());
+    const MasterStats after = master.Stats();
+    const SsdTierStats tier_after = tier->stats();
+    if (after.demoted_objects != g_.objects || after.memory_replicas != 0 ||
+        after.disk_replicas != g_.objects || after.demotion_failures != 0) {
+      return Failed("demotion (" + FormatBytes(freed) + " freed): " + StatsText(after) +
+                    "; expected all " + std::to_string(g_.objects) + " demoted");
     }
-    const RegionLogStats after_demote = region_log.stats();
-    if (evictions != 0 || after_demote.flushes != g_.regions) {
-      return Failed("region log: " + std::to_string(after_demote.flushes) + " flushes and " +
-                    std::to_string(evictions) + " evictions, expected " +
+    if (tier_after.log.flushes != g_.regions || tier_after.log.evicted_regions != 0) {
+      return Failed("SSD tier: " + std::to_string(tier_after.log.flushes) + " flushes and " +
+                    std::to_string(tier_after.log.evicted_regions) + " evicted regions, expected " +
                     std::to_string(g_.regions) + " flushes and none");
     }
     result->demote_gbps = Gbps(g_.value_bytes, demote_seconds);
 
-    // Load: read every object back (all regions are sealed: every read hits the device).
+    // Load (timed): every object read back through staged loads into the poisoned destination.
     Poison(rep);
-    Report(rep, "region log load (" + FormatBytes(g_.value_bytes) + ")");
+    if (Status s = client->RegisterBuffer(dst_.data(), dst_.size()); !s.ok()) return s;
+    const std::vector<Batch> batches = Batches(dst_.data());
+    std::vector<std::vector<int64_t>> results(batches.size());
+    Report(rep, "load (" + FormatBytes(g_.value_bytes) + ")");
     watch.Restart();
-    for (size_t i = 0; i < g_.objects; ++i) {
-      failed = region_log.Read(locations[i], keys_[i], {MutPiece{DstOf(i), o_.object_bytes}});
-      if (!failed.ok()) {
-        failed_at = i;
-        break;
-      }
+    for (size_t b = 0; b < batches.size(); ++b) {
+      results[b] =
+          client->BatchGetIntoMultiBuffers(batches[b].keys, batches[b].ptrs, batches[b].sizes);
     }
     const double load_seconds = watch.Seconds();
-    if (!failed.ok()) return Failed("load of " + keys_[failed_at] + ": " + failed.ToString());
-    result->load_gbps = Gbps(g_.value_bytes, load_seconds);
     FailureLog failures;
+    for (size_t b = 0; b < batches.size(); ++b) {
+      for (size_t k = 0; k < batches[b].keys.size(); ++k) {
+        const int64_t got =
+            k < results[b].size() ? results[b][k] : ToInt(ErrorCode::INTERNAL_ERROR);
+        if (got != static_cast<int64_t>(o_.object_bytes)) {
+          failures.Add("load of " + batches[b].keys[k] + ": " +
+                       (got < 0 ? CodeString(got) : std::to_string(got) + " bytes"));
+        }
+      }
+    }
+    if (Status s = failures.ToStatus("load"); !s.ok()) return s;
+    // Every value byte came through the tier's staging buffer (objects too big for one part
+    // are streamed in several pieces).
+    const uint64_t staged = tier->stats().staged_bytes - tier_after.staged_bytes;
+    if (staged != g_.value_bytes) {
+      return Failed("load: the SSD tier staged " + std::to_string(staged) + " bytes for " +
+                    std::to_string(g_.value_bytes) + " bytes of objects");
+    }
+    result->load_gbps = Gbps(g_.value_bytes, load_seconds);
     CheckBytes(rep, &failures);
-    return failures.ToStatus("region log load");
+    (void)client->UnregisterBuffer(src_.data());
+    (void)client->UnregisterBuffer(dst_.data());
+    return failures.ToStatus("load");
+  }
+
+  // Hugetlb pages fio needs for a job's buffers: bs x iodepth rounded up to the page size,
+  // and one page of slack.
+  static uint64_t HugetlbPagesFor(const FioJob& job) {
+    const uint64_t page = ReadHugetlbPages().page_bytes;
+    return RoundUp(job.block_bytes * job.iodepth, page) / page + 1;
   }
 
   Status FioRep(int rep, RepResult* result) {
@@ -412,23 +598,45 @@ class DiskRun {
         fs::remove(path, ignored);
       }
     } remover{file};
-    // The same bytes the region log wrote: whole flushes of the region log's write size.
+    // The same bytes the region log wrote: whole flushes of its write size, one at a time.
     FioJob write{.name = "write",
                  .write = true,
                  .block_bytes = g_.flush_bytes,
                  .size_bytes = g_.regions * g_.flush_bytes,
                  .iodepth = 1};
-    // The same bytes the region log read: one record span per request.
+    // The same bytes the loads read: one record span per request, as many in flight as one
+    // staged part issues.
     FioJob read{.name = "read",
                 .write = false,
                 .block_bytes = g_.span,
                 .size_bytes = g_.objects * g_.span,
-                .iodepth = 1};
+                .iodepth = setup_.load_queue_depth};
     FioJob wide = read;
     wide.name = "read_qd" + std::to_string(kFioWideQueueDepth);
     wide.iodepth = kFioWideQueueDepth;
-    for (const FioJob* job : {&write, &read, &wide}) {
-      Report(rep, "fio " + job->name);
+    // fio's buffers on 2 MiB pages like the tier's (--fio-mem auto/mmaphuge): the jobs run one
+    // after the other, so the largest job's pages are enough.
+    std::unique_ptr<HugetlbReservation> reservation;
+    if (o_.fio_mem != "malloc") {
+      uint64_t needed = 0;
+      for (const FioJob* job : {&write, &read, &wide}) {
+        needed = std::max(needed, HugetlbPagesFor(*job));
+      }
+      Report(rep, "reserving " + std::to_string(needed) + " hugetlb pages for fio");
+      reservation = std::make_unique<HugetlbReservation>(needed);
+      if (!reservation->ok() && o_.fio_mem == "mmaphuge") {
+        return Bad("--fio-mem mmaphuge: fio needs " + std::to_string(needed) +
+                   " free hugetlb pages and they could not be reserved (" +
+                   std::to_string(ReadHugetlbPages().free) + " free; " + kNrHugepages +
+                   (access(kNrHugepages, W_OK) == 0 ? " raised, too few granted)"
+                                                    : " not writable: run as root)"));
+      }
+      setup_.fio_hugetlb_raised = reservation->raised();
+    }
+    setup_.fio_huge_pages = reservation != nullptr && reservation->ok();
+    for (FioJob* job : {&write, &read, &wide}) {
+      job->huge_pages = setup_.fio_huge_pages;
+      Report(rep, "fio " + job->name + (job->huge_pages ? " (2 MiB pages)" : " (malloc)"));
       Result<double> gbps = RunFio(*job, file, dir_, direct_io_);
       if (!gbps.ok()) return gbps.status();
       double* out = job == &write  ? &result->fio_write_gbps
@@ -440,25 +648,32 @@ class DiskRun {
   }
 
   const DiskBenchOptions& o_;
+  const Config& config_;
   const Geometry& g_;
   const std::string dir_;
+  const bool direct_io_;
   const AlignedBuffer& src_;
   const AlignedBuffer& dst_;
   Progress* progress_;
   std::vector<std::string> keys_;
-  bool direct_io_ = true;
+  Setup setup_;
 };
 
 double Ratio(double value, double baseline) { return baseline > 0 ? value / baseline : 0; }
 
-void PrintHuman(std::ostream& out, const DiskBenchOptions& o, const Geometry& g,
+const char* FioMemName(bool huge_pages) { return huge_pages ? "mmaphuge" : "malloc"; }
+
+void PrintHuman(std::ostream& out, const DiskBenchOptions& o, const Geometry& g, const Setup& setup,
                 const std::string& dir, const char* fs_name, bool direct, const RepResult& r) {
   char line[320];
-  out << "tierkv bench disk (region log raw path): " << FormatBytes(g.value_bytes) << " of "
-      << FormatBytes(o.object_bytes) << " objects (" << g.objects << "), region "
-      << FormatBytes(o.region_bytes) << ", " << dir << " on " << fs_name
-      << (direct ? ", O_DIRECT" : ", buffered (no O_DIRECT)") << ", io_uring, median of "
-      << o.common.reps << " rep" << (o.common.reps == 1 ? "" : "s") << "\n";
+  out << "tierkv bench disk (client API, embedded, SSD tier): " << FormatBytes(g.value_bytes)
+      << " of " << FormatBytes(o.object_bytes) << " objects (" << g.objects << "), region "
+      << FormatBytes(o.region_bytes) << ", staging " << FormatBytes(setup.staging_capacity)
+      << ", batch " << o.batch << ", " << dir << " on " << fs_name
+      << (direct ? ", O_DIRECT" : ", buffered (no O_DIRECT)") << ", io_uring, fio buffers "
+      << (setup.fio_huge_pages ? "on 2 MiB hugetlb pages"
+                               : "malloc (4 KiB pages: no hugetlb pages could be reserved)")
+      << ", median of " << o.common.reps << " rep" << (o.common.reps == 1 ? "" : "s") << "\n";
   std::snprintf(line, sizeof(line), "  %-7s %12s %3s %9s %9s %7s\n", "op", "block", "qd", "GB/s",
                 "fio GB/s", "ratio");
   out << line;
@@ -466,8 +681,8 @@ void PrintHuman(std::ostream& out, const DiskBenchOptions& o, const Geometry& g,
                 FormatBytes(g.flush_bytes).c_str(), 1, r.demote_gbps, r.fio_write_gbps,
                 Ratio(r.demote_gbps, r.fio_write_gbps));
   out << line;
-  std::snprintf(line, sizeof(line), "  %-7s %12s %3d %9.2f %9.2f %7.2f\n", "load",
-                FormatBytes(g.span).c_str(), 1, r.load_gbps, r.fio_read_gbps,
+  std::snprintf(line, sizeof(line), "  %-7s %12s %3u %9.2f %9.2f %7.2f\n", "load",
+                FormatBytes(g.span).c_str(), setup.load_queue_depth, r.load_gbps, r.fio_read_gbps,
                 Ratio(r.load_gbps, r.fio_read_gbps));
   out << line;
   std::snprintf(line, sizeof(line), "  (fio read at qd%u, same block: %.2f GB/s)\n",
@@ -477,8 +692,8 @@ void PrintHuman(std::ostream& out, const DiskBenchOptions& o, const Geometry& g,
   const double load_ratio = Ratio(r.load_gbps, r.fio_read_gbps);
   const double demote_ratio = Ratio(r.demote_gbps, r.fio_write_gbps);
   std::snprintf(line, sizeof(line),
-                "load %.2f GB/s = %.2f x fio (target >= %.2f: %s), "
-                "demote %.2f GB/s = %.2f x fio (target >= %.2f: %s)\n",
+                "load %.2f GB/s = %.3f x fio (target >= %.2f: %s), "
+                "demote %.2f GB/s = %.3f x fio (target >= %.2f: %s)\n",
                 r.load_gbps, load_ratio, kLoadRatioTarget, verdict(load_ratio, kLoadRatioTarget),
                 r.demote_gbps, demote_ratio, kDemoteRatioTarget,
                 verdict(demote_ratio, kDemoteRatioTarget));
@@ -489,8 +704,33 @@ void PrintHuman(std::ostream& out, const DiskBenchOptions& o, const Geometry& g,
 
 Status RunDiskBench(const DiskBenchOptions& options) {
   if (Status status = ValidateOptions(options); !status.ok()) return status;
-  const Geometry geometry = ComputeGeometry(options);
+  Result<Config> loaded = LoadConfig(options.common.config_path);
+  if (!loaded.ok()) return loaded.status();
+  Config config = std::move(loaded).value();
+  if (config.mode != Mode::kEmbedded) {
+    return Status(ErrorCode::INVALID_CONFIG, "bench disk needs mode \"embedded\"");
+  }
+  const Geometry geometry = ComputeGeometry(options, config.eviction_high_watermark_ratio);
   const std::string dir = options.dir;
+
+  // The client: a segment that holds everything, an SSD tier with room for everything, staged
+  // loads only (no promotion, no write-behind), io_uring like fio.
+  config.master_server_address.clear();
+  config.global_segment_size = geometry.segment_bytes;
+  config.use_huge_pages = true;
+  config.enable_offload = true;
+  config.offload_paths = {dir + "/bench.tier"};
+  config.offload_capacity = geometry.capacity;
+  config.offload_region_size = options.region_bytes;
+  config.offload_eviction_policy = "fifo";
+  config.offload_write_policy = "demote_on_evict";
+  config.offload_io_engine = "io_uring";
+  config.offload_warm_restart = false;
+  config.offload_page_cache_reads = false;
+  config.offload_allow_buffered_io = options.allow_tmpfs;
+  config.staging_buffer_size = options.staging_bytes;
+  config.promote_on_hit = false;
+  if (Status s = ValidateConfig(config); !s.ok()) return s;
 
   // The directory: created if missing (and removed at the end if it is then empty).
   std::error_code ec;
@@ -533,7 +773,13 @@ Status RunDiskBench(const DiskBenchOptions& options) {
     FillPattern(src->data() + i * options.object_bytes, options.object_bytes, kPatternSeed + i);
   }
 
-  DiskRun run(options, geometry, dir, *src, *dst, &progress);
+  const bool direct_io = ProbeDirectIo(dir);
+  if (!direct_io && !options.allow_tmpfs) {
+    return Bad(dir +
+               " does not support O_DIRECT: pass --dir on a disk, or --allow-tmpfs to "
+               "measure buffered IO");
+  }
+  DiskRun run(options, config, geometry, dir, direct_io, *src, *dst, &progress);
   std::vector<double> demote, load, fio_write, fio_read, fio_wide;
   for (int rep = 0; rep < options.common.reps; ++rep) {
     Result<RepResult> r = run.OneRep(rep);
@@ -556,6 +802,7 @@ Status RunDiskBench(const DiskBenchOptions& options) {
   m.fio_read_wide_gbps = Median(fio_wide);
   const double load_ratio = Ratio(m.load_gbps, m.fio_read_gbps);
   const double demote_ratio = Ratio(m.demote_gbps, m.fio_write_gbps);
+  const Setup& setup = run.setup();
 
   if (options.common.json) {
     auto common = [&](JsonLine& line, const char* op, const char* path, uint64_t block, uint32_t qd,
@@ -570,33 +817,43 @@ Status RunDiskBench(const DiskBenchOptions& options) {
           .Add("bytes", bytes)
           .Add("reps", options.common.reps);
     };
-    {
-      JsonLine line;
-      common(line, "demote", "region_log", geometry.flush_bytes, 1, geometry.value_bytes)
-          .Add("object_bytes", options.object_bytes)
+    auto client = [&](JsonLine& line) -> JsonLine& {
+      return line.Add("object_bytes", options.object_bytes)
           .Add("objects", geometry.objects)
           .Add("region_bytes", options.region_bytes)
+          .Add("staging_bytes", setup.staging_capacity)
+          .Add("batch", options.batch)
+          .Add("segment_pages", setup.segment_pages)
+          .Add("transfer_threads", DefaultTransferThreads(config.transfer_threads));
+    };
+    {
+      JsonLine line;
+      common(line, "demote", "client", geometry.flush_bytes, 1, geometry.value_bytes);
+      client(line)
+          .Add("device_bytes", geometry.written_bytes)
           .Add("gbps", Round3(m.demote_gbps))
           .Emit();
     }
     {
       JsonLine line;
-      common(line, "load", "region_log", geometry.span, 1, geometry.value_bytes)
-          .Add("object_bytes", options.object_bytes)
-          .Add("objects", geometry.objects)
-          .Add("region_bytes", options.region_bytes)
+      common(line, "load", "client", geometry.span, setup.load_queue_depth, geometry.value_bytes);
+      client(line)
+          .Add("device_bytes", geometry.objects * geometry.span)
           .Add("gbps", Round3(m.load_gbps))
           .Emit();
     }
     {
       JsonLine line;
       common(line, "write", "fio", geometry.flush_bytes, 1, geometry.regions * geometry.flush_bytes)
+          .Add("fio_mem", FioMemName(setup.fio_huge_pages))
           .Add("gbps", Round3(m.fio_write_gbps))
           .Emit();
     }
     {
       JsonLine line;
-      common(line, "read", "fio", geometry.span, 1, geometry.objects * geometry.span)
+      common(line, "read", "fio", geometry.span, setup.load_queue_depth,
+             geometry.objects * geometry.span)
+          .Add("fio_mem", FioMemName(setup.fio_huge_pages))
           .Add("gbps", Round3(m.fio_read_gbps))
           .Emit();
     }
@@ -604,6 +861,7 @@ Status RunDiskBench(const DiskBenchOptions& options) {
       JsonLine line;
       common(line, "read", "fio", geometry.span, kFioWideQueueDepth,
              geometry.objects * geometry.span)
+          .Add("fio_mem", FioMemName(setup.fio_huge_pages))
           .Add("gbps", Round3(m.fio_read_wide_gbps))
           .Emit();
     }
@@ -615,11 +873,15 @@ Status RunDiskBench(const DiskBenchOptions& options) {
         .Add("demote_gbps", Round3(m.demote_gbps))
         .Add("fio_write_gbps", Round3(m.fio_write_gbps))
         .Add("demote_ratio", Round3(demote_ratio))
+        .Add("load_queue_depth", setup.load_queue_depth)
+        .Add("fio_read_qd32_gbps", Round3(m.fio_read_wide_gbps))
+        .Add("fio_mem", FioMemName(setup.fio_huge_pages))
+        .Add("fio_hugetlb_reserved", setup.fio_hugetlb_raised)
         .Add("load_target", kLoadRatioTarget)
         .Add("demote_target", kDemoteRatioTarget)
         .Emit();
   }
-  PrintHuman(options.common.json ? std::cerr : std::cout, options, geometry, dir, fs_name,
+  PrintHuman(options.common.json ? std::cerr : std::cout, options, geometry, setup, dir, fs_name,
              run.direct_io(), m);
   return Status::Ok();
 }

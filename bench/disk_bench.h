@@ -1,15 +1,20 @@
-// `tierkv bench disk`: the SSD tier's raw data path — RegionLog over a TierFile (O_DIRECT)
-// and an io_uring Device — against fio on a file in the same directory, measured in the
-// same run.
+// `tierkv bench disk`: the SSD tier measured through the client API (embedded mode) against
+// fio on a file in the same directory, in the same run.
 //
-// Demote: every object of the working set is appended to a fresh RegionLog (64 MiB regions)
-// from a pre-faulted buffer, then Flush; timed → demote_gbps. Load: every object is read
-// back with RegionLog::Read into a pre-faulted destination; timed → load_gbps; bytes are
-// verified outside timing (both ends of every object and one whole object per 32). Baseline:
-// fio (io_uring, direct) writing and reading the same amount of data with the region log's
-// write size (one region flush) and read size (one record span) at queue depth 1, as the
-// region log issues them. Output: one JSON line per measurement, then a summary line (see
-// docs/benchmarks.md). The bench files are removed at the end.
+// Per rep, a fresh EmbeddedClient with enable_offload (one tier file in --dir, enough regions
+// for the working set plus a spare, so nothing is evicted from disk) gets every object put
+// from a registered, pre-faulted source buffer (untimed). Demote (timed → demote_gbps): the
+// master's EvictFromSegment over the whole segment (every object written to the tier's
+// region log through the segment's tier mover) and the tier's Flush; every object must end
+// up with a disk replica only. Load (timed → load_gbps): BatchGetIntoMultiBuffers of every
+// object, --batch keys per call, into a registered, poisoned destination: staged loads
+// (StagedLoader: parts staged with batched io_uring reads while the previous part is copied
+// out and verified); every result must be the object size and the bytes are verified
+// outside timing (both ends of every object, one whole object per 32). Baseline: fio
+// (io_uring, O_DIRECT) writing with the region log's write size at queue depth 1 (one
+// region flush at a time) and reading with one record span per request at the queue depth
+// of one staged part, the same number of bytes. Output: one JSON line per measurement, then
+// a summary line (see docs/benchmarks.md). The bench files are removed at the end.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +26,8 @@
 namespace tierkv::bench {
 
 struct DiskBenchOptions {
-  // One rep by default (each rep writes the whole working set); --config is unused.
+  // One rep by default (each rep writes the whole working set). --config is the base client
+  // config; the bench sets the segment, SSD tier and staging keys itself (see the docs).
   CommonOptions common{.json = false, .progress = false, .reps = 1, .config_path = {}};
   // Directory for the tier file and fio's file; created if missing (and then removed).
   std::string dir = "./tierkv-disk-bench";
@@ -29,6 +35,13 @@ struct DiskBenchOptions {
   uint64_t working_set_bytes = 1 * kGiB;
   uint64_t object_bytes = 2 * kMiB;
   uint64_t region_bytes = 64 * kMiB;
+  uint64_t staging_bytes = 1280 * kMiB;  // the client's staging_buffer_size
+  size_t batch = 32;                     // keys per BatchGetIntoMultiBuffers / put call
+  // fio's IO buffers: "auto" (2 MiB hugetlb pages via --mem=mmaphuge, like the tier's 2 MiB
+  // pages; when too few are free and /proc/sys/vm/nr_hugepages is writable, the bench raises it
+  // for the fio jobs and restores it; else malloc), "malloc" (fio's default: 4 KiB pages with
+  // THP in madvise mode) or "mmaphuge" (as auto, but fail instead of falling back).
+  std::string fio_mem = "auto";
 };
 
 // Targets, printed as PASS/FAIL in the human summary (never the exit code).
@@ -36,8 +49,9 @@ inline constexpr double kLoadRatioTarget = 0.9;
 inline constexpr double kDemoteRatioTarget = 0.9;
 
 // Runs the bench and prints its results (JSON lines on stdout with --json, a table
-// otherwise). Fails on bad options, a tmpfs directory without allow_tmpfs, a missing fio
-// that cannot be installed, any failed append/read/fio job, or a wrong byte.
+// otherwise). Fails on bad options or config, a tmpfs directory without allow_tmpfs, a
+// missing fio that cannot be installed, a failed put, an object not demoted, a failed get,
+// a failed fio job, or a wrong byte.
 Status RunDiskBench(const DiskBenchOptions& options);
 
 }  // namespace tierkv::bench

@@ -18,16 +18,8 @@ namespace {
 constexpr uint64_t kPatternSeed = 0x6d65'7461ull;  // "meta"
 constexpr size_t kPutBatch = 1024;
 
-// A key shaped like the connector's: model@tp_rank:T@pcpP@dcpD@pp_rank:R@group:G@<hash>.
-std::string KvKey(uint64_t id) {
-  return "bench-model@tp_rank:" + std::to_string(id % 4) + "@pcp0@dcp0@pp_rank:0@group:0@" +
-         HexHash64(id);
-}
-
-struct QueryBatch {
-  std::vector<std::string> keys;
-  std::vector<int> expected;  // 1 hit, 0 miss
-};
+std::string KvKey(uint64_t id) { return MetadataKey(id); }
+using QueryBatch = MetadataQuery;
 
 Status ValidateOptions(const MetadataBenchOptions& o) {
   auto bad = [](std::string m) { return Status(ErrorCode::INVALID_PARAMS, std::move(m)); };
@@ -40,9 +32,14 @@ Status ValidateOptions(const MetadataBenchOptions& o) {
   return Status::Ok();
 }
 
-// Batches that together ask for every object once, each mixing hits and
-// misses in a shuffled order.
-std::vector<QueryBatch> BuildQueries(const MetadataBenchOptions& options) {
+}  // namespace
+
+std::string MetadataKey(uint64_t id) {
+  return "bench-model@tp_rank:" + std::to_string(id % 4) + "@pcp0@dcp0@pp_rank:0@group:0@" +
+         HexHash64(id);
+}
+
+std::vector<MetadataQuery> BuildMetadataQueries(const MetadataBenchOptions& options) {
   const size_t hits = static_cast<size_t>(std::llround(options.batch * options.hit_ratio));
   const size_t count = hits == 0 ? 16 : std::max<size_t>(1, (options.objects + hits - 1) / hits);
   std::mt19937_64 rng(42);
@@ -67,10 +64,9 @@ std::vector<QueryBatch> BuildQueries(const MetadataBenchOptions& options) {
   return batches;
 }
 
-}  // namespace
-
 Status RunMetadataBench(const MetadataBenchOptions& options) {
   if (Status status = ValidateOptions(options); !status.ok()) return status;
+  if (options.remote) return RunRemoteMetadataBench(options);
 
   Result<Config> loaded = LoadConfig(options.common.config_path);
   if (!loaded.ok()) return loaded.status();
@@ -126,7 +122,7 @@ Status RunMetadataBench(const MetadataBenchOptions& options) {
   const double put_keys_per_s = put_seconds > 0 ? options.objects / put_seconds : 0;
 
   progress.Update("building query batches");
-  const std::vector<QueryBatch> queries = BuildQueries(options);
+  const std::vector<QueryBatch> queries = BuildMetadataQueries(options);
 
   // Timed BatchIsExist calls; each answer is checked between calls.
   const double rep_budget = options.seconds / options.common.reps;

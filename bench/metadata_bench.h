@@ -6,10 +6,16 @@
 // BatchIsExist on `batch`-key batches mixing hits and misses (`hit_ratio`),
 // for a time budget or a fixed number of batches. Every answer is checked
 // (hit -> 1, miss -> 0) outside the timed calls.
+//
+// With `remote`, the same objects and queries go to a `tierkv master` child process over
+// gRPC (bench/metadata_remote_bench.cc): batch_is_exist is RemoteMaster::Exists, one RPC per
+// batch, against kRemoteKeysPerSecondTarget.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "bench_util.h"
 #include "tierkv/status.h"
@@ -24,13 +30,33 @@ struct MetadataBenchOptions {
   double hit_ratio = 0.9;  // share of keys in a batch that exist
   double seconds = 2.0;    // timing budget, split evenly over the reps
   size_t batches = 0;      // > 0: this many batches per rep instead of `seconds`
+  bool remote = false;     // through a `tierkv master` child process over gRPC
 };
 
 inline constexpr double kKeysPerSecondTarget = 5e6;
+inline constexpr double kRemoteKeysPerSecondTarget = 1e6;
 
 // Runs the bench and prints its results (JSON lines on stdout with --json, a
 // table otherwise). Fails on bad options, a client that cannot start, a failed
 // put or a wrong answer.
 Status RunMetadataBench(const MetadataBenchOptions& options);
+
+// ---- Shared by the local and the remote mode ----------------------------------------------
+
+// A key shaped like the connector's: model@tp_rank:T@pcpP@dcpD@pp_rank:R@group:G@<hash>.
+std::string MetadataKey(uint64_t id);
+
+struct MetadataQuery {
+  std::vector<std::string> keys;
+  std::vector<int> expected;  // 1 hit, 0 miss
+};
+
+// Batches that together ask for every object once, each mixing hits and misses in a shuffled
+// order.
+std::vector<MetadataQuery> BuildMetadataQueries(const MetadataBenchOptions& options);
+
+// The remote mode: starts `tierkv master --port 0` (this executable), fills it, times
+// RemoteMaster::Exists, stops the child.
+Status RunRemoteMetadataBench(const MetadataBenchOptions& options);
 
 }  // namespace tierkv::bench

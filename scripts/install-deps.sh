@@ -26,6 +26,10 @@ PACKAGES=(
   libxxhash-dev
   libabsl-dev
   liburing-dev
+  libgrpc++-dev        # tierkv master: the gRPC control plane (src/rpc/)
+  protobuf-compiler-grpc  # grpc_cpp_plugin: generates the gRPC stubs of proto/tierkv/master.proto
+  libprotobuf-dev
+  protobuf-compiler    # protoc
   python3              # scripts/test.sh checks the bench's JSON output with it
   fio                  # tierkv bench disk: the baseline of the SSD tier's raw path
 )

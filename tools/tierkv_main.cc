@@ -1,8 +1,9 @@
 // The `tierkv` command line: one binary, one subcommand per job.
 //
 //   tierkv bench embedded [flags]   data-path throughput vs memcpy
-//   tierkv bench metadata [flags]   BatchIsExist keys per second
-//   tierkv bench disk [flags]       SSD tier raw path (region log) vs fio
+//   tierkv master [flags]           the metadata service as its own process (gRPC)
+//   tierkv bench metadata [flags]   BatchIsExist keys per second (--remote: over gRPC)
+//   tierkv bench disk [flags]       SSD tier demote/load through the client vs fio
 //
 // Exit codes: 0 success; 1 a run failed (a client error, a wrong byte); 2 bad
 // option values or a rejected config; CLI11's own codes (> 100) for command
@@ -18,6 +19,7 @@
 #include "common/logging.h"
 #include "disk_bench.h"
 #include "embedded_bench.h"
+#include "master_command.h"
 #include "metadata_bench.h"
 #include "tierkv/config.h"
 #include "tierkv/status.h"
@@ -145,6 +147,9 @@ int main(int argc, char** argv) {
       ->add_option("--batches", metadata_options.batches,
                    "Fixed number of batches per rep instead of --seconds (0 = use --seconds)")
       ->capture_default_str();
+  metadata->add_flag("--remote", metadata_options.remote,
+                     "Through a `tierkv master` child process over gRPC (127.0.0.1, a free port): "
+                     "RemoteMaster::Exists, one RPC per batch, target >= 1e6 keys/s");
   metadata->callback([&] {
     metadata_options.object_bytes = SizeOf(object_size);
     exit_code = Report("metadata", tierkv::bench::RunMetadataBench(metadata_options));
@@ -152,10 +157,13 @@ int main(int argc, char** argv) {
 
   tierkv::bench::DiskBenchOptions disk_options;
   std::string disk_working_set = "1GiB";
+  std::string disk_staging = "1280MiB";
+  std::string disk_region = "64MiB";
   CLI::App* disk = bench->add_subcommand(
       "disk",
-      "The SSD tier's raw path: RegionLog appends (demote) and reads (load) over an O_DIRECT "
-      "tier file with io_uring, against fio on a file in the same directory");
+      "The SSD tier through the client API (embedded): demotion (EvictFromSegment + Flush) and "
+      "staged loads (BatchGetIntoMultiBuffers) over an O_DIRECT io_uring tier file, against fio "
+      "on a file in the same directory");
   AddCommonFlags(disk, &disk_options.common);
   disk->add_option("--dir", disk_options.dir,
                    "Directory for the bench files (created if missing; files removed at the end)")
@@ -165,10 +173,31 @@ int main(int argc, char** argv) {
   disk->add_option("--working-set", disk_working_set, "Bytes of distinct 2 MiB objects")
       ->check(kSizeValidator)
       ->capture_default_str();
+  disk->add_option("--staging-buffer", disk_staging,
+                   "The client's staging_buffer_size (staged loads land here)")
+      ->check(kSizeValidator)
+      ->capture_default_str();
+  disk->add_option("--region-size", disk_region, "The client's offload_region_size")
+      ->check(kSizeValidator)
+      ->capture_default_str();
+  disk->add_option("--batch", disk_options.batch, "Keys per put and get call")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  disk->add_option("--fio-mem", disk_options.fio_mem,
+                   "fio's IO buffers: auto (2 MiB hugetlb pages, --mem=mmaphuge, raising "
+                   "vm.nr_hugepages for the fio jobs if needed and allowed; else malloc), "
+                   "malloc, or mmaphuge (fail instead of falling back to malloc)")
+      ->check(CLI::IsMember({"auto", "malloc", "mmaphuge"}))
+      ->capture_default_str();
   disk->callback([&] {
     disk_options.working_set_bytes = SizeOf(disk_working_set);
+    disk_options.staging_bytes = SizeOf(disk_staging);
+    disk_options.region_bytes = SizeOf(disk_region);
     exit_code = Report("disk", tierkv::bench::RunDiskBench(disk_options));
   });
+
+  // ---- master -----------------------------------------------------------------
+  tierkv::cli::AddMasterCommand(app, &exit_code);
 
   try {
     app.parse(argc, argv);

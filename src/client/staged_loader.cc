@@ -74,16 +74,12 @@ void StagedLoader::LoadFromTier(SsdTier& tier, std::vector<DiskRead*>& reads,
   stats.parts += parts.size();
   if (parts.empty()) return;
 
-  auto stage = [&tier](const std::vector<DiskRead*>& part) { return StagePart(tier, part); };
-  std::future<Result<StageResult>> next = std::async(std::launch::async, stage, parts[0]);
-  for (size_t k = 0; k < parts.size(); ++k) {
-    Result<StageResult> staged = next.get();
-    if (k + 1 < parts.size()) next = std::async(std::launch::async, stage, parts[k + 1]);
-    const std::vector<DiskRead*>& part = parts[k];
+  // Copies a staged part out, verifies it and releases its staging space.
+  auto copy_out = [&](const std::vector<DiskRead*>& part, Result<StageResult>& staged) {
     if (!staged.ok()) {
       spdlog::warn("staging {} objects failed: {}", part.size(), staged.status().ToString());
       for (DiskRead* r : part) Fail(*r, staged.code());
-      continue;
+      return;
     }
     pool_->ParallelFor(part.size(), [&](size_t j) {
       DiskRead& r = *part[j];
@@ -111,6 +107,22 @@ void StagedLoader::LoadFromTier(SsdTier& tier, std::vector<DiskRead*>& reads,
         if (r->result >= 0) Fail(*r, ErrorCode::TRANSFER_FAIL);
       }
     }
+  };
+  // Pipeline: part k is copied out on another thread (with the pool) while this thread
+  // stages part k+1. Staging stays on the calling thread so the next reads are submitted at
+  // once; a staging thread would wait for a CPU the copy keeps busy (measured: the disk sat
+  // idle ~20% of a load that way).
+  Result<StageResult> staged = StagePart(tier, parts[0]);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    if (k + 1 == parts.size()) {
+      copy_out(parts[k], staged);  // nothing left to overlap with
+      break;
+    }
+    std::future<void> copying =
+        std::async(std::launch::async,
+                   [&, k, current = std::move(staged)]() mutable { copy_out(parts[k], current); });
+    staged = StagePart(tier, parts[k + 1]);
+    copying.get();
   }
 }
 

@@ -1,0 +1,198 @@
+// `tierkv bench metadata --remote`: the metadata bench over gRPC against a `tierkv master`
+// child process (this executable, `master --port 0 --host 127.0.0.1`).
+//
+// Same objects and query batches as the local mode (metadata_bench.cc). The objects are
+// metadata only — the master never holds bytes — so the fill is PutStart + PutEnd on a segment
+// this process mounts (no memory behind it). The timed figure is RemoteMaster::Exists, one
+// RPC per batch; every answer is checked outside the timed calls.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "metadata_bench.h"
+#include "rpc/master_process.h"
+#include "rpc/remote_master.h"
+
+namespace tierkv::bench {
+namespace {
+
+constexpr size_t kPutBatch = 1024;
+
+}  // namespace
+
+Status RunRemoteMetadataBench(const MetadataBenchOptions& options) {
+  Progress progress("metadata", options.common.progress);
+  const std::string self = SelfExecutable();
+  if (self.empty()) return Status(ErrorCode::INTERNAL_ERROR, "cannot read /proc/self/exe");
+
+  progress.Update("starting tierkv master");
+  MasterProcessOptions child_options;
+  child_options.binary = self;
+  child_options.args = {"--port", "0", "--host", "127.0.0.1"};
+  if (std::getenv("TIERKV_LOG_LEVEL") == nullptr)
+    child_options.env = {{"TIERKV_LOG_LEVEL", "warn"}};
+  Result<std::unique_ptr<MasterProcess>> child = MasterProcess::Start(child_options);
+  if (!child.ok()) return child.status();
+  std::unique_ptr<MasterProcess> master_process = std::move(child).value();
+
+  Result<std::unique_ptr<RemoteMaster>> connected =
+      RemoteMaster::Connect(master_process->address(), Millis(5000));
+  if (!connected.ok()) return connected.status();
+  std::unique_ptr<RemoteMaster> master = std::move(connected).value();
+
+  // A segment with room for every object twice (metadata only: nothing is allocated here).
+  const uint64_t rounded = (options.object_bytes + 63) / 64 * 64;
+  const uint64_t capacity = 2 * options.objects * rounded + 64 * kMiB;
+  Result<SegmentId> segment = master->MountSegment("bench-remote-segment", capacity);
+  if (!segment.ok()) return segment.status();
+
+  progress.Update("putting " + std::to_string(options.objects) + " objects (metadata)");
+  FailureLog failures;
+  double put_seconds = 0;
+  for (size_t first = 0; first < options.objects && failures.empty(); first += kPutBatch) {
+    const size_t end = std::min(options.objects, first + kPutBatch);
+    std::vector<std::string> keys;
+    std::vector<uint64_t> sizes;
+    std::vector<uint64_t> checksums;
+    for (size_t i = first; i < end; ++i) {
+      keys.push_back(MetadataKey(i));
+      sizes.push_back(options.object_bytes);
+      checksums.push_back(Mix64(i));
+    }
+    Stopwatch watch;
+    std::vector<Result<PutStartResult>> started = master->PutStart(keys, sizes, ReplicateConfig{});
+    std::vector<uint64_t> put_ids;
+    for (size_t k = 0; k < started.size(); ++k) {
+      if (!started[k].ok()) {
+        failures.Add("PutStart of " + keys[k] + ": " + started[k].status().ToString());
+        put_ids.push_back(0);
+      } else {
+        put_ids.push_back(started[k]->put_id);
+      }
+    }
+    if (!failures.empty()) break;
+    std::vector<Status> ended = master->PutEnd(keys, put_ids, checksums);
+    put_seconds += watch.Seconds();
+    for (size_t k = 0; k < ended.size(); ++k) {
+      if (!ended[k].ok()) failures.Add("PutEnd of " + keys[k] + ": " + ended[k].ToString());
+    }
+  }
+  if (!failures.empty()) return failures.ToStatus("remote metadata put");
+  const double put_keys_per_s = put_seconds > 0 ? options.objects / put_seconds : 0;
+
+  progress.Update("building query batches");
+  const std::vector<MetadataQuery> queries = BuildMetadataQueries(options);
+
+  const double rep_budget = options.seconds / options.common.reps;
+  std::vector<double> rates;
+  size_t cursor = 0;
+  size_t total_batches = 0;
+  double total_seconds = 0;
+  for (int rep = 0; rep < options.common.reps && failures.empty(); ++rep) {
+    progress.Update("batch_is_exist over gRPC, rep " + std::to_string(rep + 1) + "/" +
+                    std::to_string(options.common.reps));
+    size_t done = 0;
+    double busy = 0;
+    while (options.batches > 0 ? done < options.batches : busy < rep_budget) {
+      const MetadataQuery& query = queries[cursor++ % queries.size()];
+      Stopwatch watch;
+      std::vector<int> answers = master->Exists(query.keys);
+      busy += watch.Seconds();
+      ++done;
+      if (answers.size() != query.keys.size()) {
+        failures.Add("Exists returned " + std::to_string(answers.size()) + " results for " +
+                     std::to_string(query.keys.size()) + " keys");
+        break;
+      }
+      for (size_t k = 0; k < answers.size(); ++k) {
+        if (answers[k] != query.expected[k]) {
+          failures.Add("Exists of " + query.keys[k] + " gave " +
+                       (answers[k] < 0 ? CodeString(answers[k]) : std::to_string(answers[k])) +
+                       ", expected " + std::to_string(query.expected[k]));
+        }
+      }
+      if (!failures.empty()) break;
+    }
+    if (!failures.empty()) break;
+    rates.push_back(busy > 0 ? static_cast<double>(done * options.batch) / busy : 0);
+    total_batches += done;
+    total_seconds += busy;
+  }
+  progress.Done();
+  if (!failures.empty()) return failures.ToStatus("remote metadata batch_is_exist");
+
+  // Stop the child: unregister (unmounts the segment), then SIGTERM and a clean exit.
+  (void)master->UnmountSegment(*segment);
+  master.reset();
+  const std::optional<int> exit_status = master_process->Stop();
+  if (!exit_status || !WIFEXITED(*exit_status) || WEXITSTATUS(*exit_status) != 0) {
+    return Status(ErrorCode::INTERNAL_ERROR, "tierkv master did not exit cleanly on SIGTERM");
+  }
+
+  const double keys_per_s = Median(rates);
+  const size_t hits = static_cast<size_t>(std::llround(options.batch * options.hit_ratio));
+  const double hit_ratio = static_cast<double>(hits) / static_cast<double>(options.batch);
+  const bool pass = keys_per_s >= kRemoteKeysPerSecondTarget;
+  if (options.common.json) {
+    JsonLine()
+        .Add("bench", "metadata")
+        .Add("mode", "remote")
+        .Add("op", "put")
+        .Add("objects", options.objects)
+        .Add("object_bytes", options.object_bytes)
+        .Add("batch", kPutBatch)
+        .Add("keys_per_s", std::llround(put_keys_per_s))
+        .Emit();
+    JsonLine()
+        .Add("bench", "metadata")
+        .Add("mode", "remote")
+        .Add("op", "is_exist")
+        .Add("objects", options.objects)
+        .Add("batch", options.batch)
+        .Add("hit_ratio", hit_ratio)
+        .Add("reps", options.common.reps)
+        .Add("batches", total_batches)
+        .Add("seconds", std::round(total_seconds * 1000) / 1000)
+        .Add("keys_per_s", std::llround(keys_per_s))
+        .Emit();
+    JsonLine()
+        .Add("bench", "metadata")
+        .Add("mode", "remote")
+        .Add("keys_per_s", std::llround(keys_per_s))
+        .Add("batch", options.batch)
+        .Add("objects", options.objects)
+        .Add("hit_ratio", hit_ratio)
+        .Add("put_keys_per_s", std::llround(put_keys_per_s))
+        .Add("target_keys_per_s", static_cast<int64_t>(kRemoteKeysPerSecondTarget))
+        .Add("pass", pass)
+        .Emit();
+  }
+
+  std::ostream& out = options.common.json ? std::cerr : std::cout;
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "tierkv bench metadata --remote: %zu objects of %s over gRPC (127.0.0.1), batch "
+                "%zu, %.0f%% hits, median of %d rep%s (%zu batches in %.2f s)\n",
+                options.objects, FormatBytes(options.object_bytes).c_str(), options.batch,
+                hit_ratio * 100, options.common.reps, options.common.reps == 1 ? "" : "s",
+                total_batches, total_seconds);
+  out << line;
+  std::snprintf(line, sizeof(line), "  put (PutStart+PutEnd, batch %zu): %12.0f keys/s\n",
+                kPutBatch, put_keys_per_s);
+  out << line;
+  std::snprintf(line, sizeof(line),
+                "  batch_is_exist:                    %12.0f keys/s (target >= %.0f: %s)\n",
+                keys_per_s, kRemoteKeysPerSecondTarget, pass ? "PASS" : "FAIL");
+  out << line << std::flush;
+  return Status::Ok();
+}
+
+}  // namespace tierkv::bench

@@ -1,0 +1,44 @@
+// The entry points of one libFuzzer target: TIERKV_FUZZ_NAME (set by fuzz/CMakeLists.txt)
+// names its entry in the table of fuzz/master_rpc_fuzz.cc.
+//
+// With TIERKV_FUZZ_WRITE_SEEDS=DIR in the environment, the binary writes the target's seed
+// inputs to DIR and exits (scripts/fuzz.sh starts each corpus from them).
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "fuzz_targets.h"
+
+#ifndef TIERKV_FUZZ_NAME
+#error "TIERKV_FUZZ_NAME must name a target"
+#endif
+
+namespace {
+const tierkv::fuzz::Target* target = nullptr;
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  tierkv::fuzz::Quiet();
+  target = tierkv::fuzz::FindTarget(TIERKV_FUZZ_NAME);
+  if (target == nullptr) {
+    std::fprintf(stderr, "no fuzz target named %s\n", TIERKV_FUZZ_NAME);
+    std::abort();
+  }
+  const char* dir = std::getenv("TIERKV_FUZZ_WRITE_SEEDS");
+  if (dir == nullptr || *dir == '\0') return 0;
+  const std::vector<std::string> seeds = target->seeds();
+  for (size_t i = 0; i < seeds.size(); ++i) {
+    std::ofstream(std::string(dir) + "/seed-" + std::to_string(i), std::ios::binary) << seeds[i];
+  }
+  std::printf("%s: wrote %zu seed(s) to %s\n", TIERKV_FUZZ_NAME, seeds.size(), dir);
+  std::exit(0);
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  target->run(data, size);
+  return 0;
+}

@@ -1,0 +1,188 @@
+#include "rpc/master_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <thread>
+
+extern char** environ;
+
+namespace tierkv {
+namespace {
+
+constexpr std::string_view kListening = "tierkv master listening on ";
+
+Status Errno(const std::string& what) {
+  return Status(ErrorCode::INTERNAL_ERROR, what + ": " + std::strerror(errno));
+}
+
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));
+  return "stopped (wait status " + std::to_string(status) + ")";
+}
+
+}  // namespace
+
+std::string SelfExecutable() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+Result<std::unique_ptr<MasterProcess>> MasterProcess::Start(const MasterProcessOptions& options) {
+  if (options.binary.empty()) return Status(ErrorCode::INVALID_PARAMS, "no tierkv binary given");
+  // Everything the child needs is built before fork: after it, only async-signal-safe calls.
+  std::vector<std::string> argv_storage = {options.binary, "master"};
+  argv_storage.insert(argv_storage.end(), options.args.begin(), options.args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  std::vector<std::string> env_storage;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view entry(*e);
+    bool overridden = false;
+    for (const auto& [name, value] : options.env) {
+      if (entry.size() > name.size() && entry.substr(0, name.size()) == name &&
+          entry[name.size()] == '=') {
+        overridden = true;
+      }
+    }
+    if (!overridden) env_storage.emplace_back(entry);
+  }
+  for (const auto& [name, value] : options.env) env_storage.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (std::string& e : env_storage) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return Errno("pipe2");
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const Status st = Errno("fork");
+    close(fds[0]);
+    close(fds[1]);
+    return st;
+  }
+  if (pid == 0) {
+    // Child. Die with the thread that started us; unblock every signal (a blocked SIGTERM
+    // would survive exec).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (dup2(fds[1], STDOUT_FILENO) < 0) _exit(127);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  std::unique_ptr<MasterProcess> child(new MasterProcess());
+  child->pid_ = pid;
+  child->stdout_fd_ = fds[0];
+
+  // Read stdout until the "listening on" line, the deadline, or EOF (the child died).
+  const auto deadline = std::chrono::steady_clock::now() + options.start_timeout;
+  std::string buffer;
+  for (;;) {
+    const size_t newline = buffer.find('\n');
+    if (newline != std::string::npos) {
+      const std::string line = buffer.substr(0, newline);
+      buffer.erase(0, newline + 1);
+      if (line.rfind(kListening, 0) != 0) continue;  // not ours; keep reading
+      const std::string address = line.substr(kListening.size());
+      const size_t colon = address.rfind(':');
+      int port = 0;
+      if (colon != std::string::npos) port = std::atoi(address.c_str() + colon + 1);
+      if (colon == std::string::npos || port <= 0 || port > 65535) {
+        return Status(ErrorCode::INTERNAL_ERROR, "cannot parse the master's line: " + line);
+      }
+      child->host_ = address.substr(0, colon);
+      if (child->host_.size() > 2 && child->host_.front() == '[') {
+        child->host_ = child->host_.substr(1, child->host_.size() - 2);
+      }
+      child->port_ = port;
+      return child;
+    }
+    const auto left =
+        std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return Status(ErrorCode::INTERNAL_ERROR,
+                    options.binary + " master did not say it was listening within " +
+                        std::to_string(options.start_timeout.count()) + " ms");
+    }
+    pollfd p{child->stdout_fd_, POLLIN, 0};
+    const int ready = poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return Errno("poll");
+    if (ready == 0) continue;
+    char chunk[512];
+    const ssize_t n = read(child->stdout_fd_, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int status = 0;
+      std::string how = "closed its stdout";
+      if (child->WaitExit(Millis(2000), &status)) how = DescribeExit(status);
+      return Status(ErrorCode::INTERNAL_ERROR,
+                    options.binary + " master " + how + " before it was listening");
+    }
+    buffer.append(chunk, static_cast<size_t>(n));
+  }
+}
+
+bool MasterProcess::WaitExit(Millis timeout, int* status) {
+  if (pid_ <= 0) return true;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const pid_t r = waitpid(pid_, status, WNOHANG);
+    if (r == pid_ || (r < 0 && errno == ECHILD)) {
+      pid_ = -1;
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(Millis(5));
+  }
+}
+
+void MasterProcess::Kill() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    int status = 0;
+    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+  }
+  if (stdout_fd_ >= 0) {
+    close(stdout_fd_);
+    stdout_fd_ = -1;
+  }
+}
+
+std::optional<int> MasterProcess::Stop(Millis grace) {
+  if (pid_ <= 0) return std::nullopt;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  if (WaitExit(grace, &status)) {
+    Kill();  // closes the pipe
+    return status;
+  }
+  Kill();
+  return std::nullopt;
+}
+
+MasterProcess::~MasterProcess() { Kill(); }
+
+}  // namespace tierkv

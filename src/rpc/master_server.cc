@@ -1,0 +1,463 @@
+#include "rpc/master_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <string_view>
+#include <utility>
+
+#include "rpc/wire.h"
+#include "tierkv/master.grpc.pb.h"
+
+namespace tierkv {
+namespace {
+
+// Largest segment a client may mount: far beyond any machine, and far from overflowing the
+// allocator's offset arithmetic.
+constexpr uint64_t kMaxSegmentCapacity = uint64_t{1} << 60;
+
+bool CheckLength(const char* field, size_t got, size_t keys, rpc::CallStatus* status) {
+  if (got == keys) return true;
+  wire::SetStatus(status, Status(ErrorCode::INVALID_PARAMS,
+                                 std::string(field) + " has " + std::to_string(got) +
+                                     " entries for " + std::to_string(keys) + " keys"));
+  return false;
+}
+
+// Client-supplied text (hosts, segment names) as a log-safe string: non-printable bytes become
+// \xNN, and long text is cut.
+std::string Printable(std::string_view text, size_t max = 128) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < max; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  if (text.size() > max) out += "...";
+  return out;
+}
+
+std::string JoinSegments(const std::vector<SegmentId>& segments) {
+  std::string out;
+  for (SegmentId s : segments) {
+    if (!out.empty()) out += ",";
+    out += std::to_string(s);
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+uint64_t NewIncarnation() {
+  std::random_device device;
+  uint64_t v = (static_cast<uint64_t>(device()) << 32) ^ device() ^
+               static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return v == 0 ? 1 : v;
+}
+
+// ---- MasterRpcHandler ---------------------------------------------------------------------------
+
+MasterRpcHandler::MasterRpcHandler(MasterService& master, ClientRegistry& clients,
+                                   uint64_t incarnation)
+    : master_(master), clients_(clients), incarnation_(incarnation) {}
+
+bool MasterRpcHandler::Keys(const rpc::KeyBatch& batch, std::vector<std::string>* keys,
+                            rpc::CallStatus* status) const {
+  Status st = wire::DecodeKeys(batch, keys);
+  if (st.ok()) return true;
+  wire::SetStatus(status, st);
+  return false;
+}
+
+bool MasterRpcHandler::CheckOwner(uint64_t client, uint32_t segment,
+                                  rpc::CallStatus* status) const {
+  if (!clients_.Known(client)) {
+    wire::SetUnknownClient(status, client);
+    return false;
+  }
+  if (!clients_.Owns(client, segment)) {
+    wire::SetStatus(status, Status(ErrorCode::SEGMENT_NOT_FOUND,
+                                   "segment " + std::to_string(segment) +
+                                       " is not mounted by client " + std::to_string(client)));
+    return false;
+  }
+  return true;
+}
+
+void MasterRpcHandler::RegisterClient(const rpc::RegisterClientRequest& request,
+                                      rpc::RegisterClientResponse* response) {
+  std::string host = request.host().substr(0, wire::kMaxHostLength);
+  const ClientId id = clients_.Register(host);
+  response->set_client_id(id);
+  response->set_client_ttl_ms(static_cast<uint64_t>(clients_.ttl().count()));
+  response->set_master_incarnation(incarnation_);
+  spdlog::info("client {} registered (host '{}')", id, Printable(host));
+}
+
+void MasterRpcHandler::Heartbeat(const rpc::HeartbeatRequest& request,
+                                 rpc::HeartbeatResponse* response) {
+  response->set_known(clients_.Heartbeat(request.client_id()));
+  response->set_master_incarnation(incarnation_);
+}
+
+void MasterRpcHandler::UnregisterClient(const rpc::UnregisterClientRequest& request,
+                                        rpc::StatusResponse* response) {
+  std::optional<std::vector<SegmentId>> segments = clients_.Unregister(request.client_id());
+  if (!segments) {
+    wire::SetUnknownClient(response->mutable_status(), request.client_id());
+    return;
+  }
+  for (SegmentId s : *segments) (void)master_.UnmountSegment(s);
+  spdlog::info("client {} unregistered; unmounted segments: {}", request.client_id(),
+               JoinSegments(*segments));
+}
+
+void MasterRpcHandler::MountSegment(const rpc::MountSegmentRequest& request,
+                                    rpc::MountSegmentResponse* response) {
+  rpc::CallStatus* status = response->mutable_status();
+  if (!clients_.Known(request.client_id())) {
+    wire::SetUnknownClient(status, request.client_id());
+    return;
+  }
+  if (request.name().size() > wire::kMaxSegmentNameLength) {
+    wire::SetStatus(status,
+                    Status(ErrorCode::INVALID_PARAMS,
+                           "segment name of " + std::to_string(request.name().size()) +
+                               " bytes; at most " + std::to_string(wire::kMaxSegmentNameLength)));
+    return;
+  }
+  if (request.capacity() > kMaxSegmentCapacity) {
+    wire::SetStatus(status, Status(ErrorCode::INVALID_PARAMS,
+                                   "segment capacity " + std::to_string(request.capacity()) +
+                                       " is larger than " + std::to_string(kMaxSegmentCapacity)));
+    return;
+  }
+  Result<SegmentId> id = master_.MountSegment(request.name(), request.capacity());
+  if (!id.ok()) {
+    wire::SetStatus(status, id.status());
+    return;
+  }
+  if (Status owned = clients_.AddSegment(request.client_id(), *id); !owned.ok()) {
+    // The client expired between the check and the mount: undo.
+    (void)master_.UnmountSegment(*id);
+    wire::SetUnknownClient(status, request.client_id());
+    return;
+  }
+  response->set_segment_id(*id);
+  spdlog::info("client {} mounted segment {} ('{}', {} bytes)", request.client_id(), *id,
+               Printable(request.name()), request.capacity());
+}
+
+void MasterRpcHandler::UnmountSegment(const rpc::UnmountSegmentRequest& request,
+                                      rpc::StatusResponse* response) {
+  rpc::CallStatus* status = response->mutable_status();
+  if (!clients_.Known(request.client_id())) {
+    wire::SetUnknownClient(status, request.client_id());
+    return;
+  }
+  if (Status owned = clients_.RemoveSegment(request.client_id(), request.segment_id());
+      !owned.ok()) {
+    wire::SetStatus(status, owned);
+    return;
+  }
+  wire::SetStatus(status, master_.UnmountSegment(request.segment_id()));
+  spdlog::info("client {} unmounted segment {}", request.client_id(), request.segment_id());
+}
+
+void MasterRpcHandler::PutStart(const rpc::PutStartRequest& request,
+                                rpc::PlacementResponse* response) {
+  rpc::CallStatus* status = response->mutable_status();
+  std::vector<std::string> keys;
+  if (!Keys(request.keys(), &keys, status) ||
+      !CheckLength("sizes", static_cast<size_t>(request.sizes_size()), keys.size(), status)) {
+    return;
+  }
+  ReplicateConfig config;
+  if (Status st = wire::DecodeConfig(request.config(), &config); !st.ok()) {
+    wire::SetStatus(status, st);
+    return;
+  }
+  if (!config.group_ids.empty() &&
+      !CheckLength("config.group_ids", config.group_ids.size(), keys.size(), status)) {
+    return;
+  }
+  std::vector<uint64_t> sizes(request.sizes().begin(), request.sizes().end());
+  wire::EncodePlacements(master_.PutStart(keys, sizes, config), response);
+}
+
+void MasterRpcHandler::PutEnd(const rpc::PutEndRequest& request, rpc::BatchResponse* response) {
+  rpc::CallStatus* status = response->mutable_status();
+  std::vector<std::string> keys;
+  if (!Keys(request.keys(), &keys, status) ||
+      !CheckLength("put_ids", static_cast<size_t>(request.put_ids_size()), keys.size(), status) ||
+      !CheckLength("checksums", static_cast<size_t>(request.checksums_size()), keys.size(),
+                   status)) {
+    return;
+  }
+  std::vector<uint64_t> ids(request.put_ids().begin(), request.put_ids().end());
+  std::vector<uint64_t> sums(request.checksums().begin(), request.checksums().end());
+  wire::EncodeResults(master_.PutEnd(keys, ids, sums), response->mutable_results());
+}
+
+void MasterRpcHandler::PutRevoke(const rpc::PutRevokeRequest& request,
+                                 rpc::BatchResponse* response) {
+  rpc::CallStatus* status = response->mutable_status();
+  std::vector<std::string> keys;
+  if (!Keys(request.keys(), &keys, status) ||
+      !CheckLength("put_ids", static_cast<size_t>(request.put_ids_size()), keys.size(), status)) {
+    return;
+  }
+  std::vector<uint64_t> ids(request.put_ids().begin(), request.put_ids().end());
+  wire::EncodeResults(master_.PutRevoke(keys, ids), response->mutable_results());
+}
+
+void MasterRpcHandler::Exists(const rpc::ExistsRequest& request, rpc::ExistsResponse* response) {
+  std::vector<std::string> keys;
+  if (!Keys(request.keys(), &keys, response->mutable_status())) return;
+  const std::vector<int> found = master_.Exists(keys);
+  response->mutable_results()->Add(found.begin(), found.end());
+}
+
+void MasterRpcHandler::GetReplicas(const rpc::GetReplicasRequest& request,
+                                   rpc::GetReplicasResponse* response) {
+  std::vector<std::string> keys;
+  if (!Keys(request.keys(), &keys, response->mutable_status())) return;
+  auto results = master_.GetReplicas(keys);
+  wire::EncodeReplicas(results, master_.options().clock->Now(), response);
+}
+
+void MasterRpcHandler::Remove(const rpc::RemoveRequest& request, rpc::BatchResponse* response) {
+  std::vector<std::string> keys;
+  if (!Keys(request.keys(), &keys, response->mutable_status())) return;
+  std::vector<Status> out;
+  out.reserve(keys.size());
+  for (const std::string& key : keys) out.push_back(master_.Remove(key, request.force()));
+  wire::EncodeResults(out, response->mutable_results());
+}
+
+void MasterRpcHandler::RemoveAll(const rpc::RemoveAllRequest& request,
+                                 rpc::CountResponse* response) {
+  response->set_count(master_.RemoveAll(request.force()));
+}
+
+void MasterRpcHandler::DropDiskReplicas(const rpc::DropDiskReplicasRequest& request,
+                                        rpc::CountResponse* response) {
+  rpc::CallStatus* status = response->mutable_status();
+  std::vector<std::string> keys;
+  if (!Keys(request.keys(), &keys, status) ||
+      !CheckOwner(request.client_id(), request.segment_id(), status)) {
+    return;
+  }
+  response->set_count(
+      master_.DropDiskReplicas(request.segment_id(), request.region(), request.generation(), keys));
+}
+
+void MasterRpcHandler::AddDiskReplicas(const rpc::AddDiskReplicasRequest& request,
+                                       rpc::BatchResponse* response) {
+  rpc::CallStatus* status = response->mutable_status();
+  std::vector<std::string> keys;
+  if (!Keys(request.keys(), &keys, status)) return;
+  const size_t n = keys.size();
+  if (!CheckLength("locations", static_cast<size_t>(request.locations_size()), n, status) ||
+      !CheckLength("checksums", static_cast<size_t>(request.checksums_size()), n, status) ||
+      !CheckOwner(request.client_id(), request.segment_id(), status)) {
+    return;
+  }
+  std::vector<DiskRecord> records(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int k = static_cast<int>(i);
+    const rpc::DiskLocation& l = request.locations(k);
+    records[i].key = std::move(keys[i]);
+    records[i].location = DiskLocation{l.region(), l.generation(), l.offset(), l.size()};
+    records[i].checksum = request.checksums(k);
+  }
+  wire::EncodeResults(master_.AddDiskReplicas(request.segment_id(), records),
+                      response->mutable_results());
+}
+
+void MasterRpcHandler::CopyToDisk(const rpc::CopyToDiskRequest& request,
+                                  rpc::BatchResponse* response) {
+  std::vector<std::string> keys;
+  if (!Keys(request.keys(), &keys, response->mutable_status())) return;
+  wire::EncodeResults(master_.CopyToDisk(keys), response->mutable_results());
+}
+
+void MasterRpcHandler::PromoteStart(const rpc::PromoteStartRequest& request,
+                                    rpc::PlacementResponse* response) {
+  std::vector<std::string> keys;
+  if (!Keys(request.keys(), &keys, response->mutable_status())) return;
+  wire::EncodePlacements(master_.PromoteStart(keys, request.min_hits()), response);
+}
+
+void MasterRpcHandler::PromoteEnd(const rpc::PromoteEndRequest& request,
+                                  rpc::BatchResponse* response) {
+  rpc::CallStatus* status = response->mutable_status();
+  std::vector<std::string> keys;
+  if (!Keys(request.keys(), &keys, status) ||
+      !CheckLength("promotion_ids", static_cast<size_t>(request.promotion_ids_size()), keys.size(),
+                   status) ||
+      !CheckLength("ok", static_cast<size_t>(request.ok_size()), keys.size(), status)) {
+    return;
+  }
+  std::vector<uint64_t> ids(request.promotion_ids().begin(), request.promotion_ids().end());
+  std::vector<bool> ok(request.ok().begin(), request.ok().end());
+  wire::EncodeResults(master_.PromoteEnd(keys, ids, ok), response->mutable_results());
+}
+
+void MasterRpcHandler::Stats(const rpc::StatsRequest& /*request*/, rpc::StatsResponse* response) {
+  wire::EncodeStats(master_.Stats(), response);
+  response->set_clients(clients_.size());
+  response->set_segments(master_.segments().Count());
+  response->set_expired_clients(clients_.expired_total());
+  response->set_master_incarnation(incarnation_);
+}
+
+size_t MasterRpcHandler::ReapSilentClients() {
+  std::vector<ExpiredClient> expired = clients_.ExpireSilent();
+  for (const ExpiredClient& client : expired) {
+    const uint64_t objects_before = master_.Stats().objects;
+    for (SegmentId s : client.segments) (void)master_.UnmountSegment(s);
+    const uint64_t objects_after = master_.Stats().objects;
+    spdlog::warn(
+        "client {} (host '{}') expired: no heartbeat for {} ms (client_ttl {} ms); unmounted "
+        "segments: {}; objects {} -> {}",
+        client.id, Printable(client.host), client.silent_for.count(), clients_.ttl().count(),
+        JoinSegments(client.segments), objects_before, objects_after);
+  }
+  return expired.size();
+}
+
+// ---- gRPC service -------------------------------------------------------------------------------
+
+class MasterServer::Service final : public rpc::Master::Service {
+ public:
+  explicit Service(MasterRpcHandler& handler) : h_(handler) {}
+
+#define TIERKV_RPC(Name, Request, Response)                                        \
+  grpc::Status Name(grpc::ServerContext* /*context*/, const rpc::Request* request, \
+                    rpc::Response* response) override {                            \
+    h_.Name(*request, response);                                                   \
+    return grpc::Status::OK;                                                       \
+  }
+  TIERKV_RPC(RegisterClient, RegisterClientRequest, RegisterClientResponse)
+  TIERKV_RPC(Heartbeat, HeartbeatRequest, HeartbeatResponse)
+  TIERKV_RPC(UnregisterClient, UnregisterClientRequest, StatusResponse)
+  TIERKV_RPC(MountSegment, MountSegmentRequest, MountSegmentResponse)
+  TIERKV_RPC(UnmountSegment, UnmountSegmentRequest, StatusResponse)
+  TIERKV_RPC(PutStart, PutStartRequest, PlacementResponse)
+  TIERKV_RPC(PutEnd, PutEndRequest, BatchResponse)
+  TIERKV_RPC(PutRevoke, PutRevokeRequest, BatchResponse)
+  TIERKV_RPC(Exists, ExistsRequest, ExistsResponse)
+  TIERKV_RPC(GetReplicas, GetReplicasRequest, GetReplicasResponse)
+  TIERKV_RPC(Remove, RemoveRequest, BatchResponse)
+  TIERKV_RPC(RemoveAll, RemoveAllRequest, CountResponse)
+  TIERKV_RPC(DropDiskReplicas, DropDiskReplicasRequest, CountResponse)
+  TIERKV_RPC(AddDiskReplicas, AddDiskReplicasRequest, BatchResponse)
+  TIERKV_RPC(CopyToDisk, CopyToDiskRequest, BatchResponse)
+  TIERKV_RPC(PromoteStart, PromoteStartRequest, PlacementResponse)
+  TIERKV_RPC(PromoteEnd, PromoteEndRequest, BatchResponse)
+  TIERKV_RPC(Stats, StatsRequest, StatsResponse)
+#undef TIERKV_RPC
+
+ private:
+  MasterRpcHandler& h_;
+};
+
+// ---- MasterServer -------------------------------------------------------------------------------
+
+MasterServer::MasterServer(MasterServerOptions options)
+    : options_(std::move(options)),
+      master_(options_.master),
+      clients_(options_.master.clock, options_.client_ttl),
+      handler_(master_, clients_, NewIncarnation()) {}
+
+Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions options) {
+  auto bad = [](std::string m) { return Status(ErrorCode::INVALID_PARAMS, std::move(m)); };
+  if (options.host.empty()) return bad("host is empty");
+  if (options.port < 0 || options.port > 65535) {
+    return bad("port " + std::to_string(options.port) + " is not in 0..65535");
+  }
+  if (options.client_ttl.count() <= 0) return bad("client TTL must be > 0 ms");
+  if (options.master.clock == nullptr) options.master.clock = SystemClock::Instance();
+
+  std::unique_ptr<MasterServer> server(new MasterServer(std::move(options)));
+  const MasterServerOptions& o = server->options_;
+  // IPv6 literals need brackets in a gRPC address.
+  const std::string host =
+      o.host.find(':') != std::string::npos && o.host.front() != '[' ? "[" + o.host + "]" : o.host;
+  const std::string listen = host + ":" + std::to_string(o.port);
+
+  server->service_ = std::make_unique<Service>(server->handler_);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(server->service_.get());
+  builder.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(wire::kMaxMessageBytes);
+  // One master per port: without this, gRPC's SO_REUSEPORT lets a second master bind the same
+  // port and silently split the clients between the two.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  server->server_ = builder.BuildAndStart();
+  if (!server->server_ || server->port_ == 0) {
+    server->server_.reset();
+    return Status(ErrorCode::RPC_FAIL,
+                  "cannot listen on " + listen + " (port in use, or not an address of this host)");
+  }
+  const Millis maint =
+      o.maintenance_period.count() > 0
+          ? o.maintenance_period
+          : Millis(std::clamp<int64_t>(
+                std::min(o.master.lease_ttl.count(), o.master.put_timeout.count()) / 4, 10, 1000));
+  const Millis reap = Millis(std::max<int64_t>(o.client_ttl.count() / 4, 1));
+  MasterServer* self = server.get();
+  server->maintenance_ = std::thread([self, maint] { self->Loop(maint, &MasterServer::Maintain); });
+  server->reaper_ = std::thread([self, reap] { self->Loop(reap, &MasterServer::Reap); });
+  return server;
+}
+
+MasterServer::~MasterServer() { Shutdown(); }
+
+void MasterServer::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    {
+      std::lock_guard lock(stop_mu_);
+      stop_ = true;
+    }
+    stop_cv_.notify_all();
+    if (maintenance_.joinable()) maintenance_.join();
+    if (reaper_.joinable()) reaper_.join();
+    if (server_) server_->Wait();
+  });
+}
+
+std::string MasterServer::address() const {
+  const bool v6 = options_.host.find(':') != std::string::npos && options_.host.front() != '[';
+  return (v6 ? "[" + options_.host + "]" : options_.host) + ":" + std::to_string(port_);
+}
+
+void MasterServer::Loop(Millis period, void (MasterServer::*tick)()) {
+  std::unique_lock lock(stop_mu_);
+  while (!stop_cv_.wait_for(lock, period, [this] { return stop_; })) {
+    lock.unlock();
+    (this->*tick)();
+    lock.lock();
+  }
+}
+
+void MasterServer::Maintain() {
+  master_.ReclaimAbandonedPuts();
+  master_.EvictIfNeeded();
+}
+
+void MasterServer::Reap() { handler_.ReapSilentClients(); }
+
+}  // namespace tierkv

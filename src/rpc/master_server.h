@@ -1,0 +1,136 @@
+// The master as a gRPC service (`tierkv master`).
+//
+// MasterRpcHandler turns each request of proto/tierkv/master.proto into calls on a
+// MasterService and a ClientRegistry and fills the response. It validates every request first
+// (repeated fields of mismatched lengths, batches over wire::kMaxBatchKeys, over-long names,
+// unknown client ids, segments the caller does not own) and answers a bad one with an error —
+// whole-call or per key — never a crash. It holds no gRPC state, so the fuzz targets drive it
+// directly with parsed messages.
+//
+// MasterServer owns the MasterService, the ClientRegistry, the gRPC server (synchronous API)
+// and two background threads: maintenance (abandoned puts, watermark eviction) and the client
+// reaper, which every client_ttl/4 unmounts the segments of clients silent for client_ttl
+// (their replicas are dropped, whole groups) and logs each expiry.
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "master/client_registry.h"
+#include "master/master_service.h"
+#include "tierkv/master.pb.h"
+#include "tierkv/status.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace tierkv {
+
+class MasterRpcHandler {
+ public:
+  MasterRpcHandler(MasterService& master, ClientRegistry& clients, uint64_t incarnation);
+
+  void RegisterClient(const rpc::RegisterClientRequest& request,
+                      rpc::RegisterClientResponse* response);
+  void Heartbeat(const rpc::HeartbeatRequest& request, rpc::HeartbeatResponse* response);
+  void UnregisterClient(const rpc::UnregisterClientRequest& request, rpc::StatusResponse* response);
+  void MountSegment(const rpc::MountSegmentRequest& request, rpc::MountSegmentResponse* response);
+  void UnmountSegment(const rpc::UnmountSegmentRequest& request, rpc::StatusResponse* response);
+
+  void PutStart(const rpc::PutStartRequest& request, rpc::PlacementResponse* response);
+  void PutEnd(const rpc::PutEndRequest& request, rpc::BatchResponse* response);
+  void PutRevoke(const rpc::PutRevokeRequest& request, rpc::BatchResponse* response);
+  void Exists(const rpc::ExistsRequest& request, rpc::ExistsResponse* response);
+  void GetReplicas(const rpc::GetReplicasRequest& request, rpc::GetReplicasResponse* response);
+  void Remove(const rpc::RemoveRequest& request, rpc::BatchResponse* response);
+  void RemoveAll(const rpc::RemoveAllRequest& request, rpc::CountResponse* response);
+
+  void DropDiskReplicas(const rpc::DropDiskReplicasRequest& request, rpc::CountResponse* response);
+  void AddDiskReplicas(const rpc::AddDiskReplicasRequest& request, rpc::BatchResponse* response);
+  void CopyToDisk(const rpc::CopyToDiskRequest& request, rpc::BatchResponse* response);
+  void PromoteStart(const rpc::PromoteStartRequest& request, rpc::PlacementResponse* response);
+  void PromoteEnd(const rpc::PromoteEndRequest& request, rpc::BatchResponse* response);
+
+  void Stats(const rpc::StatsRequest& request, rpc::StatsResponse* response);
+
+  // Expires silent clients and unmounts their segments (the reaper calls this). Returns the
+  // number of clients expired.
+  size_t ReapSilentClients();
+
+  uint64_t incarnation() const { return incarnation_; }
+
+ private:
+  // Whole-call checks shared by the handlers; false (and `status` set) to refuse the call.
+  bool Keys(const rpc::KeyBatch& batch, std::vector<std::string>* keys,
+            rpc::CallStatus* status) const;
+  bool CheckOwner(uint64_t client, uint32_t segment, rpc::CallStatus* status) const;
+
+  MasterService& master_;
+  ClientRegistry& clients_;
+  const uint64_t incarnation_;
+};
+
+struct MasterServerOptions {
+  std::string host = "127.0.0.1";  // address to bind ("0.0.0.0" = every interface)
+  int port = 50051;                // 0 = a free port, chosen by the kernel
+  MasterOptions master;
+  Millis client_ttl{10000};  // a client silent this long is expired
+  // How often maintenance runs (abandoned puts, eviction); 0 = derived like embedded mode:
+  // a quarter of the shorter of lease TTL and put timeout, between 10 ms and 1 s.
+  Millis maintenance_period{0};
+};
+
+class MasterServer {
+ public:
+  // Binds and starts serving. INVALID_PARAMS for bad options; RPC_FAIL if the address cannot
+  // be bound (port in use, not a local address).
+  static Result<std::unique_ptr<MasterServer>> Start(MasterServerOptions options);
+  ~MasterServer();
+  MasterServer(const MasterServer&) = delete;
+  MasterServer& operator=(const MasterServer&) = delete;
+
+  // Stops accepting calls, finishes the ones in flight (up to 1 s) and joins the background
+  // threads. Idempotent.
+  void Shutdown();
+
+  const std::string& host() const { return options_.host; }
+  int port() const { return port_; }
+  std::string address() const;  // host:port
+  MasterService& master() { return master_; }
+  ClientRegistry& clients() { return clients_; }
+  MasterRpcHandler& handler() { return handler_; }
+
+ private:
+  class Service;
+  explicit MasterServer(MasterServerOptions options);
+  void Loop(Millis period, void (MasterServer::*tick)());
+  void Maintain();
+  void Reap();
+
+  MasterServerOptions options_;
+  MasterService master_;
+  ClientRegistry clients_;
+  MasterRpcHandler handler_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;  // guarded by stop_mu_
+  std::thread maintenance_;
+  std::thread reaper_;
+  std::once_flag shutdown_once_;
+};
+
+// A random non-zero 64-bit value identifying one master process.
+uint64_t NewIncarnation();
+
+}  // namespace tierkv

@@ -1,0 +1,604 @@
+#include "rpc/remote_master.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "rpc/wire.h"
+#include "tierkv/master.grpc.pb.h"
+
+namespace tierkv {
+namespace {
+
+std::string LocalHostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "unknown-host";
+  return buf;
+}
+
+const char* GrpcCodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "gRPC error";
+  }
+}
+
+std::string Describe(const grpc::Status& status) {
+  std::string out = GrpcCodeName(status.error_code());
+  if (!status.error_message().empty()) out += ": " + status.error_message();
+  return out;
+}
+
+std::chrono::system_clock::time_point DeadlineIn(Millis timeout) {
+  return std::chrono::system_clock::now() + timeout;
+}
+
+}  // namespace
+
+struct RemoteMaster::Stub {
+  std::unique_ptr<rpc::Master::Stub> stub;
+};
+
+RemoteMaster::RemoteMaster(std::string address, RemoteMasterOptions options)
+    : address_(std::move(address)), options_(std::move(options)) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
+  args.SetMaxSendMessageSize(wire::kMaxMessageBytes);
+  // Reconnect quickly after a master restart (gRPC's default backoff grows to 120 s).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 200);
+  // A connection of our own: two RemoteMasters in one process are two clients.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  stub_ = std::make_unique<Stub>();
+  stub_->stub = rpc::Master::NewStub(channel_);
+}
+
+Result<std::unique_ptr<RemoteMaster>> RemoteMaster::Connect(const std::string& address,
+                                                            Millis connect_timeout,
+                                                            RemoteMasterOptions options) {
+  if (address.empty()) return Status(ErrorCode::INVALID_PARAMS, "master address is empty");
+  if (connect_timeout.count() <= 0) {
+    return Status(ErrorCode::INVALID_PARAMS, "connect timeout must be > 0 ms");
+  }
+  if (options.rpc_timeout.count() <= 0) {
+    return Status(ErrorCode::INVALID_PARAMS, "RPC timeout must be > 0 ms");
+  }
+  if (options.host.empty()) options.host = LocalHostName();
+  std::unique_ptr<RemoteMaster> master(new RemoteMaster(address, std::move(options)));
+  if (Status st = master->Register(connect_timeout); !st.ok()) return st;
+  if (master->options_.heartbeat_interval.count() > 0) {
+    master->heartbeat_ = std::thread([m = master.get()] { m->HeartbeatLoop(); });
+  }
+  return master;
+}
+
+RemoteMaster::~RemoteMaster() {
+  {
+    std::lock_guard lock(beat_mu_);
+    stop_ = true;
+  }
+  beat_cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  // Unregister: the master unmounts our segments now instead of after client_ttl. (Never
+  // registered: Connect failed, nothing to undo.)
+  if (client_id_.load() == 0) return;
+  rpc::UnregisterClientRequest request;
+  request.set_client_id(client_id_.load());
+  rpc::StatusResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(std::min(options_.rpc_timeout, Millis(1000))));
+  grpc::Status status = stub_->stub->UnregisterClient(&context, request, &response);
+  if (!status.ok()) {
+    spdlog::debug("unregistering client {} from {}: {}", client_id_.load(), address_,
+                  Describe(status));
+  }
+}
+
+void RemoteMaster::SetDeadline(grpc::ClientContext& context) const {
+  context.set_deadline(DeadlineIn(options_.rpc_timeout));
+}
+
+Status RemoteMaster::RpcFailure(const char* rpc, const grpc::Status& status) {
+  Kick();
+  return Status(ErrorCode::RPC_FAIL, std::string("RPC ") + rpc + " to the tierkv master at " +
+                                         address_ + " failed: " + Describe(status));
+}
+
+// ---- Registration and heartbeat -------------------------------------------------------------
+
+Status RemoteMaster::Register(Millis timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = DeadlineIn(timeout);
+  std::string last;
+  for (;;) {
+    rpc::RegisterClientRequest request;
+    request.set_host(options_.host);
+    rpc::RegisterClientResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(deadline);
+    grpc::Status status = stub_->stub->RegisterClient(&context, request, &response);
+    if (status.ok()) {
+      if (Status call = wire::CallStatusOf(response.status()); !call.ok()) return call;
+      if (response.client_id() == 0) {
+        return Status(ErrorCode::RPC_FAIL,
+                      "malformed RegisterClient response from " + address_ + ": client id 0");
+      }
+      client_id_.store(response.client_id());
+      registrations_.fetch_add(1);
+      connected_.store(true);
+      spdlog::debug("registered with the tierkv master at {} as client {}", address_,
+                    response.client_id());
+      return Status::Ok();
+    }
+    // Retries may end in "tcp handshaker shutdown" (gRPC cancelling its own attempt), which
+    // says less than the reason before it ("Connection refused"): keep that one then.
+    std::string reason = Describe(status);
+    if (last.empty() || reason.find("handshaker shutdown") == std::string::npos) {
+      last = std::move(reason);
+    }
+    // UNAVAILABLE: nothing listens yet, or the channel is backing off; try again until the
+    // deadline. Anything else (a deadline, a server that is not a tierkv master) is final.
+    const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                       std::chrono::system_clock::now() + Millis(50) < deadline;
+    if (!retry) break;
+    std::this_thread::sleep_for(Millis(50));
+  }
+  const auto waited =
+      std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now() - start).count();
+  return Status(ErrorCode::RPC_FAIL, "cannot reach the tierkv master at " + address_ + " within " +
+                                         std::to_string(timeout.count()) +
+                                         " ms (connect timeout; gave up after " +
+                                         std::to_string(waited) + " ms): " + last);
+}
+
+Status RemoteMaster::ReregisterLocked(const char* why) {
+  const uint64_t old_id = client_id_.load();
+  if (Status st = Register(options_.rpc_timeout); !st.ok()) return st;
+  for (OwnedSegment& segment : segments_) segment.current = 0;
+  RemountPendingLocked();
+  size_t mounted = 0;
+  for (const OwnedSegment& segment : segments_) mounted += segment.current != 0 ? 1 : 0;
+  spdlog::warn(
+      "tierkv master at {} {}: client {} registered again as client {}; re-mounted {} of {} "
+      "segment(s)",
+      address_, why, old_id, client_id_.load(), mounted, segments_.size());
+  return Status::Ok();
+}
+
+void RemoteMaster::RemountPendingLocked() {
+  for (OwnedSegment& segment : segments_) {
+    if (segment.current != 0) continue;
+    rpc::MountSegmentRequest request;
+    request.set_client_id(client_id_.load());
+    request.set_name(segment.name);
+    request.set_capacity(segment.capacity);
+    rpc::MountSegmentResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context);
+    grpc::Status status = stub_->stub->MountSegment(&context, request, &response);
+    Status st = status.ok() ? wire::CallStatusOf(response.status())
+                            : Status(ErrorCode::RPC_FAIL, Describe(status));
+    if (st.ok() && response.segment_id() != 0) {
+      segment.current = response.segment_id();
+    } else {
+      spdlog::warn("re-mounting segment '{}' on {} failed (retried at the next heartbeat): {}",
+                   segment.name, address_, st.ToString());
+    }
+  }
+}
+
+Status RemoteMaster::Beat() {
+  const uint64_t id = client_id_.load();
+  rpc::HeartbeatRequest request;
+  request.set_client_id(id);
+  rpc::HeartbeatResponse response;
+  grpc::ClientContext context;
+  const Millis interval = options_.heartbeat_interval;
+  const Millis timeout = interval.count() > 0
+                             ? std::min(options_.rpc_timeout, std::max(2 * interval, Millis(500)))
+                             : options_.rpc_timeout;
+  context.set_deadline(DeadlineIn(timeout));
+  grpc::Status status = stub_->stub->Heartbeat(&context, request, &response);
+  if (!status.ok()) {
+    if (connected_.exchange(false)) {
+      spdlog::warn("lost the tierkv master at {}: {} (retrying every heartbeat)", address_,
+                   Describe(status));
+    }
+    return Status(ErrorCode::RPC_FAIL,
+                  "heartbeat to the tierkv master at " + address_ + " failed: " + Describe(status));
+  }
+  if (!connected_.exchange(true)) spdlog::warn("tierkv master at {} answers again", address_);
+  std::lock_guard lock(owner_mu_);
+  if (!response.known()) {
+    // Someone else (a mount that was refused) may have registered again meanwhile.
+    if (client_id_.load() != id) return Status::Ok();
+    return ReregisterLocked("does not know this client (it restarted, or expired the client)");
+  }
+  RemountPendingLocked();
+  return Status::Ok();
+}
+
+void RemoteMaster::Kick() {
+  {
+    std::lock_guard lock(beat_mu_);
+    kicked_ = true;
+  }
+  beat_cv_.notify_all();
+}
+
+void RemoteMaster::HeartbeatLoop() {
+  std::unique_lock lock(beat_mu_);
+  while (!stop_) {
+    beat_cv_.wait_for(lock, options_.heartbeat_interval, [this] { return stop_ || kicked_; });
+    if (stop_) break;
+    if (kicked_) {
+      // A failed call: beat soon, but at most ~20 times a second while calls keep failing.
+      kicked_ = false;
+      if (beat_cv_.wait_for(lock, Millis(50), [this] { return stop_; })) break;
+    }
+    lock.unlock();
+    (void)Beat();
+    lock.lock();
+  }
+}
+
+Status RemoteMaster::Ping() { return Beat(); }
+
+// ---- Segments ---------------------------------------------------------------------------------
+
+Result<SegmentId> RemoteMaster::MountSegment(const std::string& name, uint64_t capacity) {
+  std::lock_guard lock(owner_mu_);
+  for (int attempt = 0;; ++attempt) {
+    rpc::MountSegmentRequest request;
+    request.set_client_id(client_id_.load());
+    request.set_name(name);
+    request.set_capacity(capacity);
+    rpc::MountSegmentResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context);
+    grpc::Status status = stub_->stub->MountSegment(&context, request, &response);
+    if (!status.ok()) return RpcFailure("MountSegment", status);
+    if (response.status().unknown_client() && attempt == 0) {
+      if (Status st = ReregisterLocked("refused a mount from an unknown client"); !st.ok()) {
+        return st;
+      }
+      continue;
+    }
+    if (Status call = wire::CallStatusOf(response.status()); !call.ok()) return call;
+    if (response.segment_id() == 0) {
+      return Status(ErrorCode::RPC_FAIL, "malformed MountSegment response: segment id 0");
+    }
+    segments_.push_back(OwnedSegment{response.segment_id(), response.segment_id(), name, capacity});
+    return static_cast<SegmentId>(response.segment_id());
+  }
+}
+
+Status RemoteMaster::UnmountSegment(SegmentId id) {
+  std::lock_guard lock(owner_mu_);
+  auto it = std::find_if(segments_.begin(), segments_.end(),
+                         [id](const OwnedSegment& s) { return s.handle == id; });
+  if (it == segments_.end()) {
+    return Status(ErrorCode::SEGMENT_NOT_FOUND,
+                  "segment " + std::to_string(id) + " is not mounted by this client");
+  }
+  const SegmentId current = it->current;
+  // Forget it locally whatever the master says: it must not come back at a re-mount.
+  segments_.erase(it);
+  if (current == 0) return Status::Ok();  // not mounted on this master incarnation
+  rpc::UnmountSegmentRequest request;
+  request.set_client_id(client_id_.load());
+  request.set_segment_id(current);
+  rpc::StatusResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status status = stub_->stub->UnmountSegment(&context, request, &response);
+  if (!status.ok()) return RpcFailure("UnmountSegment", status);
+  // An unknown client had its segments unmounted already (expiry, restart).
+  if (response.status().unknown_client()) return Status::Ok();
+  return wire::CallStatusOf(response.status());
+}
+
+SegmentId RemoteMaster::CurrentSegmentId(SegmentId handle) const {
+  std::lock_guard lock(owner_mu_);
+  for (const OwnedSegment& s : segments_) {
+    if (s.handle == handle) return s.current;
+  }
+  return 0;
+}
+
+// ---- SSD tier bookkeeping -----------------------------------------------------------------------
+
+uint64_t RemoteMaster::DropDiskReplicas(SegmentId segment, uint32_t region, uint64_t generation,
+                                        const std::vector<std::string>& keys) {
+  const SegmentId current = CurrentSegmentId(segment);
+  if (current == 0) {
+    spdlog::warn("DropDiskReplicas: segment {} is not mounted by this client", segment);
+    return 0;
+  }
+  rpc::DropDiskReplicasRequest request;
+  request.set_client_id(client_id_.load());
+  request.set_segment_id(current);
+  request.set_region(region);
+  request.set_generation(generation);
+  wire::EncodeKeys(keys, request.mutable_keys());
+  rpc::CountResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status status = stub_->stub->DropDiskReplicas(&context, request, &response);
+  Status st =
+      status.ok() ? wire::CallStatusOf(response.status()) : RpcFailure("DropDiskReplicas", status);
+  if (!st.ok()) {
+    spdlog::warn("DropDiskReplicas on segment {}: {}", segment, st.ToString());
+    return 0;
+  }
+  return response.count();
+}
+
+std::vector<Status> RemoteMaster::AddDiskReplicas(SegmentId segment,
+                                                  const std::vector<DiskRecord>& records) {
+  const size_t n = records.size();
+  if (n == 0) return {};
+  const SegmentId current = CurrentSegmentId(segment);
+  if (current == 0) {
+    return std::vector<Status>(
+        n, Status(ErrorCode::SEGMENT_NOT_FOUND,
+                  "segment " + std::to_string(segment) + " is not mounted by this client"));
+  }
+  rpc::AddDiskReplicasRequest request;
+  request.set_client_id(client_id_.load());
+  request.set_segment_id(current);
+  std::vector<std::string> keys;
+  keys.reserve(n);
+  for (const DiskRecord& r : records) keys.push_back(r.key);
+  wire::EncodeKeys(keys, request.mutable_keys());
+  request.mutable_locations()->Reserve(static_cast<int>(n));
+  request.mutable_checksums()->Reserve(static_cast<int>(n));
+  for (const DiskRecord& r : records) {
+    rpc::DiskLocation* l = request.add_locations();
+    l->set_region(r.location.region);
+    l->set_generation(r.location.generation);
+    l->set_offset(r.location.offset);
+    l->set_size(r.location.size);
+    request.add_checksums(r.checksum);
+  }
+  rpc::BatchResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status status = stub_->stub->AddDiskReplicas(&context, request, &response);
+  if (!status.ok()) return std::vector<Status>(n, RpcFailure("AddDiskReplicas", status));
+  return wire::DecodeResults(response.status(), response.results(), n, "AddDiskReplicas");
+}
+
+std::vector<Status> RemoteMaster::CopyToDisk(const std::vector<std::string>& keys) {
+  if (keys.empty()) return {};
+  rpc::CopyToDiskRequest request;
+  wire::EncodeKeys(keys, request.mutable_keys());
+  rpc::BatchResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status status = stub_->stub->CopyToDisk(&context, request, &response);
+  if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("CopyToDisk", status));
+  return wire::DecodeResults(response.status(), response.results(), keys.size(), "CopyToDisk");
+}
+
+std::vector<Result<PutStartResult>> RemoteMaster::PromoteStart(const std::vector<std::string>& keys,
+                                                               uint32_t min_hits) {
+  if (keys.empty()) return {};
+  rpc::PromoteStartRequest request;
+  wire::EncodeKeys(keys, request.mutable_keys());
+  request.set_min_hits(min_hits);
+  rpc::PlacementResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status status = stub_->stub->PromoteStart(&context, request, &response);
+  if (!status.ok()) {
+    return std::vector<Result<PutStartResult>>(keys.size(), RpcFailure("PromoteStart", status));
+  }
+  return wire::DecodePlacements(response, keys.size(), "PromoteStart");
+}
+
+std::vector<Status> RemoteMaster::PromoteEnd(const std::vector<std::string>& keys,
+                                             const std::vector<uint64_t>& promotion_ids,
+                                             const std::vector<bool>& ok) {
+  if (keys.empty()) return {};
+  rpc::PromoteEndRequest request;
+  wire::EncodeKeys(keys, request.mutable_keys());
+  request.mutable_promotion_ids()->Add(promotion_ids.begin(), promotion_ids.end());
+  for (bool b : ok) request.add_ok(b);
+  rpc::BatchResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status status = stub_->stub->PromoteEnd(&context, request, &response);
+  if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("PromoteEnd", status));
+  return wire::DecodeResults(response.status(), response.results(), keys.size(), "PromoteEnd");
+}
+
+// ---- Two-phase put ------------------------------------------------------------------------------
+
+std::vector<Result<PutStartResult>> RemoteMaster::PutStart(const std::vector<std::string>& keys,
+                                                           const std::vector<uint64_t>& sizes,
+                                                           const ReplicateConfig& config) {
+  if (keys.empty()) return {};
+  rpc::PutStartRequest request;
+  wire::EncodeKeys(keys, request.mutable_keys());
+  request.mutable_sizes()->Add(sizes.begin(), sizes.end());
+  wire::EncodeConfig(config, request.mutable_config());
+  rpc::PlacementResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status status = stub_->stub->PutStart(&context, request, &response);
+  if (!status.ok()) {
+    return std::vector<Result<PutStartResult>>(keys.size(), RpcFailure("PutStart", status));
+  }
+  return wire::DecodePlacements(response, keys.size(), "PutStart");
+}
+
+std::vector<Status> RemoteMaster::PutEnd(const std::vector<std::string>& keys,
+                                         const std::vector<uint64_t>& put_ids,
+                                         const std::vector<uint64_t>& checksums) {
+  if (keys.empty()) return {};
+  rpc::PutEndRequest request;
+  wire::EncodeKeys(keys, request.mutable_keys());
+  request.mutable_put_ids()->Add(put_ids.begin(), put_ids.end());
+  request.mutable_checksums()->Add(checksums.begin(), checksums.end());
+  rpc::BatchResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status status = stub_->stub->PutEnd(&context, request, &response);
+  if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("PutEnd", status));
+  return wire::DecodeResults(response.status(), response.results(), keys.size(), "PutEnd");
+}
+
+std::vector<Status> RemoteMaster::PutRevoke(const std::vector<std::string>& keys,
+                                            const std::vector<uint64_t>& put_ids) {
+  if (keys.empty()) return {};
+  rpc::PutRevokeRequest request;
+  wire::EncodeKeys(keys, request.mutable_keys());
+  request.mutable_put_ids()->Add(put_ids.begin(), put_ids.end());
+  rpc::BatchResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status status = stub_->stub->PutRevoke(&context, request, &response);
+  if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("PutRevoke", status));
+  return wire::DecodeResults(response.status(), response.results(), keys.size(), "PutRevoke");
+}
+
+// ---- Reads --------------------------------------------------------------------------------------
+
+std::vector<int> RemoteMaster::Exists(const std::vector<std::string>& keys) {
+  if (keys.empty()) return {};
+  rpc::ExistsRequest request;
+  wire::EncodeKeys(keys, request.mutable_keys());
+  rpc::ExistsResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status status = stub_->stub->Exists(&context, request, &response);
+  if (!status.ok()) {
+    Status failure = RpcFailure("Exists", status);
+    spdlog::debug("{}", failure.ToString());
+    return std::vector<int>(keys.size(), ToInt(ErrorCode::RPC_FAIL));
+  }
+  return wire::DecodeExists(response, keys.size());
+}
+
+std::vector<Result<ObjectReplicas>> RemoteMaster::GetReplicas(
+    const std::vector<std::string>& keys) {
+  if (keys.empty()) return {};
+  rpc::GetReplicasRequest request;
+  wire::EncodeKeys(keys, request.mutable_keys());
+  rpc::GetReplicasResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  const SteadyTime sent = std::chrono::steady_clock::now();
+  grpc::Status status = stub_->stub->GetReplicas(&context, request, &response);
+  if (!status.ok()) {
+    return std::vector<Result<ObjectReplicas>>(keys.size(), RpcFailure("GetReplicas", status));
+  }
+  return wire::DecodeReplicas(response, keys.size(), sent);
+}
+
+// ---- Removal ------------------------------------------------------------------------------------
+
+Status RemoteMaster::Remove(const std::string& key, bool force) {
+  std::vector<Status> out = BatchRemove({key}, force);
+  return out.empty() ? Status(ErrorCode::INTERNAL_ERROR, "no result") : std::move(out[0]);
+}
+
+std::vector<Status> RemoteMaster::BatchRemove(const std::vector<std::string>& keys, bool force) {
+  if (keys.empty()) return {};
+  rpc::RemoveRequest request;
+  wire::EncodeKeys(keys, request.mutable_keys());
+  request.set_force(force);
+  rpc::BatchResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status status = stub_->stub->Remove(&context, request, &response);
+  if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("Remove", status));
+  return wire::DecodeResults(response.status(), response.results(), keys.size(), "Remove");
+}
+
+uint64_t RemoteMaster::RemoveAll(bool force) {
+  rpc::RemoveAllRequest request;
+  request.set_force(force);
+  rpc::CountResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status status = stub_->stub->RemoveAll(&context, request, &response);
+  Status st = status.ok() ? wire::CallStatusOf(response.status()) : RpcFailure("RemoveAll", status);
+  if (!st.ok()) {
+    spdlog::warn("RemoveAll: {}", st.ToString());
+    return 0;
+  }
+  return response.count();
+}
+
+// ---- Stats --------------------------------------------------------------------------------------
+
+Result<MasterProcessStats> RemoteMaster::ProcessStats() {
+  rpc::StatsRequest request;
+  rpc::StatsResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status status = stub_->stub->Stats(&context, request, &response);
+  if (!status.ok()) return RpcFailure("Stats", status);
+  if (Status call = wire::CallStatusOf(response.status()); !call.ok()) return call;
+  MasterProcessStats out;
+  out.master = wire::DecodeStats(response);
+  out.clients = response.clients();
+  out.segments = response.segments();
+  out.expired_clients = response.expired_clients();
+  out.incarnation = response.master_incarnation();
+  return out;
+}
+
+MasterStats RemoteMaster::Stats() {
+  Result<MasterProcessStats> stats = ProcessStats();
+  if (!stats.ok()) {
+    spdlog::warn("Stats: {}", stats.status().ToString());
+    return MasterStats{};
+  }
+  return stats->master;
+}
+
+}  // namespace tierkv
