@@ -101,6 +101,6 @@ Result<RecordHeader> DecodeRecordHeader(const uint8_t* src, size_t len) {
   return h;
 }
 
-uint64_t KeyHash(std::string_view key) { return Checksum(key.data(), key.size()); }
+uint64_t RecordKeyHash(std::string_view key) { return Checksum(key.data(), key.size()); }
 
 }  // namespace tierkv

@@ -53,7 +53,7 @@ void EncodeRecordHeader(const RecordHeader& header, uint8_t* dst);
 Result<RegionHeader> DecodeRegionHeader(const uint8_t* src, size_t len);
 Result<RecordHeader> DecodeRecordHeader(const uint8_t* src, size_t len);
 
-uint64_t KeyHash(std::string_view key);
+uint64_t RecordKeyHash(std::string_view key);
 
 inline uint64_t AlignUpToBlock(uint64_t n) { return (n + kBlockSize - 1) & ~(kBlockSize - 1); }
 // Bytes a record occupies in its region: header + key + value, rounded up to kBlockSize.

@@ -107,24 +107,88 @@ Result<std::unique_ptr<RegionLog>> RegionLog::Create(std::vector<Device*> device
   if (!places.ok()) return places.status();
   Status s = CheckReadDevices(devices, read_devices);
   if (!s.ok()) return s;
-  auto buffer = IoBuffer::Allocate(options.region_size, options.want_huge_pages);
-  if (!buffer.ok()) return buffer.status();
-  return std::unique_ptr<RegionLog>(new RegionLog(std::move(devices), std::move(read_devices),
-                                                  *places, options, std::move(on_region_evicted),
-                                                  std::move(buffer).value()));
+  auto buffers = AllocateBuffers(options);
+  if (!buffers.ok()) return buffers.status();
+  std::unique_ptr<RegionLog> log(new RegionLog(std::move(devices), std::move(read_devices), *places,
+                                               options, std::move(on_region_evicted),
+                                               std::move(buffers).value()));
+  s = log->Start();
+  if (!s.ok()) return s;
+  return log;
+}
+
+Result<std::vector<IoBuffer>> RegionLog::AllocateBuffers(const RegionLogOptions& options) {
+  if (options.write_buffers == 0) {
+    return Status(ErrorCode::INVALID_PARAMS, "region log: write_buffers must be at least 1");
+  }
+  std::vector<IoBuffer> buffers;
+  for (uint32_t i = 0; i < options.write_buffers; ++i) {
+    auto buffer = IoBuffer::Allocate(options.region_size, options.want_huge_pages);
+    if (!buffer.ok()) return buffer.status();
+    buffers.push_back(std::move(buffer).value());
+  }
+  return buffers;
+}
+
+Status RegionLog::Start() {
+  if (!async()) return Status::Ok();
+  try {
+    flusher_ = std::thread([this] { FlusherLoop(); });
+  } catch (const std::system_error& e) {
+    return Status(ErrorCode::INTERNAL_ERROR,
+                  std::string("region log: cannot start the flusher thread: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+RegionLog::~RegionLog() {
+  if (!flusher_.joinable()) return;
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  flusher_.join();  // it writes every region handed to it first
+}
+
+void RegionLog::FlusherLoop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, nothing left to write
+    const uint32_t b = queue_.front();
+    queue_.pop_front();
+    const WriteBuffer& wb = buffers_[b];
+    const auto r = static_cast<uint32_t>(wb.region);
+    Device* device = devices_[regions_[r].device];
+    const uint64_t base = regions_[r].base;
+    const uint8_t* data = wb.mem.data();
+    const uint64_t used = wb.used;
+    // The buffer is only read from here on (readers copy from it under mu_), and no append
+    // touches it until FinishWriteLocked frees it.
+    lock.unlock();
+    Status written = device->Write(base, data, used);
+    lock.lock();
+    Status s = FinishWriteLocked(r, written);
+    if (!s.ok()) {
+      if (unreported_failures_++ == 0) first_failure_ = std::move(s);
+    }
+    ++completed_;
+    done_cv_.notify_all();
+  }
 }
 
 RegionLog::RegionLog(std::vector<Device*> devices, std::vector<Device*> read_devices,
                      const std::vector<Place>& places, const RegionLogOptions& options,
-                     RegionEvictedCallback cb, IoBuffer buffer)
+                     RegionEvictedCallback cb, std::vector<IoBuffer> buffers)
     : devices_(std::move(devices)),
       read_devices_(read_devices.empty() ? devices_ : std::move(read_devices)),
       region_size_(options.region_size),
       policy_(options.eviction),
       on_region_evicted_(std::move(cb)),
       num_regions_(static_cast<uint32_t>(places.size())),
-      regions_(std::make_unique<Region[]>(places.size())),
-      buffer_(std::move(buffer)) {
+      regions_(std::make_unique<Region[]>(places.size())) {
+  for (IoBuffer& b : buffers) buffers_.push_back(WriteBuffer{std::move(b)});
   for (uint32_t r = 0; r < num_regions_; ++r) {
     regions_[r].device = places[r].device;
     regions_[r].base = places[r].base;
@@ -160,17 +224,29 @@ Result<DiskLocation> RegionLog::Append(std::string_view key, const std::vector<C
   }
   const uint64_t span = RecordSpan(key.size(), value_size);
 
-  std::lock_guard lock(mu_);
-  if (open_ >= 0 && used_ + span > region_size_) {
-    Status s = SealOpenRegionLocked();
-    if (!s.ok()) return s;
-  }
-  if (open_ < 0) {
+  std::unique_lock lock(mu_);
+  while (true) {
+    if (open_ >= 0 && used_ + span > region_size_) {
+      Status s = SealOpenRegionLocked();
+      if (!s.ok()) return s;
+    }
+    if (open_ >= 0) break;
+    if (!CanOpenLocked()) {
+      // Every buffer (or every region) is busy with a write: wait for the oldest to finish.
+      // Another Append may run meanwhile, so start over after the wait.
+      if (completed_ == submitted_) {
+        return Status(ErrorCode::INTERNAL_ERROR, "region log: no buffer or region to open");
+      }
+      counters_.buffer_waits.fetch_add(1);
+      const uint64_t seen = completed_;
+      done_cv_.wait(lock, [&] { return completed_ != seen; });
+      continue;
+    }
     Status s = OpenRegionLocked();
     if (!s.ok()) return s;
   }
   Region& reg = regions_[open_];
-  uint8_t* rec = buffer_.data() + used_;
+  uint8_t* rec = buffers_[reg.buffer].mem.data() + used_;
   std::memcpy(rec + kRecordHeaderSize, key.data(), key.size());
   const uint64_t body = kRecordHeaderSize + key.size() + value_size;
   const uint64_t checksum = GatherCopy(rec + kRecordHeaderSize + key.size(), pieces, true);
@@ -182,7 +258,7 @@ Result<DiskLocation> RegionLog::Append(std::string_view key, const std::vector<C
   h.value_checksum = checksum;
   h.generation = reg.generation;
   h.sequence = next_sequence_;
-  h.key_hash = KeyHash(key);
+  h.key_hash = RecordKeyHash(key);
   EncodeRecordHeader(h, rec);
 
   DiskLocation loc{static_cast<uint32_t>(open_), reg.generation, used_, value_size};
@@ -195,17 +271,47 @@ Result<DiskLocation> RegionLog::Append(std::string_view key, const std::vector<C
 }
 
 Status RegionLog::Flush() {
-  std::lock_guard lock(mu_);
-  return SealOpenRegionLocked();
+  std::unique_lock lock(mu_);
+  Status s = SealOpenRegionLocked();
+  if (!async()) return s;
+  const uint64_t target = submitted_;
+  done_cv_.wait(lock, [&] { return completed_ >= target; });
+  if (unreported_failures_ == 0) return Status::Ok();
+  std::string message = first_failure_.message();
+  if (unreported_failures_ > 1) {
+    message += " (and " + std::to_string(unreported_failures_ - 1) + " more failed region writes)";
+  }
+  unreported_failures_ = 0;
+  first_failure_ = Status::Ok();
+  return Status(ErrorCode::FILE_WRITE_FAIL, std::move(message));
+}
+
+bool RegionLog::CanOpenLocked() const {
+  const bool idle_buffer = std::any_of(buffers_.begin(), buffers_.end(),
+                                       [](const WriteBuffer& b) { return b.region < 0; });
+  if (!idle_buffer) return false;
+  if (!free_.empty()) return true;
+  for (uint32_t i = 0; i < num_regions_; ++i) {
+    if (regions_[i].state == State::kSealed) return true;
+  }
+  return false;
 }
 
 Status RegionLog::OpenRegionLocked() {
+  int32_t b = -1;
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    if (buffers_[i].region < 0) {
+      b = static_cast<int32_t>(i);
+      break;
+    }
+  }
+  if (b < 0) return Status(ErrorCode::INTERNAL_ERROR, "region log: no idle buffer");
   uint32_t r = 0;
   if (!free_.empty()) {
     r = free_.back();
     free_.pop_back();
   } else {
-    // Every region is sealed (the open one was just sealed): evict one.
+    // Every region is sealed or being written: evict the oldest sealed one.
     int64_t victim = -1;
     for (uint32_t i = 0; i < num_regions_; ++i) {
       const Region& c = regions_[i];
@@ -224,7 +330,7 @@ Status RegionLog::OpenRegionLocked() {
     r = static_cast<uint32_t>(victim);
     Region& v = regions_[r];
     // From here on readers of the old generation get OBJECT_NOT_FOUND; the new tenant's bytes
-    // reach the device only at its flush, long after this store.
+    // reach the device only at its flush (by the flusher, after this store), long after.
     v.sealed_generation.store(0);
     v.state = State::kFree;
     std::vector<std::string> keys = std::move(v.keys);
@@ -235,12 +341,17 @@ Status RegionLog::OpenRegionLocked() {
   Region& reg = regions_[r];
   reg.state = State::kOpen;
   reg.generation = ++last_generation_;
+  reg.buffer = b;
   reg.keys.clear();
+  WriteBuffer& wb = buffers_[b];
+  wb.region = r;
+  wb.used = 0;
+  wb.records = 0;
   open_ = r;
   used_ = kFirstRecordOffset;
   next_sequence_ = 0;
-  std::memset(buffer_.data(), 0, kFirstRecordOffset);
-  EncodeRegionHeader(RegionHeader{r, reg.generation, region_size_}, buffer_.data());
+  std::memset(wb.mem.data(), 0, kFirstRecordOffset);
+  EncodeRegionHeader(RegionHeader{r, reg.generation, region_size_}, wb.mem.data());
   return Status::Ok();
 }
 
@@ -248,13 +359,30 @@ Status RegionLog::SealOpenRegionLocked() {
   if (open_ < 0 || next_sequence_ == 0) return Status::Ok();
   const auto r = static_cast<uint32_t>(open_);
   Region& reg = regions_[r];
-  Status s = devices_[reg.device]->Write(reg.base, buffer_.data(), used_);
+  WriteBuffer& wb = buffers_[reg.buffer];
+  wb.used = used_;
+  wb.records = next_sequence_;
   open_ = -1;
+  if (async()) {
+    reg.state = State::kFlushing;
+    queue_.push_back(static_cast<uint32_t>(reg.buffer));
+    ++submitted_;
+    work_cv_.notify_one();
+    return Status::Ok();
+  }
+  return FinishWriteLocked(r, devices_[reg.device]->Write(reg.base, wb.mem.data(), wb.used));
+}
+
+Status RegionLog::FinishWriteLocked(uint32_t r, const Status& s) {
+  Region& reg = regions_[r];
+  WriteBuffer& wb = buffers_[reg.buffer];
+  const uint64_t records = wb.records;
+  wb.region = -1;
+  reg.buffer = -1;
   if (!s.ok()) {
     // The records never reached the disk: report them like an eviction and recycle the
     // region under a new generation, so their locations read OBJECT_NOT_FOUND.
     counters_.flush_errors.fetch_add(1);
-    const uint64_t records = next_sequence_;
     reg.state = State::kFree;
     std::vector<std::string> keys = std::move(reg.keys);
     reg.keys.clear();
@@ -342,7 +470,7 @@ Status RegionLog::CheckHeader(const RangeRead& read, const uint8_t* rec, uint64_
                   "region log: " + Where(loc) + ": " + h.status().message());
   }
   if (h->generation != loc.generation || h->key_size != read.key.size() ||
-      h->value_size != loc.size || h->key_hash != KeyHash(read.key)) {
+      h->value_size != loc.size || h->key_hash != RecordKeyHash(read.key)) {
     return Status(ErrorCode::OBJECT_NOT_FOUND,
                   "region log: no record of this key at " + Where(loc));
   }
@@ -366,21 +494,24 @@ Status RegionLog::CheckHeader(const RangeRead& read, const uint8_t* rec, uint64_
   return Status::Ok();
 }
 
-Status RegionLog::ReadOpenLocked(const RangeRead& read, uint64_t begin, uint64_t len,
-                                 bool verify_value, bool* handled) {
+Status RegionLog::ReadBufferedLocked(const RangeRead& read, uint64_t begin, uint64_t len,
+                                     bool verify_value, bool* handled) {
   const DiskLocation& loc = read.loc;
-  *handled = open_ == static_cast<int64_t>(loc.region) &&
-             regions_[loc.region].generation == loc.generation;
+  const Region& reg = regions_[loc.region];
+  *handled = (reg.state == State::kOpen || reg.state == State::kFlushing) &&
+             reg.generation == loc.generation;
   if (!*handled) return Status::Ok();
+  const WriteBuffer& wb = buffers_[reg.buffer];
+  const uint64_t used = reg.state == State::kOpen ? used_ : wb.used;
   // Same checks as a device read, on the bytes appended so far.
-  if (loc.offset + kRecordHeaderSize > used_) {
+  if (loc.offset + kRecordHeaderSize > used) {
     return Status(ErrorCode::OBJECT_NOT_FOUND, "region log: no record at " + Where(loc));
   }
-  const uint8_t* rec = buffer_.data() + loc.offset;
+  const uint8_t* rec = wb.mem.data() + loc.offset;
   Status s = CheckHeader(read, rec, kRecordHeaderSize + read.key.size(), verify_value,
                          /*from_buffer=*/true);
   if (!s.ok()) return s;
-  // The header matched, so the whole record (span <= used_ - offset) is in the buffer.
+  // The header matched, so the whole record (span <= used - offset) is in the buffer.
   std::memcpy(read.dst, rec + begin, len);
   if (read.value_out != nullptr) {
     *read.value_out = read.dst + (kRecordHeaderSize + read.key.size() + read.value_offset - begin);
@@ -416,7 +547,7 @@ std::vector<Status> RegionLog::ReadRangesImpl(const std::vector<RangeRead>& read
     std::lock_guard lock(mu_);  // once for the whole batch
     for (size_t i : not_sealed) {
       bool handled = false;
-      out[i] = ReadOpenLocked(reads[i], begins[i], lens[i], verify_value, &handled);
+      out[i] = ReadBufferedLocked(reads[i], begins[i], lens[i], verify_value, &handled);
       if (handled) continue;
       const Region& reg = regions_[reads[i].loc.region];
       if (reg.sealed_generation.load() == reads[i].loc.generation) {
@@ -524,6 +655,7 @@ RegionLogStats RegionLog::stats() const {
   s.read_errors = counters_.read_errors.load();
   s.checksum_failures = counters_.checksum_failures.load();
   s.stale_reads = counters_.stale_reads.load();
+  s.buffer_waits = counters_.buffer_waits.load();
   return s;
 }
 
@@ -575,7 +707,8 @@ Result<RegionLog::ScanResult> RegionLog::ScanAll(const std::vector<Device*>& dev
       if (span > region_size - off) break;
       std::string key(reinterpret_cast<const char*>(rec + kRecordHeaderSize), h->key_size);
       const uint8_t* value = rec + kRecordHeaderSize + h->key_size;
-      if (KeyHash(key) != h->key_hash || Checksum(value, h->value_size) != h->value_checksum) {
+      if (RecordKeyHash(key) != h->key_hash ||
+          Checksum(value, h->value_size) != h->value_checksum) {
         break;  // torn or corrupt: nothing after it is trusted
       }
       region.records.push_back(ScannedRecord{
@@ -624,13 +757,15 @@ Result<std::unique_ptr<RegionLog>> RegionLog::Recover(std::vector<Device*> devic
   if (!s.ok()) return s;
   auto scanned = ScanAll(devices, options);
   if (!scanned.ok()) return scanned.status();
-  auto buffer = IoBuffer::Allocate(options.region_size, options.want_huge_pages);
-  if (!buffer.ok()) return buffer.status();
+  auto buffers = AllocateBuffers(options);
+  if (!buffers.ok()) return buffers.status();
   std::unique_ptr<RegionLog> log(
       new RegionLog(std::move(devices), std::move(read_devices), scanned->places, options,
-                    std::move(on_region_evicted), std::move(buffer).value()));
+                    std::move(on_region_evicted), std::move(buffers).value()));
   if (surviving != nullptr) *surviving = NewestPerKey(scanned->regions);
   log->Adopt(scanned->regions, scanned->max_generation);
+  s = log->Start();
+  if (!s.ok()) return s;
   return log;
 }
 

@@ -10,19 +10,30 @@
 // is evicted. Before an evicted region is reused, on_region_evicted(region, generation,
 // keys) reports the keys it held, so their owner can drop those disk replicas.
 //
+// Write buffers (RegionLogOptions::write_buffers, default 2): with N >= 2 the log owns N
+// region buffers and a flusher thread. A full (or Flush()ed) region is handed to the flusher
+// ("flushing": written from its buffer without holding the append mutex) and the next region
+// opens in an idle buffer, so Append copies while the previous region is written. Append
+// waits (condition variable) only when every buffer is busy, or when no region is free or
+// sealed (all are open or flushing). A flushing region is readable from its buffer (same
+// checks as the open region) and is not a reuse candidate; it becomes sealed (sealed
+// generation set) only after its write succeeded. With N = 1 the write runs inline under the
+// append mutex, as in earlier versions. Memory: N x region_size (2 MiB pages when wanted).
+//
 // Generations: every (re)open of a region takes the next value of one log-wide counter, so a
 // region's generation grows at each reuse and, across regions, a larger generation is a
 // newer region (Scan uses this for duplicate keys). A DiskLocation carries the generation;
 // a location whose region was reused since is OBJECT_NOT_FOUND, never the new tenant's bytes.
 //
-// Reads racing a reuse: each region has an atomic "sealed generation" (0 while free/open).
+// Reads racing a reuse: each region has an atomic "sealed generation" (0 unless sealed).
 // Eviction zeroes it, under the append mutex, before the region is reopened; the new
 // tenant's bytes reach the device only later, at its flush. A reader checks the sealed
 // generation before the IO, checks the generation inside the record header it read, and
 // checks the sealed generation again after the IO: if it still equals the location's, no
 // reuse began before the read finished, so the bytes are the old tenant's (and the value
-// checksum confirms them). Any mismatch is OBJECT_NOT_FOUND. Reads of the open region copy
-// from the buffer under the append mutex.
+// checksum confirms them). Any mismatch is OBJECT_NOT_FOUND. Reads of the open region, or of
+// a flushing one, copy from its buffer under the append mutex; a region's sealed generation
+// is set only after its write succeeded.
 //
 // Staged reads: ReadRanges() reads a batch of value ranges straight into caller-provided
 // aligned buffers (the staging area), with one Device::ReadBatch per device so many reads are
@@ -32,33 +43,43 @@
 // blocks covering it. Both follow the sealed-generation protocol above.
 //
 // Errors: Append: INVALID_KEY (empty, > kMaxKeyLength), INVALID_PARAMS (null piece, size
-// overflow), OBJECT_TOO_LARGE (record > region_size - kBlockSize), FILE_WRITE_FAIL when the
-// flush of the full region failed: then that region's records are lost (reported through
-// on_region_evicted, their locations read OBJECT_NOT_FOUND), this record is not appended, and
-// the next Append works normally. Read: OBJECT_NOT_FOUND (region reused, or the location does
-// not name a record of this key), CHECKSUM_MISMATCH (corrupt header, key or value),
-// FILE_READ_FAIL (IO error; the next read works), BUFFER_OVERFLOW (dst smaller than the
-// value), INVALID_PARAMS (location outside the tier). ReadRanges: per range, the same codes
-// (no value checksum), INVALID_KEY, and INVALID_PARAMS for a range outside the value or a
-// null/unaligned dst.
+// overflow), OBJECT_TOO_LARGE (record > region_size - kBlockSize). A failed region write
+// loses that region's records: they are reported through on_region_evicted (before the region
+// is reused), their locations read OBJECT_NOT_FOUND, and the region goes back to the free
+// list. With write_buffers >= 2 the write is asynchronous: Append never reports it (nor waits
+// for it, beyond a free buffer); Flush() waits for every write in flight and returns
+// FILE_WRITE_FAIL if any region write failed since the previous Flush (each failure is
+// reported by one Flush). With write_buffers = 1 the call whose write failed reports
+// FILE_WRITE_FAIL: an Append that rolled over is then not appended; the next works. Read:
+// OBJECT_NOT_FOUND (region reused, or the location does not name a record of this key),
+// CHECKSUM_MISMATCH (corrupt header, key or value), FILE_READ_FAIL (IO error; the next read works),
+// BUFFER_OVERFLOW (dst smaller than the value), INVALID_PARAMS (location outside the tier).
+// ReadRanges: per range, the same codes (no value checksum), INVALID_KEY, and INVALID_PARAMS for a
+// range outside the value or a null/unaligned dst.
 //
 // Warm restart: Recover() opens a log over used devices, adopting the regions that hold
 // valid records as sealed (see docs/disk-format.md, "Warm restart"); Create() starts empty.
 //
-// Ownership: the devices and read devices are borrowed and must outlive the log. Unflushed
-// records are dropped by the destructor (call Flush() first to keep them).
+// Ownership: the devices and read devices are borrowed and must outlive the log. The
+// destructor waits for the region writes in flight (a failure is still reported through the
+// callback) and drops the open region's records (call Flush() first to keep them).
 // Thread-safety: all methods are thread-safe. Appends, flushes and evictions are serialized
-// by one mutex (the flush IO runs under it); reads of sealed regions take no lock. The
-// callback runs under that mutex: it must not call Append/Flush on this log.
+// by one mutex (with write_buffers = 1 the region write runs under it; otherwise the flusher
+// writes without it); reads of sealed regions take no lock. The callback runs under that
+// mutex, never concurrently with itself, on an appending thread (eviction) or the flusher
+// (failed write): it must not call Append/Flush on this log.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/disk_location.h"
@@ -83,6 +104,10 @@ struct RegionLogOptions {
   // Back the open-region buffer with 2 MiB pages (faster O_DIRECT writes); tests turn it off
   // to keep small regions small.
   bool want_huge_pages = true;
+  // Region buffers (each region_size bytes): >= 2 writes full regions in the background while
+  // appends fill the next one; 1 writes them inline under the append mutex. 0 is
+  // INVALID_PARAMS.
+  uint32_t write_buffers = 2;
 };
 
 struct RegionLogStats {
@@ -94,7 +119,8 @@ struct RegionLogStats {
   uint64_t reads = 0;  // Read() calls and ReadRanges() ranges that returned OK
   uint64_t read_errors = 0;
   uint64_t checksum_failures = 0;
-  uint64_t stale_reads = 0;  // OBJECT_NOT_FOUND because the region was reused
+  uint64_t stale_reads = 0;   // OBJECT_NOT_FOUND because the region was reused
+  uint64_t buffer_waits = 0;  // appends that waited for a region write to free a buffer
 };
 
 // One valid record found by Scan.
@@ -131,14 +157,15 @@ class RegionLog {
                                                    const RegionLogOptions& options,
                                                    RegionEvictedCallback on_region_evicted,
                                                    std::vector<Device*> read_devices = {});
-  ~RegionLog() = default;
+  ~RegionLog();
   RegionLog(const RegionLog&) = delete;
   RegionLog& operator=(const RegionLog&) = delete;
 
   // Appends key -> concatenation of `value` pieces; see the class comment for errors.
   Result<DiskLocation> Append(std::string_view key, const std::vector<ConstPiece>& value);
   // Writes out and seals the open region if it holds any record (the next Append opens
-  // another region). FILE_WRITE_FAIL as for Append.
+  // another region), then waits for every region write in flight. FILE_WRITE_FAIL if one of
+  // them, or any background write since the previous Flush, failed (see the class comment).
   Status Flush();
   // Copies the value at `loc`, which must have been appended under `key`, into `dst`
   // (total size >= loc.size; bytes past loc.size are left alone).
@@ -184,7 +211,7 @@ class RegionLog {
                                                     std::vector<Device*> read_devices = {});
 
  private:
-  enum class State : uint8_t { kFree, kOpen, kSealed };
+  enum class State : uint8_t { kFree, kOpen, kFlushing, kSealed };
   struct Place {
     uint32_t device = 0;
     uint64_t base = 0;
@@ -198,7 +225,16 @@ class RegionLog {
     // Guarded by mu_.
     State state = State::kFree;
     uint64_t generation = 0;
+    int32_t buffer = -1;  // write buffer holding its bytes while open or flushing
     std::vector<std::string> keys;
+  };
+  // One region buffer. Guarded by mu_; while flushing, its bytes are only read (by the
+  // flusher's write, and by readers under mu_).
+  struct WriteBuffer {
+    IoBuffer mem;
+    int64_t region = -1;   // the open or flushing region it holds; -1 when idle
+    uint64_t used = 0;     // bytes to write (set when the region is sealed)
+    uint64_t records = 0;  // records in it (set when the region is sealed)
   };
   // What a scan found in one region.
   struct RegionScan {
@@ -212,12 +248,19 @@ class RegionLog {
   };
   struct Counters {
     std::atomic<uint64_t> appended_records{0}, appended_bytes{0}, flushes{0}, flush_errors{0},
-        evicted_regions{0}, reads{0}, read_errors{0}, checksum_failures{0}, stale_reads{0};
+        evicted_regions{0}, reads{0}, read_errors{0}, checksum_failures{0}, stale_reads{0},
+        buffer_waits{0};
   };
 
   RegionLog(std::vector<Device*> devices, std::vector<Device*> read_devices,
             const std::vector<Place>& places, const RegionLogOptions& options,
-            RegionEvictedCallback cb, IoBuffer buffer);
+            RegionEvictedCallback cb, std::vector<IoBuffer> buffers);
+  // The region buffers of `options` (INVALID_PARAMS for 0, INTERNAL_ERROR if out of memory).
+  static Result<std::vector<IoBuffer>> AllocateBuffers(const RegionLogOptions& options);
+  // Starts the flusher when write_buffers >= 2 (INTERNAL_ERROR if no thread).
+  Status Start();
+  bool async() const { return buffers_.size() > 1; }
+  void FlusherLoop();
   // INVALID_PARAMS unless `read_devices` is empty or matches `devices` one to one.
   static Status CheckReadDevices(const std::vector<Device*>& devices,
                                  const std::vector<Device*>& read_devices);
@@ -231,8 +274,14 @@ class RegionLog {
   void Adopt(std::vector<RegionScan>& regions, uint64_t max_generation);
 
   // All under mu_.
+  // Whether OpenRegionLocked can succeed now: an idle buffer and a free or sealed region.
+  bool CanOpenLocked() const;
   Status OpenRegionLocked();
+  // Seals the open region if it has records: hands it to the flusher (async) or writes it.
   Status SealOpenRegionLocked();
+  // Ends the write of region r: sealed on success; on failure its records are dropped (the
+  // callback reports them) and FILE_WRITE_FAIL is returned. Frees its buffer.
+  Status FinishWriteLocked(uint32_t r, const Status& written);
   // ReadRanges, plus (verify_value) the value checksum of value_offset-0 ranges covering the
   // whole value, as Read() promises.
   std::vector<Status> ReadRangesImpl(const std::vector<RangeRead>& reads, bool verify_value);
@@ -240,10 +289,11 @@ class RegionLog {
   Status CheckLocation(const DiskLocation& loc, std::string_view key) const;
   // CheckLocation, plus INVALID_PARAMS for a range outside the value or a bad dst.
   Status CheckRange(const RangeRead& read) const;
-  // Copies the range from the open buffer if `read.loc` names the open region (same checks as
-  // a device read). Under mu_. Sets *handled when the location was the open region's.
-  Status ReadOpenLocked(const RangeRead& read, uint64_t begin, uint64_t len, bool verify_value,
-                        bool* handled);
+  // Copies the range from a write buffer if `read.loc` names the open or a flushing region
+  // (same checks as a device read). Under mu_. Sets *handled when the location was one of
+  // theirs.
+  Status ReadBufferedLocked(const RangeRead& read, uint64_t begin, uint64_t len, bool verify_value,
+                            bool* handled);
   // Checks the record header (and key) at the start of `rec` against the range.
   Status CheckHeader(const RangeRead& read, const uint8_t* rec, uint64_t len, bool verify_value,
                      bool from_buffer);
@@ -261,12 +311,22 @@ class RegionLog {
   mutable Counters counters_;
 
   std::mutex mu_;  // serializes appends, flushes, evictions
-  IoBuffer buffer_;
-  std::vector<uint32_t> free_;    // free regions, popped from the back (lowest first)
-  int64_t open_ = -1;             // open region index, or -1
-  uint64_t used_ = 0;             // bytes of the open region in use (a block multiple)
-  uint64_t next_sequence_ = 0;    // of the next record in the open region
-  uint64_t last_generation_ = 0;  // log-wide generation counter
+  std::vector<WriteBuffer> buffers_;
+  std::deque<uint32_t> queue_;        // buffers waiting for the flusher, in seal order
+  uint64_t submitted_ = 0;            // regions handed to the flusher
+  uint64_t completed_ = 0;            // of them, written (or failed)
+  uint64_t unreported_failures_ = 0;  // failed background writes since the last Flush
+  Status first_failure_;              // the first of them
+  bool stop_ = false;
+  std::condition_variable work_cv_;  // flusher: queue_ or stop_ changed
+  std::condition_variable done_cv_;  // a write finished (a buffer or a region may be free)
+  std::vector<uint32_t> free_;       // free regions, popped from the back (lowest first)
+  int64_t open_ = -1;                // open region index, or -1
+  uint64_t used_ = 0;                // bytes of the open region in use (a block multiple)
+  uint64_t next_sequence_ = 0;       // of the next record in the open region
+  uint64_t last_generation_ = 0;     // log-wide generation counter
+
+  std::thread flusher_;  // last: started after everything else is built
 };
 
 }  // namespace tierkv

@@ -26,7 +26,7 @@ RecordHeader SampleRecord() {
   h.value_checksum = 0xdeadbeefcafef00dULL;
   h.generation = 42;
   h.sequence = 7;
-  h.key_hash = KeyHash("some-key");
+  h.key_hash = RecordKeyHash("some-key");
   return h;
 }
 
@@ -57,7 +57,7 @@ TEST(RecordFormatTest, RecordHeaderByteLayoutIsLittleEndian) {
   EXPECT_EQ(Le64(buf + 24), 0xdeadbeefcafef00dULL);
   EXPECT_EQ(Le64(buf + 32), 42u);
   EXPECT_EQ(Le64(buf + 40), 7u);
-  EXPECT_EQ(Le64(buf + 48), KeyHash("some-key"));
+  EXPECT_EQ(Le64(buf + 48), RecordKeyHash("some-key"));
   EXPECT_EQ(Le64(buf + 56), Checksum(buf, 56));
 }
 

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -15,6 +17,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -259,6 +262,10 @@ TEST_F(RegionLogTest, RolloverFlushesTheFullRegion) {
   EXPECT_EQ(locs[20].offset, kRegion - 3 * kBlockSize);
   EXPECT_EQ(locs[21].region, 1u);
   EXPECT_EQ(locs[21].offset, kFirstRecordOffset);
+  // The rollover handed region 0 to the background writer (write_buffers = 2): wait for it.
+  for (int i = 0; i < 5000 && log->stats().flushes == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   EXPECT_EQ(log->stats().flushes, 1u);
   for (int i = 0; i < 22; ++i) {
     auto v = Get(*log, locs[i], "r" + std::to_string(i));
@@ -291,6 +298,9 @@ TEST_F(RegionLogTest, CreateRejectsBadGeometry) {
   o.region_size = kRegion + 100;
   EXPECT_EQ(RegionLog::Create({dev.get()}, o, cb).code(), ErrorCode::INVALID_PARAMS);
   o.region_size = 4 * kRegion;  // bigger than the device
+  EXPECT_EQ(RegionLog::Create({dev.get()}, o, cb).code(), ErrorCode::INVALID_PARAMS);
+  o = Small();
+  o.write_buffers = 0;
   EXPECT_EQ(RegionLog::Create({dev.get()}, o, cb).code(), ErrorCode::INVALID_PARAMS);
 }
 
@@ -505,9 +515,13 @@ TEST_F(RegionLogTest, ReadIoErrorFailsOnlyThatRead) {
   EXPECT_EQ(log->stats().read_errors, 2u);
 }
 
+// write_buffers = 1: the region write is synchronous, so the call that triggered it reports the
+// failure (the background-write contract is BackgroundWriteFailureDropsExactlyThatRegion).
 TEST_F(RegionLogTest, FlushErrorsAreSurfacedAndTheLogKeepsWorking) {
   auto faulty = std::make_unique<FaultyDevice>(MakeDevice(3));
-  auto log = Make({faulty.get()});
+  RegionLogOptions options = Small();
+  options.write_buffers = 1;
+  auto log = Make({faulty.get()}, options);
   // EIO on an explicit Flush.
   auto lost = Put(*log, "lost", Pattern(5000, 1));
   ASSERT_TRUE(lost.ok());
@@ -1264,6 +1278,267 @@ TEST_F(RegionLogTest, ReadRangesRefreshLruAccess) {
   ASSERT_TRUE(Put(*log, "new", "v").ok());
   ASSERT_EQ(evicted_.size(), 1u);
   EXPECT_EQ(evicted_[0].region, 1u);
+}
+
+// Background region writes (write_buffers = 2, the default).
+
+// Passes IO to a MemoryDevice; while held, writes wait in DoWrite until released, so a region
+// stays "flushing" for as long as a test needs. fail_next makes the next write fail (EIO).
+class GateDevice final : public Device {
+ public:
+  explicit GateDevice(std::unique_ptr<MemoryDevice> inner)
+      : Device(inner->size(), inner->alignment()), inner_(std::move(inner)) {}
+  MemoryDevice& inner() { return *inner_; }
+  void Hold() {
+    std::lock_guard lock(mu_);
+    held_ = true;
+  }
+  void Release() {
+    std::lock_guard lock(mu_);
+    held_ = false;
+    cv_.notify_all();
+  }
+  void FailNext() {
+    std::lock_guard lock(mu_);
+    fail_next_ = true;
+  }
+  // Waits until `n` writes have entered DoWrite.
+  void WaitForWritesStarted(uint64_t n) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return started_ >= n; });
+  }
+  uint64_t writes_done() {
+    std::lock_guard lock(mu_);
+    return done_;
+  }
+
+ protected:
+  Status DoRead(uint64_t offset, void* buf, uint64_t len) override {
+    return inner_->Read(offset, buf, len);
+  }
+  Status DoWrite(uint64_t offset, const void* buf, uint64_t len) override {
+    bool fail = false;
+    {
+      std::unique_lock lock(mu_);
+      fail = std::exchange(fail_next_, false);  // taken by the write that enters next
+      ++started_;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return !held_; });
+    }
+    Status s = fail ? Status(ErrorCode::FILE_WRITE_FAIL, "injected write failure")
+                    : inner_->Write(offset, buf, len);
+    std::lock_guard lock(mu_);
+    ++done_;
+    cv_.notify_all();
+    return s;
+  }
+
+ private:
+  std::unique_ptr<MemoryDevice> inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false;
+  bool fail_next_ = false;
+  uint64_t started_ = 0;
+  uint64_t done_ = 0;
+};
+
+void ExpectReadsBack(RegionLog& log, const std::vector<Written>& written) {
+  for (const Written& w : written) {
+    std::string out(w.loc.size, '\0');
+    Status s = log.Read(w.loc, w.key, {MutPiece{out.data(), out.size()}});
+    ASSERT_TRUE(s.ok()) << w.key << ": " << s.ToString();
+    EXPECT_EQ(out, w.value) << w.key;
+  }
+}
+
+TEST_F(RegionLogTest, FlushingRegionIsReadableFromItsBufferAndAppendsContinue) {
+  GateDevice dev(MakeDevice(4));
+  auto log = Make({&dev});
+  dev.Hold();
+  std::vector<Written> first = Fill(*log, "a", 0, 9);  // region 0 full
+  ASSERT_EQ(first.size(), 9u);
+  // The 10th record seals region 0: its write starts and is held; appends go on in region 1.
+  std::vector<Written> second = Fill(*log, "b", 0, 8);
+  ASSERT_EQ(second.size(), 8u);
+  EXPECT_EQ(second[0].loc.region, 1u);
+  dev.WaitForWritesStarted(1);
+  EXPECT_EQ(dev.writes_done(), 0u);
+  EXPECT_EQ(log->stats().flushes, 0u);
+  EXPECT_EQ(log->stats().buffer_waits, 0u);
+  // Nothing of region 0 is on the device yet: these reads come from the flushing buffer.
+  const uint8_t* d = dev.inner().TEST_data();
+  EXPECT_TRUE(std::all_of(d, d + kRegion, [](uint8_t b) { return b == 0; }));
+  ExpectReadsBack(*log, first);
+  ExpectReadsBack(*log, second);
+  // Same checks as the open region: another key, or an offset naming no record, is not found.
+  EXPECT_EQ(Get(*log, first[0].loc, "other").code(), ErrorCode::OBJECT_NOT_FOUND);
+  DiskLocation inside = first[1].loc;
+  inside.offset += kBlockSize;
+  EXPECT_EQ(Get(*log, inside, "a1").code(), ErrorCode::OBJECT_NOT_FOUND);
+  // Staged reads of the flushing region: a whole value (header checked) and a partial range.
+  auto buf = IoBuffer::Allocate(2 * StagingNeed(kRegion), /*want_huge_pages=*/false);
+  ASSERT_TRUE(buf.ok());
+  const Written& w = first[4];
+  const uint8_t* whole = nullptr;
+  const uint8_t* part = nullptr;
+  std::vector<Status> st = log->ReadRanges(
+      {RangeRead{w.loc, w.key, 0, w.loc.size, buf->data(), &whole},
+       RangeRead{w.loc, w.key, 5000, 3000, buf->data() + StagingNeed(kRegion), &part},
+       RangeRead{w.loc, "zz", 0, w.loc.size, buf->data(), nullptr}});
+  ASSERT_TRUE(st[0].ok()) << st[0].ToString();
+  ASSERT_TRUE(st[1].ok()) << st[1].ToString();
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(whole), w.loc.size), w.value);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(part), 3000), w.value.substr(5000, 3000));
+  EXPECT_EQ(st[2].code(), ErrorCode::OBJECT_NOT_FOUND);
+
+  dev.Release();
+  ASSERT_TRUE(log->Flush().ok());
+  EXPECT_EQ(log->stats().flushes, 2u);
+  EXPECT_EQ(dev.writes_done(), 2u);
+  ExpectReadsBack(*log, first);  // now from the device
+  ExpectReadsBack(*log, second);
+  EXPECT_TRUE(evicted_.empty());
+}
+
+TEST_F(RegionLogTest, AppendWaitsWhenEveryBufferIsBusy) {
+  GateDevice dev(MakeDevice(4));
+  auto log = Make({&dev});
+  dev.Hold();
+  std::vector<Written> written = Fill(*log, "k", 0, 18);  // regions 0 (flushing) and 1 full
+  ASSERT_EQ(written.size(), 18u);
+  dev.WaitForWritesStarted(1);
+  // The next record seals region 1 (queued behind region 0) and needs a third buffer.
+  std::atomic<bool> returned{false};
+  Result<DiskLocation> blocked = Status(ErrorCode::INTERNAL_ERROR, "not run");
+  const std::string value = Pattern(1000, 77);
+  std::thread appender([&] {
+    blocked = log->Append("blocked", {ConstPiece{value.data(), value.size()}});
+    returned = true;
+  });
+  while (log->stats().buffer_waits == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(returned.load());
+  // Both busy regions stay readable from their buffers meanwhile.
+  ExpectReadsBack(*log, written);
+  dev.Release();
+  appender.join();
+  ASSERT_TRUE(blocked.ok()) << blocked.status().ToString();
+  EXPECT_EQ(blocked->region, 2u);
+  EXPECT_EQ(log->stats().buffer_waits, 1u);
+  ASSERT_TRUE(log->Flush().ok());
+  EXPECT_EQ(log->stats().flushes, 3u);
+  ExpectReadsBack(*log, written);
+  auto v = Get(*log, *blocked, "blocked");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, value);
+}
+
+TEST_F(RegionLogTest, AppendWaitsForAFlushingRegionWhenNoneIsFreeOrSealed) {
+  // One region, two buffers: the next region is the flushing one, once it is sealed.
+  GateDevice dev(MakeDevice(1));
+  auto log = Make({&dev});
+  dev.Hold();
+  std::vector<Written> written = Fill(*log, "k", 0, 9);
+  ASSERT_EQ(written.size(), 9u);
+  std::thread releaser([&] {
+    dev.WaitForWritesStarted(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    dev.Release();
+  });
+  auto next = Put(*log, "next", "value");  // seals region 0, waits for it, evicts it
+  releaser.join();
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(next->region, 0u);
+  ASSERT_EQ(evicted_.size(), 1u);
+  EXPECT_EQ(evicted_[0].keys.size(), 9u);
+  EXPECT_EQ(Get(*log, written[0].loc, "k0").code(), ErrorCode::OBJECT_NOT_FOUND);
+  ASSERT_TRUE(log->Flush().ok());
+  EXPECT_EQ(*Get(*log, *next, "next"), "value");
+}
+
+TEST_F(RegionLogTest, BackgroundWriteFailureDropsExactlyThatRegion) {
+  GateDevice dev(MakeDevice(4));
+  auto log = Make({&dev});
+  std::vector<Written> kept = Fill(*log, "a", 0, 9);  // region 0
+  dev.Hold();
+  std::vector<Written> lost = Fill(*log, "b", 0, 9);  // region 0 flushing (held), region 1
+  ASSERT_EQ(lost.size(), 9u);
+  dev.WaitForWritesStarted(1);
+  dev.FailNext();  // region 0's write (already entered) succeeds ...
+  dev.Release();
+  // ... region 1's fails: Append does not see it.
+  std::vector<Written> after = Fill(*log, "c", 0, 3);
+  ASSERT_EQ(after.size(), 3u);
+  // Flush waits for both and reports the failure once.
+  Status s = log->Flush();
+  EXPECT_EQ(s.code(), ErrorCode::FILE_WRITE_FAIL);
+  EXPECT_NE(s.message().find("injected"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("region 1"), std::string::npos) << s.ToString();
+  EXPECT_EQ(log->stats().flush_errors, 1u);
+  ASSERT_EQ(evicted_.size(), 1u);
+  EXPECT_EQ(evicted_[0].region, 1u);
+  std::vector<std::string> lost_keys;
+  for (const Written& w : lost) lost_keys.push_back(w.key);
+  EXPECT_EQ(evicted_[0].keys, lost_keys);
+  for (const Written& w : lost) {
+    EXPECT_EQ(Get(*log, w.loc, w.key).code(), ErrorCode::OBJECT_NOT_FOUND) << w.key;
+  }
+  ExpectReadsBack(*log, kept);
+  ExpectReadsBack(*log, after);
+  EXPECT_TRUE(log->Flush().ok());  // reported once
+  // The failed region is free again (reused by `after` or `more`, as their timing has it, under
+  // a new generation) and the next writes work.
+  std::vector<Written> more = Fill(*log, "d", 0, 5);
+  ASSERT_EQ(more.size(), 5u);
+  const Written& reused = after[0].loc.region == 1 ? after[0] : more[0];
+  EXPECT_EQ(reused.loc.region, 1u);
+  EXPECT_GT(reused.loc.generation, lost[0].loc.generation);
+  ASSERT_TRUE(log->Flush().ok());
+  ExpectReadsBack(*log, more);
+  EXPECT_EQ(log->stats().flush_errors, 1u);
+}
+
+TEST_F(RegionLogTest, DestructorWaitsForTheWriteInFlightAndDropsTheOpenRegion) {
+  auto mem = MakeDevice(4);
+  MemoryDevice* raw = mem.get();
+  GateDevice dev(std::move(mem));
+  auto log = Make({&dev});
+  dev.Hold();
+  std::vector<Written> written = Fill(*log, "k", 0, 10);  // region 0 flushing, 1 record open
+  ASSERT_EQ(written.size(), 10u);
+  dev.WaitForWritesStarted(1);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    dev.Release();
+  });
+  log.reset();
+  releaser.join();
+  EXPECT_EQ(dev.writes_done(), 1u);  // region 0 only; the open region is dropped
+  auto found = RegionLog::Scan({raw}, Small());
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  auto by_key = ByKey(*found);
+  EXPECT_EQ(by_key.size(), 9u);
+  for (int i = 0; i < 9; ++i) {
+    ASSERT_TRUE(by_key.count(written[i].key)) << written[i].key;
+    EXPECT_TRUE(SameLocation(by_key[written[i].key].location, written[i].loc));
+  }
+  EXPECT_FALSE(by_key.count(written[9].key));
+}
+
+TEST_F(RegionLogTest, OneWriteBufferWritesInline) {
+  GateDevice dev(MakeDevice(4));
+  RegionLogOptions options = Small();
+  options.write_buffers = 1;
+  auto log = Make({&dev}, options);
+  std::vector<Written> written = Fill(*log, "k", 0, 10);
+  ASSERT_EQ(written.size(), 10u);
+  // The rollover wrote region 0 before the 10th Append returned.
+  EXPECT_EQ(dev.writes_done(), 1u);
+  EXPECT_EQ(log->stats().flushes, 1u);
+  ASSERT_TRUE(log->Flush().ok());
+  EXPECT_EQ(dev.writes_done(), 2u);
+  ExpectReadsBack(*log, written);
 }
 
 }  // namespace

@@ -523,16 +523,22 @@ TEST_F(SsdTierTest, IoFaultsFailTheAffectedCallAndTheNextSucceeds) {
   }
   EXPECT_EQ(std::count(evicted_.begin(), evicted_.end(), "lost"), 2);
 
-  // ENOSPC on a rollover fails that Append only.
+  // ENOSPC on a rollover: the full region is written in the background, so that Append
+  // works and the next Flush reports the failure; the region's records are dropped.
+  std::vector<Object> full;
   for (uint32_t i = 0; i < 9; ++i) {
     const std::string key = "f" + std::to_string(i);
-    Put(*tier, key, Pattern(FillBlocks(key.size(), 7), i));
+    full.push_back(Put(*tier, key, Pattern(FillBlocks(key.size(), 7), i)));
   }
   ASSERT_TRUE(dev->AddFault(FaultRule::Once(FaultKind::kWriteEnospc)).ok());
   const std::string v = Pattern(FillBlocks(4, 7), 50);
-  auto failed = tier->Append("roll", {ConstPiece{v.data(), v.size()}});
+  auto rolled = tier->Append("roll", {ConstPiece{v.data(), v.size()}});
+  EXPECT_TRUE(rolled.ok()) << rolled.status().ToString();
+  Status failed = tier->Flush();
   EXPECT_EQ(failed.code(), ErrorCode::FILE_WRITE_FAIL);
-  EXPECT_NE(failed.status().message().find("No space"), std::string::npos);
+  EXPECT_NE(failed.message().find("No space"), std::string::npos);
+  EXPECT_EQ(StageAll(*tier, full[0]).code(), ErrorCode::OBJECT_NOT_FOUND);
+  EXPECT_EQ(std::count(evicted_.begin(), evicted_.end(), "f8"), 1);
   const Object next = Put(*tier, "next", Pattern(4000, 5));
   ASSERT_TRUE(tier->Flush().ok());
   auto got = StageAll(*tier, next);
