@@ -64,6 +64,49 @@ std::vector<MetadataQuery> BuildMetadataQueries(const MetadataBenchOptions& opti
   return batches;
 }
 
+Result<ExistsLoopResult> RunExistsLoop(
+    const MetadataBenchOptions& options, const std::vector<MetadataQuery>& queries,
+    const std::function<std::vector<int>(const std::vector<std::string>&)>& exists,
+    const std::string& what, Progress& progress) {
+  const double rep_budget = options.seconds / options.common.reps;
+  ExistsLoopResult out;
+  FailureLog failures;
+  size_t cursor = 0;
+  for (int rep = 0; rep < options.common.reps; ++rep) {
+    progress.Update(what + ", rep " + std::to_string(rep + 1) + "/" +
+                    std::to_string(options.common.reps));
+    size_t done = 0;
+    double busy = 0;
+    while (options.batches > 0 ? done < options.batches : busy < rep_budget) {
+      const MetadataQuery& query = queries[cursor++ % queries.size()];
+      Stopwatch watch;
+      std::vector<int> answers = exists(query.keys);
+      busy += watch.Seconds();
+      ++done;
+      if (answers.size() != query.keys.size()) {
+        failures.Add(what + " returned " + std::to_string(answers.size()) + " results for " +
+                     std::to_string(query.keys.size()) + " keys");
+        break;
+      }
+      for (size_t k = 0; k < answers.size(); ++k) {
+        if (answers[k] != query.expected[k]) {
+          failures.Add(what + " of " + query.keys[k] + " gave " +
+                       (answers[k] < 0 ? CodeString(answers[k]) : std::to_string(answers[k])) +
+                       ", expected " + std::to_string(query.expected[k]));
+        }
+      }
+      if (!failures.empty()) break;
+    }
+    if (!failures.empty()) break;
+    out.rates.push_back(busy > 0 ? static_cast<double>(done * options.batch) / busy : 0);
+    out.batches += done;
+    out.seconds += busy;
+  }
+  progress.Done();
+  if (!failures.empty()) return failures.ToStatus("metadata " + what);
+  return out;
+}
+
 Status RunMetadataBench(const MetadataBenchOptions& options) {
   if (Status status = ValidateOptions(options); !status.ok()) return status;
   if (options.remote) return RunRemoteMetadataBench(options);
@@ -125,43 +168,14 @@ Status RunMetadataBench(const MetadataBenchOptions& options) {
   const std::vector<QueryBatch> queries = BuildMetadataQueries(options);
 
   // Timed BatchIsExist calls; each answer is checked between calls.
-  const double rep_budget = options.seconds / options.common.reps;
-  std::vector<double> rates;
-  size_t cursor = 0;
-  size_t total_batches = 0;
-  double total_seconds = 0;
-  for (int rep = 0; rep < options.common.reps; ++rep) {
-    progress.Update("batch_is_exist, rep " + std::to_string(rep + 1) + "/" +
-                    std::to_string(options.common.reps));
-    size_t done = 0;
-    double busy = 0;
-    while (options.batches > 0 ? done < options.batches : busy < rep_budget) {
-      const QueryBatch& query = queries[cursor++ % queries.size()];
-      Stopwatch watch;
-      std::vector<int> answers = client->BatchIsExist(query.keys);
-      busy += watch.Seconds();
-      ++done;
-      if (answers.size() != query.keys.size()) {
-        failures.Add("batch_is_exist returned " + std::to_string(answers.size()) + " results for " +
-                     std::to_string(query.keys.size()) + " keys");
-        break;
-      }
-      for (size_t k = 0; k < answers.size(); ++k) {
-        if (answers[k] != query.expected[k]) {
-          failures.Add("batch_is_exist of " + query.keys[k] + " gave " +
-                       (answers[k] < 0 ? CodeString(answers[k]) : std::to_string(answers[k])) +
-                       ", expected " + std::to_string(query.expected[k]));
-        }
-      }
-      if (!failures.empty()) break;
-    }
-    if (!failures.empty()) break;
-    rates.push_back(busy > 0 ? static_cast<double>(done * options.batch) / busy : 0);
-    total_batches += done;
-    total_seconds += busy;
-  }
-  progress.Done();
-  if (!failures.empty()) return failures.ToStatus("metadata batch_is_exist");
+  auto loop = RunExistsLoop(
+      options, queries,
+      [&](const std::vector<std::string>& keys) { return client->BatchIsExist(keys); },
+      "batch_is_exist", progress);
+  if (!loop.ok()) return loop.status();
+  const std::vector<double>& rates = loop->rates;
+  const size_t total_batches = loop->batches;
+  const double total_seconds = loop->seconds;
   (void)client->UnregisterBuffer(src->data());
   client.reset();
 

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,21 @@ struct MetadataQuery {
 // Batches that together ask for every object once, each mixing hits and misses in a shuffled
 // order.
 std::vector<MetadataQuery> BuildMetadataQueries(const MetadataBenchOptions& options);
+
+// What the timed batch_is_exist loop measured.
+struct ExistsLoopResult {
+  std::vector<double> rates;  // keys/s per rep
+  size_t batches = 0;
+  double seconds = 0;  // time inside the calls
+};
+
+// The timed loop of both modes: calls `exists` on `queries` round-robin, options.batches per
+// rep (or for seconds/reps), checking every answer between calls. `what` names the call in
+// failures ("batch_is_exist", "Exists").
+Result<ExistsLoopResult> RunExistsLoop(
+    const MetadataBenchOptions& options, const std::vector<MetadataQuery>& queries,
+    const std::function<std::vector<int>(const std::vector<std::string>&)>& exists,
+    const std::string& what, Progress& progress);
 
 // The remote mode: starts `tierkv master --port 0` (this executable), fills it, times
 // RemoteMaster::Exists, stops the child.

@@ -91,43 +91,13 @@ Status RunRemoteMetadataBench(const MetadataBenchOptions& options) {
   progress.Update("building query batches");
   const std::vector<MetadataQuery> queries = BuildMetadataQueries(options);
 
-  const double rep_budget = options.seconds / options.common.reps;
-  std::vector<double> rates;
-  size_t cursor = 0;
-  size_t total_batches = 0;
-  double total_seconds = 0;
-  for (int rep = 0; rep < options.common.reps && failures.empty(); ++rep) {
-    progress.Update("batch_is_exist over gRPC, rep " + std::to_string(rep + 1) + "/" +
-                    std::to_string(options.common.reps));
-    size_t done = 0;
-    double busy = 0;
-    while (options.batches > 0 ? done < options.batches : busy < rep_budget) {
-      const MetadataQuery& query = queries[cursor++ % queries.size()];
-      Stopwatch watch;
-      std::vector<int> answers = master->Exists(query.keys);
-      busy += watch.Seconds();
-      ++done;
-      if (answers.size() != query.keys.size()) {
-        failures.Add("Exists returned " + std::to_string(answers.size()) + " results for " +
-                     std::to_string(query.keys.size()) + " keys");
-        break;
-      }
-      for (size_t k = 0; k < answers.size(); ++k) {
-        if (answers[k] != query.expected[k]) {
-          failures.Add("Exists of " + query.keys[k] + " gave " +
-                       (answers[k] < 0 ? CodeString(answers[k]) : std::to_string(answers[k])) +
-                       ", expected " + std::to_string(query.expected[k]));
-        }
-      }
-      if (!failures.empty()) break;
-    }
-    if (!failures.empty()) break;
-    rates.push_back(busy > 0 ? static_cast<double>(done * options.batch) / busy : 0);
-    total_batches += done;
-    total_seconds += busy;
-  }
-  progress.Done();
-  if (!failures.empty()) return failures.ToStatus("remote metadata batch_is_exist");
+  auto loop = RunExistsLoop(
+      options, queries, [&](const std::vector<std::string>& keys) { return master->Exists(keys); },
+      "Exists over gRPC", progress);
+  if (!loop.ok()) return loop.status();
+  const std::vector<double>& rates = loop->rates;
+  const size_t total_batches = loop->batches;
+  const double total_seconds = loop->seconds;
 
   // Stop the child: unregister (unmounts the segment), then SIGTERM and a clean exit.
   (void)master->UnmountSegment(*segment);

@@ -22,6 +22,14 @@ void EncodeDisk(const DiskLocation& disk, rpc::DiskLocation* out) {
   out->set_size(disk.size);
 }
 
+// The message of key i's error, when it has one (codes travel separately, packed).
+void AddKeyMessage(rpc::KeyResults* keys, size_t i, const Status& status) {
+  if (status.message().empty()) return;
+  rpc::KeyMessage* m = keys->add_messages();
+  m->set_index(static_cast<uint32_t>(i));
+  m->set_message(status.message());
+}
+
 }  // namespace
 
 // ---- Encoding ----------------------------------------------------------------------------------
@@ -43,11 +51,7 @@ void EncodeResults(const std::vector<Status>& statuses, rpc::KeyResults* out) {
   for (size_t i = 0; i < statuses.size(); ++i) {
     const Status& s = statuses[i];
     out->add_codes(ToInt(s.code()));
-    if (!s.ok() && !s.message().empty()) {
-      rpc::KeyMessage* m = out->add_messages();
-      m->set_index(static_cast<uint32_t>(i));
-      m->set_message(s.message());
-    }
+    if (!s.ok()) AddKeyMessage(out, i, s);
   }
 }
 
@@ -69,11 +73,7 @@ void EncodePlacements(const std::vector<Result<PutStartResult>>& results,
     keys->add_codes(ToInt(r.code()));
     rpc::Placement* placement = out->add_placements();
     if (!r.ok()) {
-      if (!r.status().message().empty()) {
-        rpc::KeyMessage* m = keys->add_messages();
-        m->set_index(static_cast<uint32_t>(i));
-        m->set_message(r.status().message());
-      }
+      AddKeyMessage(keys, i, r.status());
       continue;
     }
     placement->set_id(r->put_id);
@@ -93,11 +93,7 @@ void EncodeReplicas(const std::vector<Result<ObjectReplicas>>& results, SteadyTi
     keys->add_codes(ToInt(r.code()));
     rpc::ObjectReplicas* object = out->add_objects();
     if (!r.ok()) {
-      if (!r.status().message().empty()) {
-        rpc::KeyMessage* m = keys->add_messages();
-        m->set_index(static_cast<uint32_t>(i));
-        m->set_message(r.status().message());
-      }
+      AddKeyMessage(keys, i, r.status());
       continue;
     }
     object->set_size(r->size);
