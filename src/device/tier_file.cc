@@ -62,16 +62,23 @@ Status FallocateError(const std::string& path, int fd, uint64_t capacity, int er
                   "fallocate of " + std::to_string(capacity) + " bytes failed: " + ErrnoText(err));
 }
 
+// The argument checks of Create and OpenExisting: INVALID_PARAMS for an empty path or a
+// capacity that is not a positive multiple of the alignment.
+Status ValidateArguments(const std::string& path, uint64_t capacity) {
+  if (path.empty()) return Status(ErrorCode::INVALID_PARAMS, "tier file path is empty");
+  if (capacity == 0 || capacity % TierFile::kAlignment != 0 ||
+      capacity > static_cast<uint64_t>(std::numeric_limits<off_t>::max())) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "tier file " + path + ": capacity " + std::to_string(capacity) +
+                      " is not a positive multiple of " + std::to_string(TierFile::kAlignment));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<TierFile> TierFile::Create(const std::string& path, const TierFileOptions& options) {
-  if (path.empty()) return Status(ErrorCode::INVALID_PARAMS, "tier file path is empty");
-  if (options.capacity == 0 || options.capacity % kAlignment != 0 ||
-      options.capacity > static_cast<uint64_t>(std::numeric_limits<off_t>::max())) {
-    return Status(ErrorCode::INVALID_PARAMS,
-                  "tier file " + path + ": capacity " + std::to_string(options.capacity) +
-                      " is not a positive multiple of " + std::to_string(kAlignment));
-  }
+  if (Status st = ValidateArguments(path, options.capacity); !st.ok()) return st;
 
   // Remove what is there. unlink() of a symlink removes the link, never its target.
   struct stat st {};
@@ -131,13 +138,7 @@ Result<TierFile> TierFile::Create(const std::string& path, const TierFileOptions
 }
 
 Result<TierFile> TierFile::OpenExisting(const std::string& path, const TierFileOptions& options) {
-  if (path.empty()) return Status(ErrorCode::INVALID_PARAMS, "tier file path is empty");
-  if (options.capacity == 0 || options.capacity % kAlignment != 0 ||
-      options.capacity > static_cast<uint64_t>(std::numeric_limits<off_t>::max())) {
-    return Status(ErrorCode::INVALID_PARAMS,
-                  "tier file " + path + ": capacity " + std::to_string(options.capacity) +
-                      " is not a positive multiple of " + std::to_string(kAlignment));
-  }
+  if (Status st = ValidateArguments(path, options.capacity); !st.ok()) return st;
   // Refuse what is not a regular file before opening it: opening a device node or a FIFO can
   // have side effects of its own. The fstat below re-checks the file actually opened.
   struct stat st {};
