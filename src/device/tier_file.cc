@@ -75,6 +75,20 @@ Status ValidateArguments(const std::string& path, uint64_t capacity) {
   return Status::Ok();
 }
 
+// A filesystem without O_DIRECT: an error, or (allowed) a warning before buffered IO.
+Status NoDirectIo(const std::string& path, bool allow_buffered_fallback) {
+  if (!allow_buffered_fallback) {
+    return OpenFail(path,
+                    "filesystem does not support O_DIRECT (tmpfs?); put the tier on a disk "
+                    "filesystem, or set allow_buffered_fallback to use the page cache");
+  }
+  spdlog::warn(
+      "tier file {}: filesystem does not support O_DIRECT; using buffered IO "
+      "(allow_buffered_fallback): slower writes and page-cache pressure",
+      path);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<TierFile> TierFile::Create(const std::string& path, const TierFileOptions& options) {
@@ -107,15 +121,9 @@ Result<TierFile> TierFile::Create(const std::string& path, const TierFileOptions
         S_ISREG(st.st_mode) && st.st_size == 0) {
       unlink(path.c_str());
     }
-    if (!options.allow_buffered_fallback) {
-      return OpenFail(path,
-                      "filesystem does not support O_DIRECT (tmpfs?); put the tier on a disk "
-                      "filesystem, or set allow_buffered_fallback to use the page cache");
+    if (Status refused = NoDirectIo(path, options.allow_buffered_fallback); !refused.ok()) {
+      return refused;
     }
-    spdlog::warn(
-        "tier file {}: filesystem does not support O_DIRECT; using buffered IO "
-        "(allow_buffered_fallback): slower writes and page-cache pressure",
-        path);
     file.direct_io_ = false;
     file.fd_ = open(path.c_str(), flags, 0600);
     err = errno;
@@ -163,15 +171,9 @@ Result<TierFile> TierFile::OpenExisting(const std::string& path, const TierFileO
     err = errno;
   }
   if (file.fd_ < 0 && err == EINVAL) {
-    if (!options.allow_buffered_fallback) {
-      return OpenFail(path,
-                      "filesystem does not support O_DIRECT (tmpfs?); put the tier on a disk "
-                      "filesystem, or set allow_buffered_fallback to use the page cache");
+    if (Status refused = NoDirectIo(path, options.allow_buffered_fallback); !refused.ok()) {
+      return refused;
     }
-    spdlog::warn(
-        "tier file {}: filesystem does not support O_DIRECT; using buffered IO "
-        "(allow_buffered_fallback): slower writes and page-cache pressure",
-        path);
     file.direct_io_ = false;
     file.fd_ = open(path.c_str(), flags);
     err = errno;
