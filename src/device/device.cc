@@ -69,15 +69,18 @@ Status Device::Write(uint64_t offset, const void* buf, uint64_t len) {
   return DoWrite(offset, buf, len);
 }
 
-std::vector<Status> Device::ReadBatch(const std::vector<IoRequest>& requests) {
-  return Batch(requests, /*write=*/false);
+std::vector<Status> Device::ReadBatch(const std::vector<IoRequest>& requests,
+                                      const IoDone& on_done) {
+  return Batch(requests, /*write=*/false, on_done);
 }
 
-std::vector<Status> Device::WriteBatch(const std::vector<IoRequest>& requests) {
-  return Batch(requests, /*write=*/true);
+std::vector<Status> Device::WriteBatch(const std::vector<IoRequest>& requests,
+                                       const IoDone& on_done) {
+  return Batch(requests, /*write=*/true, on_done);
 }
 
-std::vector<Status> Device::Batch(const std::vector<IoRequest>& requests, bool write) {
+std::vector<Status> Device::Batch(const std::vector<IoRequest>& requests, bool write,
+                                  const IoDone& on_done) {
   std::vector<Status> results(requests.size());
   std::vector<IoRequest> valid;
   std::vector<size_t> valid_index;
@@ -89,29 +92,51 @@ std::vector<Status> Device::Batch(const std::vector<IoRequest>& requests, bool w
     if (results[i].ok()) {
       valid.push_back(r);
       valid_index.push_back(i);
+    } else if (on_done) {
+      on_done(i, results[i]);
     }
   }
   if (valid.empty()) return results;
-  std::vector<Status> done = write ? DoWriteBatch(valid) : DoReadBatch(valid);
+  // Completions of the valid requests are reported under their index in `requests`.
+  std::vector<bool> reported(valid.size(), false);
+  IoDone inner;
+  if (on_done) {
+    inner = [&](size_t k, const Status& status) {
+      if (k >= valid.size() || reported[k]) return;
+      reported[k] = true;
+      on_done(valid_index[k], status);
+    };
+  }
+  std::vector<Status> done = write ? DoWriteBatch(valid, inner) : DoReadBatch(valid, inner);
   for (size_t i = 0; i < valid.size(); ++i) {
     results[valid_index[i]] =
         i < done.size() ? std::move(done[i])
                         : Status(ErrorCode::INTERNAL_ERROR, "device returned too few results");
+    // An implementation that did not report a request: report it now, with its result.
+    if (on_done && !reported[i]) on_done(valid_index[i], results[valid_index[i]]);
   }
   return results;
 }
 
-std::vector<Status> Device::DoReadBatch(const std::vector<IoRequest>& requests) {
+std::vector<Status> Device::DoReadBatch(const std::vector<IoRequest>& requests,
+                                        const IoDone& on_done) {
   std::vector<Status> results;
   results.reserve(requests.size());
-  for (const IoRequest& r : requests) results.push_back(DoRead(r.offset, r.buf, r.len));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    results.push_back(DoRead(requests[i].offset, requests[i].buf, requests[i].len));
+    if (on_done) on_done(i, results.back());
+  }
   return results;
 }
 
-std::vector<Status> Device::DoWriteBatch(const std::vector<IoRequest>& requests) {
+std::vector<Status> Device::DoWriteBatch(const std::vector<IoRequest>& requests,
+                                         const IoDone& on_done) {
   std::vector<Status> results;
   results.reserve(requests.size());
-  for (const IoRequest& r : requests) results.push_back(DoWrite(r.offset, r.buf, r.len));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    results.push_back(DoWrite(requests[i].offset, requests[i].buf, requests[i].len));
+    if (on_done) on_done(i, results.back());
+  }
   return results;
 }
 

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,13 @@ struct IoRequest {
   void* buf = nullptr;
   uint64_t len = 0;
 };
+
+// Completion callback of a batch: called once per request, with its index in the batch and
+// its final status, as soon as that request is done (so the caller can use its bytes while
+// the rest are still in flight). Called on the thread that issued the batch, before the
+// batch call returns, in completion order; it must not throw and should return quickly:
+// while it runs no new request is submitted.
+using IoDone = std::function<void(size_t index, const Status& status)>;
 
 class Device {
  public:
@@ -59,9 +67,12 @@ class Device {
 
   // One Status per request, in order; a bad or failed request never fails its neighbours.
   // Implementations may keep several requests in flight and complete them in any order.
-  // Thread-safe.
-  std::vector<Status> ReadBatch(const std::vector<IoRequest>& requests);
-  std::vector<Status> WriteBatch(const std::vector<IoRequest>& requests);
+  // `on_done` (optional) is told of each request as it completes (see IoDone); a request
+  // that fails the contract checks is reported before any IO is issued. Thread-safe.
+  std::vector<Status> ReadBatch(const std::vector<IoRequest>& requests,
+                                const IoDone& on_done = nullptr);
+  std::vector<Status> WriteBatch(const std::vector<IoRequest>& requests,
+                                 const IoDone& on_done = nullptr);
 
   // The checks of the contract above: INVALID_PARAMS naming the broken rule, or OK.
   Status ValidateRequest(uint64_t offset, const void* buf, uint64_t len) const;
@@ -73,12 +84,16 @@ class Device {
   // The IO itself, called only with requests that passed ValidateRequest.
   virtual Status DoRead(uint64_t offset, void* buf, uint64_t len) = 0;
   virtual Status DoWrite(uint64_t offset, const void* buf, uint64_t len) = 0;
-  // Default: one DoRead/DoWrite after the other. Returns one Status per request.
-  virtual std::vector<Status> DoReadBatch(const std::vector<IoRequest>& requests);
-  virtual std::vector<Status> DoWriteBatch(const std::vector<IoRequest>& requests);
+  // Default: one DoRead/DoWrite after the other. Returns one Status per request and calls
+  // `on_done` (may be null) once per request as it completes.
+  virtual std::vector<Status> DoReadBatch(const std::vector<IoRequest>& requests,
+                                          const IoDone& on_done);
+  virtual std::vector<Status> DoWriteBatch(const std::vector<IoRequest>& requests,
+                                           const IoDone& on_done);
 
  private:
-  std::vector<Status> Batch(const std::vector<IoRequest>& requests, bool write);
+  std::vector<Status> Batch(const std::vector<IoRequest>& requests, bool write,
+                            const IoDone& on_done);
 
   const uint64_t size_;
   const uint64_t alignment_;

@@ -121,15 +121,18 @@ Status FaultyDevice::DoWrite(uint64_t offset, const void* buf, uint64_t len) {
                len);
 }
 
-std::vector<Status> FaultyDevice::DoReadBatch(const std::vector<IoRequest>& requests) {
-  return Batch(requests, /*write=*/false);
+std::vector<Status> FaultyDevice::DoReadBatch(const std::vector<IoRequest>& requests,
+                                              const IoDone& on_done) {
+  return Batch(requests, /*write=*/false, on_done);
 }
 
-std::vector<Status> FaultyDevice::DoWriteBatch(const std::vector<IoRequest>& requests) {
-  return Batch(requests, /*write=*/true);
+std::vector<Status> FaultyDevice::DoWriteBatch(const std::vector<IoRequest>& requests,
+                                               const IoDone& on_done) {
+  return Batch(requests, /*write=*/true, on_done);
 }
 
-std::vector<Status> FaultyDevice::Batch(const std::vector<IoRequest>& requests, bool write) {
+std::vector<Status> FaultyDevice::Batch(const std::vector<IoRequest>& requests, bool write,
+                                        const IoDone& on_done) {
   std::vector<Status> results(requests.size());
   std::vector<std::optional<FaultKind>> faults(requests.size());
   std::vector<IoRequest> clean;
@@ -142,12 +145,18 @@ std::vector<Status> FaultyDevice::Batch(const std::vector<IoRequest>& requests, 
     }
   }
   if (!clean.empty()) {
-    std::vector<Status> done = write ? inner_->WriteBatch(clean) : inner_->ReadBatch(clean);
+    IoDone inner_done;
+    if (on_done) {
+      inner_done = [&](size_t k, const Status& status) { on_done(clean_index[k], status); };
+    }
+    std::vector<Status> done =
+        write ? inner_->WriteBatch(clean, inner_done) : inner_->ReadBatch(clean, inner_done);
     for (size_t i = 0; i < clean.size(); ++i) results[clean_index[i]] = std::move(done[i]);
   }
   for (size_t i = 0; i < requests.size(); ++i) {
     if (faults[i].has_value()) {
       results[i] = Apply(faults[i], write, requests[i].offset, requests[i].buf, requests[i].len);
+      if (on_done) on_done(i, results[i]);
     }
   }
   return results;

@@ -89,8 +89,10 @@ class FaultyDevice final : public Device {
  protected:
   Status DoRead(uint64_t offset, void* buf, uint64_t len) override;
   Status DoWrite(uint64_t offset, const void* buf, uint64_t len) override;
-  std::vector<Status> DoReadBatch(const std::vector<IoRequest>& requests) override;
-  std::vector<Status> DoWriteBatch(const std::vector<IoRequest>& requests) override;
+  std::vector<Status> DoReadBatch(const std::vector<IoRequest>& requests,
+                                  const IoDone& on_done) override;
+  std::vector<Status> DoWriteBatch(const std::vector<IoRequest>& requests,
+                                   const IoDone& on_done) override;
 
  private:
   struct ArmedRule {
@@ -103,7 +105,8 @@ class FaultyDevice final : public Device {
   // Performs one request under `fault` (none: plain pass-through).
   Status Apply(std::optional<FaultKind> fault, bool write, uint64_t offset, void* buf,
                uint64_t len);
-  std::vector<Status> Batch(const std::vector<IoRequest>& requests, bool write);
+  std::vector<Status> Batch(const std::vector<IoRequest>& requests, bool write,
+                            const IoDone& on_done);
 
   const std::unique_ptr<Device> inner_;
   mutable std::mutex mu_;

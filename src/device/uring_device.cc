@@ -100,22 +100,26 @@ Result<std::unique_ptr<UringDevice>> UringDevice::Open(int fd, uint64_t size, ui
 }
 
 Status UringDevice::DoRead(uint64_t offset, void* buf, uint64_t len) {
-  return std::move(Run({IoRequest{offset, buf, len}}, /*write=*/false)[0]);
+  return std::move(Run({IoRequest{offset, buf, len}}, /*write=*/false, nullptr)[0]);
 }
 
 Status UringDevice::DoWrite(uint64_t offset, const void* buf, uint64_t len) {
-  return std::move(Run({IoRequest{offset, const_cast<void*>(buf), len}}, /*write=*/true)[0]);
+  return std::move(
+      Run({IoRequest{offset, const_cast<void*>(buf), len}}, /*write=*/true, nullptr)[0]);
 }
 
-std::vector<Status> UringDevice::DoReadBatch(const std::vector<IoRequest>& requests) {
-  return Run(requests, /*write=*/false);
+std::vector<Status> UringDevice::DoReadBatch(const std::vector<IoRequest>& requests,
+                                             const IoDone& on_done) {
+  return Run(requests, /*write=*/false, on_done);
 }
 
-std::vector<Status> UringDevice::DoWriteBatch(const std::vector<IoRequest>& requests) {
-  return Run(requests, /*write=*/true);
+std::vector<Status> UringDevice::DoWriteBatch(const std::vector<IoRequest>& requests,
+                                              const IoDone& on_done) {
+  return Run(requests, /*write=*/true, on_done);
 }
 
-std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, bool write) {
+std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, bool write,
+                                     const IoDone& on_done) {
   // Take a free ring, starting round-robin; wait on the first one if all are busy.
   const size_t start = next_ring_.fetch_add(1, std::memory_order_relaxed) % rings_.size();
   size_t chosen = start;
@@ -132,7 +136,8 @@ std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, boo
   Ring& r = *rings_[chosen];
   if (!r.live) {
     lock.unlock();
-    return write ? fallback_->WriteBatch(requests) : fallback_->ReadBatch(requests);
+    return write ? fallback_->WriteBatch(requests, on_done)
+                 : fallback_->ReadBatch(requests, on_done);
   }
 
   std::vector<Piece> pieces;
@@ -146,6 +151,8 @@ std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, boo
   }
   std::vector<Status> results(requests.size());
   std::vector<bool> completed(pieces.size(), false);
+  std::vector<uint32_t> pieces_left(requests.size(), 0);  // per request, for on_done
+  for (const Piece& p : pieces) ++pieces_left[p.request];
   const uint64_t generation = ++r.generation;
 
   size_t next = 0;       // next piece to prepare
@@ -155,6 +162,7 @@ std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, boo
     const Piece& p = pieces[piece];
     if (results[p.request].ok()) results[p.request] = IoError(write, p.offset, p.len, what);
   };
+  std::vector<size_t> done_now;  // requests whose last piece completed in this reap
   // Consumes every ready completion of this call; ignores any stale one of an earlier call.
   auto reap = [&] {
     unsigned head = 0;
@@ -176,8 +184,14 @@ std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, boo
       } else if (static_cast<uint32_t>(cqe->res) != p.len && results[p.request].ok()) {
         results[p.request] = ShortIoError(write, p.offset, static_cast<uint64_t>(cqe->res), p.len);
       }
+      if (--pieces_left[p.request] == 0) done_now.push_back(p.request);
     }
     io_uring_cq_advance(&r.ring, seen);
+    // Reported after the CQ advanced, so a slow callback never holds completion slots.
+    if (on_done) {
+      for (size_t request : done_now) on_done(request, results[request]);
+    }
+    done_now.clear();
   };
 
   std::string ring_error;  // set when the ring itself (not one IO) failed
@@ -255,6 +269,8 @@ std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, boo
   for (size_t i = 0; i < pieces.size(); ++i) {
     if (!completed[i]) fail(i, ring_error.empty() ? "no completion" : ring_error);
   }
+  // Requests never completed (the ring failed) are reported by Device::Batch with their
+  // final status.
   return results;
 }
 

@@ -3,7 +3,8 @@
 // What: a Device on a borrowed fd that keeps up to `queue_depth` requests in flight per
 // batch. It owns a small pool of rings, each guarded by a mutex: a call takes a free ring
 // (or waits for one), submits its requests, and reaps its own completions, matched by
-// user_data (a per-ring generation plus the request index), before letting the ring go. So
+// user_data (a per-ring generation plus the request index), before letting the ring go; a
+// batch's completion callback hears of each request as its last piece completes. So
 // up to `num_rings` batches run in parallel and a ring is never shared mid-call. Requests
 // over 1 GiB are split into 1 GiB pieces (the kernel caps one transfer below 2 GiB).
 //
@@ -57,14 +58,17 @@ class UringDevice final : public Device {
  protected:
   Status DoRead(uint64_t offset, void* buf, uint64_t len) override;
   Status DoWrite(uint64_t offset, const void* buf, uint64_t len) override;
-  std::vector<Status> DoReadBatch(const std::vector<IoRequest>& requests) override;
-  std::vector<Status> DoWriteBatch(const std::vector<IoRequest>& requests) override;
+  std::vector<Status> DoReadBatch(const std::vector<IoRequest>& requests,
+                                  const IoDone& on_done) override;
+  std::vector<Status> DoWriteBatch(const std::vector<IoRequest>& requests,
+                                   const IoDone& on_done) override;
 
  private:
   struct Ring;  // io_uring + its mutex; defined in the .cc to keep liburing out of headers
 
   UringDevice(int fd, uint64_t size, uint64_t alignment, uint32_t queue_depth, uint64_t max_piece);
-  std::vector<Status> Run(const std::vector<IoRequest>& requests, bool write);
+  std::vector<Status> Run(const std::vector<IoRequest>& requests, bool write,
+                          const IoDone& on_done);
 
   const int fd_;
   const uint32_t queue_depth_;

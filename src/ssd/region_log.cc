@@ -520,20 +520,49 @@ Status RegionLog::ReadBufferedLocked(const RangeRead& read, uint64_t begin, uint
   return Status::Ok();
 }
 
-std::vector<Status> RegionLog::ReadRanges(const std::vector<RangeRead>& reads) {
-  return ReadRangesImpl(reads, /*verify_value=*/false);
+Status RegionLog::FinishRangeRead(const RangeRead& read, const Status& io, uint64_t begin,
+                                  uint64_t len, bool verify_value) {
+  Region& reg = regions_[read.loc.region];
+  // Step 3: an unchanged sealed generation means no reuse (which zeroes it before any new
+  // byte can be written) began before the read finished.
+  if (reg.sealed_generation.load() != read.loc.generation) return Stale(read.loc);
+  if (!io.ok()) {
+    counters_.read_errors.fetch_add(1);
+    return io;
+  }
+  if (read.value_offset == 0) {
+    Status s = CheckHeader(read, read.dst, len, verify_value, /*from_buffer=*/false);
+    if (!s.ok()) return s;
+  }
+  if (read.value_out != nullptr) {
+    *read.value_out = read.dst + (kRecordHeaderSize + read.key.size() + read.value_offset - begin);
+  }
+  reg.last_access.store(clock_.fetch_add(1) + 1);
+  counters_.reads.fetch_add(1);
+  return Status::Ok();
+}
+
+std::vector<Status> RegionLog::ReadRanges(const std::vector<RangeRead>& reads,
+                                          const RangeReady& on_ready) {
+  return ReadRangesImpl(reads, /*verify_value=*/false, on_ready);
 }
 
 std::vector<Status> RegionLog::ReadRangesImpl(const std::vector<RangeRead>& reads,
-                                              bool verify_value) {
+                                              bool verify_value, const RangeReady& on_ready) {
   std::vector<Status> out(reads.size());
   std::vector<uint64_t> begins(reads.size(), 0);
   std::vector<uint64_t> lens(reads.size(), 0);
   std::vector<std::vector<size_t>> per_device(devices_.size());  // indices into reads
   std::vector<size_t> not_sealed;
+  auto ready = [&](size_t i) {
+    if (on_ready) on_ready(i, out[i]);
+  };
   for (size_t i = 0; i < reads.size(); ++i) {
     out[i] = CheckRange(reads[i]);
-    if (!out[i].ok()) continue;
+    if (!out[i].ok()) {
+      ready(i);
+      continue;
+    }
     RangeBlocks(reads[i].key.size(), reads[i].value_offset, reads[i].length, &begins[i], &lens[i]);
     const Region& reg = regions_[reads[i].loc.region];
     // Step 1 of the reuse protocol: only a region sealed under this generation goes to disk.
@@ -544,22 +573,35 @@ std::vector<Status> RegionLog::ReadRangesImpl(const std::vector<RangeRead>& read
     }
   }
   if (!not_sealed.empty()) {
-    std::lock_guard lock(mu_);  // once for the whole batch
-    for (size_t i : not_sealed) {
-      bool handled = false;
-      out[i] = ReadBufferedLocked(reads[i], begins[i], lens[i], verify_value, &handled);
-      if (handled) continue;
-      const Region& reg = regions_[reads[i].loc.region];
-      if (reg.sealed_generation.load() == reads[i].loc.generation) {
-        per_device[reg.device].push_back(i);  // sealed between the two checks
-      } else {
-        out[i] = Stale(reads[i].loc);
+    std::vector<size_t> served;  // reported after the mutex is released
+    {
+      std::lock_guard lock(mu_);  // once for the whole batch
+      for (size_t i : not_sealed) {
+        bool handled = false;
+        out[i] = ReadBufferedLocked(reads[i], begins[i], lens[i], verify_value, &handled);
+        if (handled) {
+          served.push_back(i);
+          continue;
+        }
+        const Region& reg = regions_[reads[i].loc.region];
+        if (reg.sealed_generation.load() == reads[i].loc.generation) {
+          per_device[reg.device].push_back(i);  // sealed between the two checks
+        } else {
+          out[i] = Stale(reads[i].loc);
+          served.push_back(i);
+        }
       }
     }
+    for (size_t i : served) ready(i);
   }
 
-  // One batch per device, the devices in parallel, so every drive has reads in flight.
-  std::vector<std::vector<Status>> io(devices_.size());
+  // The checks after a range's IO; sets out[i] and reports it.
+  auto finish = [&](size_t i, const Status& io) {
+    out[i] = FinishRangeRead(reads[i], io, begins[i], lens[i], verify_value);
+    ready(i);
+  };
+  // One batch per device, the devices in parallel, so every drive has reads in flight; each
+  // range is checked and reported as its own read completes.
   auto run = [&](size_t d) {
     std::vector<IoRequest> requests;
     requests.reserve(per_device[d].size());
@@ -568,7 +610,8 @@ std::vector<Status> RegionLog::ReadRangesImpl(const std::vector<RangeRead>& read
       requests.push_back(
           IoRequest{reg.base + reads[i].loc.offset + begins[i], reads[i].dst, lens[i]});
     }
-    io[d] = read_devices_[d]->ReadBatch(requests);
+    (void)read_devices_[d]->ReadBatch(
+        requests, [&, d](size_t k, const Status& io) { finish(per_device[d][k], io); });
   };
   std::vector<size_t> busy;
   for (size_t d = 0; d < devices_.size(); ++d) {
@@ -584,35 +627,6 @@ std::vector<Status> RegionLog::ReadRangesImpl(const std::vector<RangeRead>& read
   }
   if (!busy.empty()) run(busy[0]);
   for (auto& t : helpers) t.join();
-
-  for (size_t d : busy) {
-    for (size_t k = 0; k < per_device[d].size(); ++k) {
-      const size_t i = per_device[d][k];
-      const RangeRead& read = reads[i];
-      Region& reg = regions_[read.loc.region];
-      // Step 3: an unchanged sealed generation means no reuse (which zeroes it before any new
-      // byte can be written) began before the read finished.
-      if (reg.sealed_generation.load() != read.loc.generation) {
-        out[i] = Stale(read.loc);
-        continue;
-      }
-      if (!io[d][k].ok()) {
-        counters_.read_errors.fetch_add(1);
-        out[i] = io[d][k];
-        continue;
-      }
-      if (read.value_offset == 0) {
-        out[i] = CheckHeader(read, read.dst, lens[i], verify_value, /*from_buffer=*/false);
-        if (!out[i].ok()) continue;
-      }
-      if (read.value_out != nullptr) {
-        *read.value_out =
-            read.dst + (kRecordHeaderSize + read.key.size() + read.value_offset - begins[i]);
-      }
-      reg.last_access.store(clock_.fetch_add(1) + 1);
-      counters_.reads.fetch_add(1);
-    }
-  }
   return out;
 }
 
@@ -638,7 +652,7 @@ Status RegionLog::Read(const DiskLocation& loc, std::string_view key,
   if (!bounce) return Status(ErrorCode::INTERNAL_ERROR, "region log: out of memory for a read");
   const uint8_t* value = nullptr;
   const RangeRead read{loc, key, 0, loc.size, bounce.get(), &value};
-  s = std::move(ReadRangesImpl({read}, /*verify_value=*/true)[0]);
+  s = std::move(ReadRangesImpl({read}, /*verify_value=*/true, nullptr)[0]);
   // The caller's pieces are written only once every check passed.
   if (s.ok()) Scatter(value, loc.size, dst);
   return s;

@@ -37,7 +37,8 @@
 //
 // Staged reads: ReadRanges() reads a batch of value ranges straight into caller-provided
 // aligned buffers (the staging area), with one Device::ReadBatch per device so many reads are
-// in flight. A range starting at value offset 0 is read from the record's start and its
+// in flight; an optional callback hears of each range as soon as its read is done and checked.
+// A range starting at value offset 0 is read from the record's start and its
 // header and key are checked as Read() does, but the value is not hashed (the requester
 // verifies the object checksum over the whole value); a later range reads only the aligned
 // blocks covering it. Both follow the sealed-generation protocol above.
@@ -123,6 +124,12 @@ struct RegionLogStats {
   uint64_t buffer_waits = 0;  // appends that waited for a region write to free a buffer
 };
 
+// ReadRanges' per-range callback: the range's index and final status (the same as in the
+// returned vector), as soon as that range is settled, so its bytes can be used while later
+// ranges are still being read. Called exactly once per range, before ReadRanges returns,
+// possibly from several threads at once (one per device), never under the log's mutex.
+using RangeReady = std::function<void(size_t index, const Status& status)>;
+
 // One valid record found by Scan.
 struct ScannedRecord {
   std::string key;
@@ -172,7 +179,8 @@ class RegionLog {
   Status Read(const DiskLocation& loc, std::string_view key, const std::vector<MutPiece>& dst);
   // Staged reads (see the class comment): one Status per range, in order; a failed range
   // never fails its neighbours. On failure the range's dst bytes are unspecified.
-  std::vector<Status> ReadRanges(const std::vector<RangeRead>& reads);
+  std::vector<Status> ReadRanges(const std::vector<RangeRead>& reads,
+                                 const RangeReady& on_ready = nullptr);
   // Bytes of dst a RangeRead needs: the blocks covering the range, from the record start
   // when value_offset is 0. At most StagingNeed(length) for keys of up to kMaxKeyLength.
   static uint64_t RangeReadBytes(uint64_t key_size, uint64_t value_offset, uint64_t length);
@@ -284,7 +292,11 @@ class RegionLog {
   Status FinishWriteLocked(uint32_t r, const Status& written);
   // ReadRanges, plus (verify_value) the value checksum of value_offset-0 ranges covering the
   // whole value, as Read() promises.
-  std::vector<Status> ReadRangesImpl(const std::vector<RangeRead>& reads, bool verify_value);
+  std::vector<Status> ReadRangesImpl(const std::vector<RangeRead>& reads, bool verify_value,
+                                     const RangeReady& on_ready);
+  // The checks after one range's device read `io` (generation, IO status, header and key).
+  Status FinishRangeRead(const RangeRead& read, const Status& io, uint64_t begin, uint64_t len,
+                         bool verify_value);
   // INVALID_KEY / INVALID_PARAMS for a key or location that names nothing readable.
   Status CheckLocation(const DiskLocation& loc, std::string_view key) const;
   // CheckLocation, plus INVALID_PARAMS for a range outside the value or a bad dst.

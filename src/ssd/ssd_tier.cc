@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -209,7 +210,8 @@ Result<DiskLocation> SsdTier::Append(std::string_view key, const std::vector<Con
 
 Status SsdTier::Flush() { return impl_->log->Flush(); }
 
-Result<StageResult> SsdTier::Stage(const std::vector<StageRequest>& requests) {
+Result<StageResult> SsdTier::Stage(const std::vector<StageRequest>& requests,
+                                   const PieceReady& on_piece) {
   if (requests.empty()) return Status(ErrorCode::INVALID_PARAMS, "ssd tier: empty stage batch");
   const uint64_t budget = impl_->staging->capacity();
   StageResult result;
@@ -236,11 +238,18 @@ Result<StageResult> SsdTier::Stage(const std::vector<StageRequest>& requests) {
     need[i] = StagingNeed(r.length);
     total += need[i];
   }
-  uint64_t failed = 0;
+  std::optional<StagingArea::Reservation> reservation;
   if (total > 0) {
-    auto reservation = impl_->staging->Reserve(total);
-    if (!reservation.ok()) return reservation.status();
-    result.ticket = reservation->ticket;
+    auto reserved = impl_->staging->Reserve(total);
+    if (!reserved.ok()) return reserved.status();
+    reservation = *reserved;
+    result.ticket = reserved->ticket;
+  }
+  // From here every piece is reported to on_piece exactly once.
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (need[i] == 0 && on_piece) on_piece(i, result.pieces[i]);
+  }
+  if (reservation) {
     std::vector<RangeRead> reads;
     std::vector<size_t> index;  // request of each read
     std::vector<const uint8_t*> values(requests.size(), nullptr);
@@ -253,18 +262,21 @@ Result<StageResult> SsdTier::Stage(const std::vector<StageRequest>& requests) {
       index.push_back(i);
       cursor += need[i];  // a multiple of 4096: every piece starts aligned
     }
-    std::vector<Status> statuses = impl_->log->ReadRanges(reads);
-    uint64_t bytes = 0;
-    for (size_t k = 0; k < reads.size(); ++k) {
+    std::atomic<uint64_t> bytes{0};
+    // Each piece is filled in (and handed to on_piece) as soon as its read is checked.
+    (void)impl_->log->ReadRanges(reads, [&](size_t k, const Status& status) {
       StagedPiece& piece = result.pieces[index[k]];
-      piece.status = std::move(statuses[k]);
-      if (!piece.status.ok()) continue;
-      piece.data = values[index[k]];
-      piece.staging_offset = static_cast<uint64_t>(piece.data - impl_->staging->base());
-      bytes += reads[k].length;
-    }
-    impl_->staged_bytes.fetch_add(bytes);
+      piece.status = status;
+      if (status.ok()) {
+        piece.data = values[index[k]];
+        piece.staging_offset = static_cast<uint64_t>(piece.data - impl_->staging->base());
+        bytes.fetch_add(reads[k].length, std::memory_order_relaxed);
+      }
+      if (on_piece) on_piece(index[k], piece);
+    });
+    impl_->staged_bytes.fetch_add(bytes.load());
   }
+  uint64_t failed = 0;
   for (const StagedPiece& piece : result.pieces) {
     if (!piece.status.ok()) ++failed;
   }

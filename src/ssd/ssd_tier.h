@@ -89,6 +89,12 @@ struct StagedPiece {
   uint64_t staging_offset = 0;    // offset of `data` in the staging buffer
 };
 
+// Stage's per-piece callback: the request's index and its piece (status, and data when OK;
+// the ticket is the one Stage returns). When Stage returns OK it was called exactly once per
+// request, before Stage returned; when Stage fails as a whole it was called for none. May be
+// called from several threads at once (one per device).
+using PieceReady = std::function<void(size_t index, const StagedPiece& piece)>;
+
 struct StageResult {
   uint64_t ticket = 0;              // 0 when no piece succeeded (nothing held)
   std::vector<StagedPiece> pieces;  // one per request, in order
@@ -116,7 +122,10 @@ class SsdTier {
   Result<DiskLocation> Append(std::string_view key, const std::vector<ConstPiece>& value);
   Status Flush();
 
-  Result<StageResult> Stage(const std::vector<StageRequest>& requests);
+  // `on_piece` (optional) hears of each piece as soon as its bytes are staged and checked
+  // (see PieceReady), so the requester can copy it out while later pieces are still read.
+  Result<StageResult> Stage(const std::vector<StageRequest>& requests,
+                            const PieceReady& on_piece = nullptr);
   Status Release(uint64_t ticket);
   bool Held(uint64_t ticket) const;
   size_t ReclaimExpired();

@@ -185,6 +185,56 @@ TYPED_TEST(DeviceContractTest, BatchesKeepManyRequestsInFlight) {
   EXPECT_TRUE(device.ReadBatch({}).empty());
 }
 
+// The completion callback hears of every request exactly once, with the status the batch
+// returns, and a request's bytes are already in place when it is reported.
+TYPED_TEST(DeviceContractTest, BatchCallbackReportsEachRequestOnceWithItsBytes) {
+  Device& device = *this->device_;
+  constexpr uint64_t kRequests = 80;  // more than the io_uring queue depth
+  constexpr uint64_t kLen = 16 * kKiB;
+  IoBuffer out = MakeBuffer(kRequests * kLen);
+  IoBuffer in = MakeBuffer(kRequests * kLen);
+  std::vector<IoRequest> writes;
+  std::vector<IoRequest> reads;
+  for (uint64_t i = 0; i < kRequests; ++i) {
+    Fill(out.data() + i * kLen, kLen, 500 + i);
+    writes.push_back(IoRequest{i * kLen, out.data() + i * kLen, kLen});
+    reads.push_back(IoRequest{i * kLen, in.data() + i * kLen, kLen});
+  }
+  // Two requests that break the contract are reported too (before any IO).
+  reads.push_back(IoRequest{100, in.data(), kLen});
+  reads.push_back(IoRequest{0, in.data(), 0});
+  std::vector<int> write_calls(writes.size(), 0);
+  std::vector<Status> written = device.WriteBatch(writes, [&](size_t i, const Status& s) {
+    ASSERT_LT(i, writes.size());
+    ++write_calls[i];
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  });
+  for (size_t i = 0; i < writes.size(); ++i) {
+    ASSERT_TRUE(written[i].ok()) << written[i].ToString();
+    EXPECT_EQ(write_calls[i], 1) << i;
+  }
+  std::vector<int> calls(reads.size(), 0);
+  std::vector<ErrorCode> seen(reads.size(), ErrorCode::OK);
+  std::vector<bool> bytes_ok(reads.size(), false);
+  std::vector<Status> results = device.ReadBatch(reads, [&](size_t i, const Status& s) {
+    ASSERT_LT(i, reads.size());
+    ++calls[i];
+    seen[i] = s.code();
+    if (s.ok() && i < kRequests) bytes_ok[i] = Matches(in.data() + i * kLen, kLen, 500 + i);
+  });
+  ASSERT_EQ(results.size(), reads.size());
+  for (size_t i = 0; i < reads.size(); ++i) {
+    EXPECT_EQ(calls[i], 1) << i;
+    EXPECT_EQ(seen[i], results[i].code()) << i;
+    if (i < kRequests) {
+      EXPECT_TRUE(results[i].ok()) << i << ": " << results[i].ToString();
+      EXPECT_TRUE(bytes_ok[i]) << "request " << i << " reported before its bytes were in place";
+    } else {
+      EXPECT_EQ(results[i].code(), ErrorCode::INVALID_PARAMS) << i;
+    }
+  }
+}
+
 TYPED_TEST(DeviceContractTest, RejectsUnalignedRequestsBeforeAnyIo) {
   Device& device = *this->device_;
   IoBuffer buf = MakeBuffer(64 * kKiB);
@@ -378,6 +428,23 @@ TEST(UringDeviceTest, SplitsLargeRequestsIntoPieces) {
   ASSERT_TRUE((*device)->Read(0, in.data(), kMiB).ok());
   ASSERT_TRUE((*device)->Read(2 * kMiB, in.data() + kMiB, kMiB + 4096).ok());
   EXPECT_TRUE(Matches(in.data(), 2 * kMiB + 4096, 77));
+
+  // A split request is reported once, after its last piece: its bytes are all there.
+  std::memset(in.data(), 0, 4 * kMiB);
+  std::vector<int> calls(2, 0);
+  std::vector<bool> whole(2, false);
+  std::vector<Status> read = (*device)->ReadBatch(
+      {IoRequest{0, in.data(), kMiB}, IoRequest{2 * kMiB, in.data() + kMiB, kMiB + 4096}},
+      [&](size_t i, const Status& s) {
+        ++calls[i];
+        whole[i] = s.ok() && std::memcmp(in.data() + i * kMiB, out.data() + i * kMiB,
+                                         i == 0 ? kMiB : kMiB + 4096) == 0;
+      });
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(read[i].ok()) << read[i].ToString();
+    EXPECT_EQ(calls[i], 1) << i;
+    EXPECT_TRUE(whole[i]) << "request " << i << " reported before all its pieces were read";
+  }
 }
 
 TEST(UringDeviceTest, RejectsBadOptions) {
@@ -578,6 +645,28 @@ TEST_F(FaultyDeviceTest, BatchWithOneFaultyRequestFailsOnlyThatOne) {
     EXPECT_EQ(results[i].ok(), i != 3) << i << ": " << results[i].ToString();
   }
   EXPECT_EQ(results[3].code(), ErrorCode::FILE_WRITE_FAIL);
+}
+
+TEST_F(FaultyDeviceTest, BatchCallbackReportsInjectedFaults) {
+  ASSERT_TRUE(
+      device_->AddFault(FaultRule::InRange(FaultKind::kReadEio, 2 * 16384, 3 * 16384)).ok());
+  ASSERT_TRUE(
+      device_->AddFault(FaultRule::InRange(FaultKind::kShortRead, 6 * 16384, 7 * 16384)).ok());
+  std::vector<IoRequest> reads;
+  for (uint64_t i = 0; i < 8; ++i) {
+    reads.push_back(IoRequest{i * 16384, in_.data() + i * 16384, 16384});
+  }
+  std::vector<int> calls(reads.size(), 0);
+  std::vector<ErrorCode> seen(reads.size(), ErrorCode::OK);
+  std::vector<Status> results = device_->ReadBatch(reads, [&](size_t i, const Status& s) {
+    ++calls[i];
+    seen[i] = s.code();
+  });
+  for (size_t i = 0; i < reads.size(); ++i) {
+    EXPECT_EQ(calls[i], 1) << i;
+    EXPECT_EQ(seen[i], results[i].code()) << i;
+    EXPECT_EQ(results[i].ok(), i != 2 && i != 6) << i << ": " << results[i].ToString();
+  }
 }
 
 TEST_F(FaultyDeviceTest, InvalidRequestsNeitherCountNorConsumeFaults) {

@@ -1075,8 +1075,29 @@ TEST_F(RegionLogTest, ReadRangesMixesOpenSealedAndBadRangesIndependently) {
       {a.loc, a.key, 0, 1, at(6) + 512, &p[6]},         // unaligned dst
       {b.loc, "s3", 0, 1, at(7), &p[7]},                // another key's location
   };
-  std::vector<Status> st = log->ReadRanges(batch);
+  // The callback hears of each range once (from one thread per device, so under a mutex),
+  // with its final status and, when OK, its bytes already in place.
+  std::mutex mu;
+  std::vector<int> calls(batch.size(), 0);
+  std::vector<ErrorCode> seen(batch.size(), ErrorCode::OK);
+  std::vector<std::string> early(batch.size());
+  std::vector<Status> st = log->ReadRanges(batch, [&](size_t i, const Status& s) {
+    std::lock_guard lock(mu);
+    ++calls[i];
+    seen[i] = s.code();
+    if (s.ok() && p[i] != nullptr) {
+      early[i].assign(reinterpret_cast<const char*>(p[i]), std::min<uint64_t>(batch[i].length, 64));
+    }
+  });
   ASSERT_EQ(st.size(), batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    EXPECT_EQ(calls[i], 1) << i;
+    EXPECT_EQ(seen[i], st[i].code()) << i;
+    if (st[i].ok()) {
+      EXPECT_EQ(early[i], std::string(reinterpret_cast<const char*>(p[i]), early[i].size())) << i;
+      EXPECT_FALSE(early[i].empty()) << i;
+    }
+  }
   ASSERT_TRUE(st[0].ok()) << st[0].ToString();
   ASSERT_TRUE(st[1].ok()) << st[1].ToString();
   ASSERT_TRUE(st[2].ok()) << st[2].ToString();

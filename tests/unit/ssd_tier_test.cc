@@ -259,12 +259,30 @@ TEST_F(SsdTierTest, StageErrorsAndTickets) {
   ASSERT_TRUE(tier->Flush().ok());
   EXPECT_EQ(tier->Stage({}).code(), ErrorCode::INVALID_PARAMS);
 
-  // Bad pieces fail alone; good neighbours are staged.
+  // Bad pieces fail alone; good neighbours are staged. The callback hears of every piece
+  // once, with its final status and (when OK) its bytes already staged.
+  std::mutex mu;
+  std::vector<int> calls(4, 0);
+  std::vector<ErrorCode> seen(4, ErrorCode::OK);
+  std::string early;
   auto mixed = tier->Stage({{"a", objs[0].loc, 0, 0},
                             {"a", objs[0].loc, 100, 9000},
                             {"b", objs[1].loc, 0, 3},
-                            {"a", objs[1].loc, 0, 3}});
+                            {"a", objs[1].loc, 0, 3}},
+                           [&](size_t i, const StagedPiece& piece) {
+                             std::lock_guard lock(mu);
+                             ++calls.at(i);
+                             seen.at(i) = piece.status.code();
+                             if (i == 2 && piece.status.ok()) {
+                               early.assign(reinterpret_cast<const char*>(piece.data), 3);
+                             }
+                           });
   ASSERT_TRUE(mixed.ok()) << mixed.status().ToString();
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(calls[i], 1) << i;
+    EXPECT_EQ(seen[i], mixed->pieces[i].status.code()) << i;
+  }
+  EXPECT_EQ(early, "bee");
   EXPECT_EQ(mixed->pieces[0].status.code(), ErrorCode::INVALID_PARAMS);
   EXPECT_EQ(mixed->pieces[1].status.code(), ErrorCode::INVALID_PARAMS);
   ASSERT_TRUE(mixed->pieces[2].status.ok()) << mixed->pieces[2].status.ToString();
@@ -285,7 +303,12 @@ TEST_F(SsdTierTest, StageErrorsAndTickets) {
   std::vector<StageRequest> many(21, StageRequest{"a", objs[0].loc, 0, 4096});  // 21 x 12 KiB
   auto held = tier->Stage(many);
   ASSERT_TRUE(held.ok()) << held.status().ToString();
-  EXPECT_EQ(tier->Stage({{"b", objs[1].loc, 0, 3}}).code(), ErrorCode::NO_AVAILABLE_HANDLE);
+  int whole_call_failure_calls = 0;
+  EXPECT_EQ(tier->Stage({{"b", objs[1].loc, 0, 3}},
+                        [&](size_t, const StagedPiece&) { ++whole_call_failure_calls; })
+                .code(),
+            ErrorCode::NO_AVAILABLE_HANDLE);
+  EXPECT_EQ(whole_call_failure_calls, 0) << "a call that fails as a whole reports no piece";
   EXPECT_EQ(tier->ReclaimExpired(), 0u);
   clock_.Advance(Millis(1001));
   EXPECT_EQ(tier->ReclaimExpired(), 1u);
