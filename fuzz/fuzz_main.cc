@@ -1,5 +1,6 @@
-// The entry points of one libFuzzer target: TIERKV_FUZZ_NAME (set by fuzz/CMakeLists.txt)
-// names its entry in the table of fuzz/master_rpc_fuzz.cc.
+// The entry points of one libFuzzer target: kTierkvFuzzName (defined by a one-line source that
+// fuzz/CMakeLists.txt generates for each fuzz_<name>) names its entry in the table of
+// fuzz/master_rpc_fuzz.cc. This file is compiled once for all the targets.
 //
 // With TIERKV_FUZZ_WRITE_SEEDS=DIR in the environment, the binary writes the target's seed
 // inputs to DIR and exits (scripts/fuzz.sh starts each corpus from them).
@@ -13,9 +14,8 @@
 
 #include "fuzz_targets.h"
 
-#ifndef TIERKV_FUZZ_NAME
-#error "TIERKV_FUZZ_NAME must name a target"
-#endif
+// The target's name, e.g. "req_Exists"; build-fuzz/fuzz/names/<name>.cc defines it.
+extern const char kTierkvFuzzName[];
 
 namespace {
 const tierkv::fuzz::Target* target = nullptr;
@@ -23,9 +23,9 @@ const tierkv::fuzz::Target* target = nullptr;
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
   tierkv::fuzz::Quiet();
-  target = tierkv::fuzz::FindTarget(TIERKV_FUZZ_NAME);
+  target = tierkv::fuzz::FindTarget(kTierkvFuzzName);
   if (target == nullptr) {
-    std::fprintf(stderr, "no fuzz target named %s\n", TIERKV_FUZZ_NAME);
+    std::fprintf(stderr, "no fuzz target named %s\n", kTierkvFuzzName);
     std::abort();
   }
   const char* dir = std::getenv("TIERKV_FUZZ_WRITE_SEEDS");
@@ -34,7 +34,7 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
   for (size_t i = 0; i < seeds.size(); ++i) {
     std::ofstream(std::string(dir) + "/seed-" + std::to_string(i), std::ios::binary) << seeds[i];
   }
-  std::printf("%s: wrote %zu seed(s) to %s\n", TIERKV_FUZZ_NAME, seeds.size(), dir);
+  std::printf("%s: wrote %zu seed(s) to %s\n", kTierkvFuzzName, seeds.size(), dir);
   std::exit(0);
 }
 

@@ -1,8 +1,8 @@
 // libFuzzer targets for the decoders of the master's control plane (proto/tierkv/master.proto).
 //
 // Every target lives here, compiled once (library tierkv_fuzz_targets); each fuzz_<name>
-// executable is fuzz/fuzz_main.cc with TIERKV_FUZZ_NAME="<name>", which looks its target up in
-// the table at the end (fuzz/fuzz_targets.h).
+// executable is fuzz/fuzz_main.cc plus kTierkvFuzzName = "<name>", which it looks up in the
+// table at the end (fuzz/fuzz_targets.h).
 //  - Request targets (req_<Rpc>): the bytes are parsed as that RPC's request, exactly as the
 //    gRPC server does, and a parsed request is dispatched through MasterRpcHandler (the
 //    server's validation and dispatch) into a fresh MasterService that holds a registered

@@ -25,7 +25,7 @@ cmake -G Ninja -S . -B "$dir" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
   -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link \
   -DTIERKV_SANITIZE=address -DTIERKV_FUZZ=ON -DTIERKV_BUILD_TESTS=OFF >/dev/null
-cmake --build "$dir" --target fuzz_all
+cmake --build "$dir" -j"$(nproc)" --target fuzz_all
 
 if (($# > 0)); then
   targets=("$@")
@@ -55,6 +55,8 @@ run_one() {
   else
     printf '%-24s CRASH  (exit %d) see %s/logs/%s.log, input in %s\n' "$name" "$rc" "$dir" \
       "$name" "$crashes"
+    # The report (stack, reproducer) for CI logs, which keep stdout/stderr only.
+    tail -n 60 "$dir/logs/$name.log" | sed "s/^/  [$name] /" >&2
     return 1
   fi
 }

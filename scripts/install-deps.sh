@@ -13,9 +13,9 @@ PACKAGES=(
   cmake
   ninja-build
   pkg-config
-  clang                # optional second compiler
+  clang                # second compiler; scripts/fuzz.sh (a scripts/test.sh step) needs clang++
   clang-format         # scripts/test.sh checks the formatting
-  libclang-rt-14-dev   # sanitizer runtimes when building with clang
+  libclang-rt-14-dev   # clang's sanitizer runtimes and libFuzzer (libclang_rt.fuzzer-x86_64.a)
   libgtest-dev
   libgmock-dev
   libbenchmark-dev
@@ -30,6 +30,7 @@ PACKAGES=(
   protobuf-compiler-grpc  # grpc_cpp_plugin: generates the gRPC stubs of proto/tierkv/master.proto
   libprotobuf-dev
   protobuf-compiler    # protoc
+  prometheus-cpp-dev   # tierkv master: /metrics and /health (src/metrics/; pulls in libcivetweb-dev)
   python3              # scripts/test.sh checks the bench's JSON output with it
   fio                  # tierkv bench disk: the baseline of the SSD tier's raw path
 )

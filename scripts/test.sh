@@ -6,6 +6,7 @@
 #   1b. Release build of the CLI in build-release/ (what scripts/demo.sh builds).
 #   2. ASan+UBSan build in build-asan/: the whole ctest suite.
 #   3. TSan build in build-tsan/: the concurrency tests (ctest -L concurrency).
+#   4. libFuzzer build in build-fuzz/ (clang, scripts/fuzz.sh): every target for 2 s.
 # Exit status 0 only if everything passed; the last line says what ran.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -117,6 +118,16 @@ begin "ctest -L concurrency (build-tsan/)"
 "${tsan_prefix[@]}" ctest --test-dir build-tsan -L concurrency --output-on-failure \
   --no-tests=error -j"$jobs"
 summary+=("tsan: $(count_tests build-tsan -L concurrency) concurrency tests")
+
+# ---- 4. libFuzzer --------------------------------------------------------------
+# A short run of every fuzz target (one per control-plane decoder): it catches a decoder that
+# crashes on its seeds or on inputs a few mutations away. scripts/fuzz.sh builds only the
+# control plane the targets reach (fuzz/CMakeLists.txt), so this step adds about a minute and a
+# half on 2 cores; a crash fails it and prints the report. Real fuzzing: scripts/fuzz.sh alone.
+fuzz_seconds=2
+begin "fuzz (libFuzzer, build-fuzz/: every target for ${fuzz_seconds} s)"
+FUZZ_SECONDS=$fuzz_seconds FUZZ_JOBS=$jobs bash scripts/fuzz.sh
+summary+=("fuzz: $(grep -c . build-fuzz/fuzz/targets.txt) targets x ${fuzz_seconds} s")
 
 step="done"
 printf -v joined '%s; ' "${summary[@]}"

@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "metrics/metrics_registry.h"
+#include "metrics/metrics_server.h"
 #include "rpc/master_server.h"
 
 namespace tierkv::cli {
@@ -26,11 +28,17 @@ struct MasterFlags {
   int64_t client_ttl_ms = 10000;
   int64_t put_timeout_ms = 30000;
   uint32_t shards = 64;
-  int metrics_port = 9003;
+  int metrics_port = 9003;  // -1 = no metrics server
 };
 
 int RunMaster(const MasterFlags& flags) {
   if (std::getenv("TIERKV_LOG_LEVEL") == nullptr) spdlog::set_level(spdlog::level::info);
+  if (flags.metrics_port > 0 && flags.metrics_port == flags.port) {
+    std::cerr << "tierkv master: error: --metrics-port " << flags.metrics_port
+              << " is also the gRPC --port; pick another, 0 for a free one, or -1 for none"
+              << std::endl;
+    return kExitUsage;
+  }
   // Block the stop signals before gRPC starts its threads (they inherit the mask), then wait
   // for one on this thread: no async handler, a clean shutdown.
   sigset_t stop_signals;
@@ -49,6 +57,7 @@ int RunMaster(const MasterFlags& flags) {
   options.master.put_timeout = Millis(flags.put_timeout_ms);
   options.master.shards = flags.shards;
   options.client_ttl = Millis(flags.client_ttl_ms);
+  if (flags.metrics_port >= 0) options.metrics = std::make_shared<MetricsRegistry>();
 
   Result<std::unique_ptr<MasterServer>> started = MasterServer::Start(options);
   if (!started.ok()) {
@@ -56,18 +65,40 @@ int RunMaster(const MasterFlags& flags) {
     return started.code() == ErrorCode::INVALID_PARAMS ? kExitUsage : kExitFailed;
   }
   std::unique_ptr<MasterServer> server = std::move(started).value();
+  // The metrics server stops first (declared after the master): no scrape outlives it.
+  std::unique_ptr<MetricsServer> metrics;
+  if (options.metrics != nullptr) {
+    MetricsServerOptions metrics_options;
+    metrics_options.host = flags.host;
+    metrics_options.port = flags.metrics_port;
+    Result<std::unique_ptr<MetricsServer>> serving =
+        MetricsServer::Start(metrics_options, options.metrics);
+    if (!serving.ok()) {
+      std::cerr << "tierkv master: error: " << serving.status().ToString()
+                << " (--metrics-port: another port, 0 for a free one, -1 for no metrics)"
+                << std::endl;
+      server->Shutdown();
+      return serving.code() == ErrorCode::INVALID_PARAMS ? kExitUsage : kExitFailed;
+    }
+    metrics = std::move(serving).value();
+  }
+  // The first line is what scripts and MasterProcess wait for; the metrics line follows it.
   std::cout << "tierkv master listening on " << server->address() << std::endl;
+  if (metrics != nullptr)
+    std::cout << "tierkv master metrics on " << metrics->address() << std::endl;
   spdlog::info(
       "tierkv master on {}: lease TTL {} ms, high watermark {}, eviction ratio {}, client TTL {} "
-      "ms, put timeout {} ms, {} shards (metrics port {} reserved, not served yet)",
+      "ms, put timeout {} ms, {} shards; metrics: {}",
       server->address(), flags.lease_ttl_ms, flags.high_watermark, flags.eviction_ratio,
-      flags.client_ttl_ms, flags.put_timeout_ms, flags.shards, flags.metrics_port);
+      flags.client_ttl_ms, flags.put_timeout_ms, flags.shards,
+      metrics != nullptr ? "http://" + metrics->address() + "/metrics and /health" : "off");
 
   int signal_number = 0;
   while (sigwait(&stop_signals, &signal_number) != 0) {
   }
   spdlog::info("tierkv master: {} received, shutting down",
                signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  metrics.reset();
   server->Shutdown();
   spdlog::info("tierkv master: stopped");
   return 0;
@@ -80,7 +111,8 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
   CLI::App* master = app.add_subcommand(
       "master",
       "Run the metadata service as its own process: a gRPC control plane for requesters and "
-      "stores. Prints 'tierkv master listening on HOST:PORT' on stdout once serving; stops "
+      "stores, with Prometheus metrics over HTTP. Prints 'tierkv master listening on "
+      "HOST:PORT' on stdout once serving (then 'tierkv master metrics on HOST:PORT'); stops "
       "cleanly on SIGINT/SIGTERM");
   master
       ->add_option("--host", flags->host,
@@ -124,9 +156,10 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   master
       ->add_option("--metrics-port", flags->metrics_port,
-                   "Reserved for Prometheus /metrics and /health (a later step); accepted but "
-                   "not served yet")
-      ->check(CLI::Range(0, 65535))
+                   "HTTP port for Prometheus: /metrics (text format) and /health (200 'ok'), on "
+                   "--host; 0 = a free port (printed as 'tierkv master metrics on HOST:PORT' "
+                   "after the listening line); -1 = no metrics server")
+      ->check(CLI::Range(-1, 65535))
       ->capture_default_str();
   master->callback([flags, exit_code] { *exit_code = RunMaster(*flags); });
 }

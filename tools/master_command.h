@@ -1,8 +1,10 @@
 // `tierkv master`: the metadata service as its own process (gRPC control plane).
 //
-// Runs a MasterServer until SIGINT or SIGTERM. Once serving it prints exactly one line on
-// stdout, flushed: "tierkv master listening on HOST:PORT" (with --port 0, the port the kernel
-// chose), so scripts and tests can read the address. Logs go to stderr.
+// Runs a MasterServer, and a MetricsServer for Prometheus (/metrics, /health) unless
+// --metrics-port is -1, until SIGINT or SIGTERM. Once serving it prints on stdout, flushed:
+// "tierkv master listening on HOST:PORT" (with --port 0, the port the kernel chose), then, with
+// metrics, "tierkv master metrics on HOST:PORT", so scripts and tests can read the addresses.
+// Logs go to stderr.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -2,6 +2,7 @@
 //
 //   tierkv bench embedded [flags]   data-path throughput vs memcpy
 //   tierkv master [flags]           the metadata service as its own process (gRPC)
+//   tierkv stat --master HOST:PORT  what a running master holds (one Stats RPC)
 //   tierkv bench metadata [flags]   BatchIsExist keys per second (--remote: over gRPC)
 //   tierkv bench disk [flags]       SSD tier demote/load through the client vs fio
 //
@@ -21,6 +22,7 @@
 #include "embedded_bench.h"
 #include "master_command.h"
 #include "metadata_bench.h"
+#include "stat_command.h"
 #include "tierkv/config.h"
 #include "tierkv/status.h"
 
@@ -198,6 +200,9 @@ int main(int argc, char** argv) {
 
   // ---- master -----------------------------------------------------------------
   tierkv::cli::AddMasterCommand(app, &exit_code);
+
+  // ---- stat -------------------------------------------------------------------
+  tierkv::cli::AddStatCommand(app, &exit_code);
 
   try {
     app.parse(argc, argv);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "client/in_process_backend.h"
 #include "common/key.h"
 
 namespace tierkv {
@@ -107,6 +108,7 @@ Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::Create(
 EmbeddedClient::EmbeddedClient(Config config, std::shared_ptr<InProcessMaster> master)
     : config_(std::move(config)),
       master_(std::move(master)),
+      backend_(std::make_shared<InProcessBackend>(master_)),
       pool_(DefaultTransferThreads(config_.transfer_threads)),
       loader_(config_.staging_usable_ratio, &pool_),
       tier_log_(TierLogEnabled()) {}
@@ -255,7 +257,7 @@ std::vector<int> EmbeddedClient::PutImpl(const std::vector<std::string>& keys,
     if (!config.group_ids.empty()) sub_config.group_ids.push_back(config.group_ids[i]);
   }
   if (sub_keys.empty()) return codes;
-  auto started = master_->master().PutStart(sub_keys, sub_sizes, sub_config);
+  auto started = backend_->PutStart(sub_keys, sub_sizes, sub_config);
 
   std::vector<uint64_t> checksums(sub_keys.size(), 0);
   std::vector<int> copy_codes(sub_keys.size(), 0);
@@ -263,8 +265,8 @@ std::vector<int> EmbeddedClient::PutImpl(const std::vector<std::string>& keys,
     if (!started[j].ok()) return;
     const auto& replicas = started[j]->replicas;
     for (size_t r = 0; r < replicas.size(); ++r) {
-      auto seg = master_->Find(replicas[r].segment);
-      if (!seg || replicas[r].offset + replicas[r].size > seg->size()) {
+      auto seg = backend_->FindSegment(replicas[r].segment);
+      if (!seg || !seg->alive() || replicas[r].offset + replicas[r].size > seg->size()) {
         copy_codes[j] = ToInt(ErrorCode::TRANSFER_FAIL);
         return;
       }
@@ -295,9 +297,9 @@ std::vector<int> EmbeddedClient::PutImpl(const std::vector<std::string>& keys,
       end_pos.push_back(i);
     }
   }
-  if (!revoke_keys.empty()) master_->master().PutRevoke(revoke_keys, revoke_ids);
+  if (!revoke_keys.empty()) backend_->PutRevoke(revoke_keys, revoke_ids);
   if (!end_keys.empty()) {
-    auto ended = master_->master().PutEnd(end_keys, end_ids, end_sums);
+    auto ended = backend_->PutEnd(end_keys, end_ids, end_sums);
     for (size_t k = 0; k < ended.size(); ++k) codes[end_pos[k]] = ToInt(ended[k].code());
     if (write_behind_) {
       std::vector<std::string> done;
@@ -324,8 +326,8 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
     sub_keys.push_back(keys[i]);
   }
   if (sub_keys.empty()) return results;
-  auto replicas = master_->master().GetReplicas(sub_keys);
-  const Clock* clock = master_->master().options().clock;
+  auto replicas = backend_->GetReplicas(sub_keys);
+  const Clock* clock = backend_->clock();
   const bool verify = config_.verify_checksum;
   std::vector<std::vector<MutPiece>> dsts(sub_keys.size());
   std::vector<uint8_t> wants_disk(sub_keys.size(), 0);  // memory failed, a disk replica exists
@@ -362,8 +364,8 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
         has_disk = true;
         continue;
       }
-      auto seg = master_->Find(rep.segment);  // keeps the memory mapped while copying
-      if (!seg || rep.offset + obj.size > seg->size()) continue;
+      auto seg = backend_->FindSegment(rep.segment);  // keeps the memory mapped while copying
+      if (!seg || !seg->alive() || rep.offset + obj.size > seg->size()) continue;
       const uint64_t sum = ScatterCopy(seg->base() + rep.offset, dst, verify);
       if (verify && sum != obj.checksum) {
         spdlog::error("checksum mismatch reading {} from segment {} at offset {}", keys[i],
@@ -420,7 +422,7 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
         while (next < reps.size() && reps[next].tier != ReplicaTier::kDisk) ++next;
         if (next == reps.size()) continue;
         DiskRead d;
-        d.tier = master_->FindTier(reps[next].segment);
+        d.tier = backend_->FindTier(reps[next].segment);
         d.key = reads[r].key;
         d.location = reps[next].disk;
         d.checksum = reads[r].checksum;
@@ -465,15 +467,15 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
 void EmbeddedClient::Promote(const std::vector<DiskRead>& reads, const std::vector<size_t>& hits) {
   std::vector<std::string> keys;
   for (size_t r : hits) keys.push_back(*reads[r].key);
-  auto started = master_->master().PromoteStart(keys, config_.promote_min_hits);
+  auto started = backend_->PromoteStart(keys, config_.promote_min_hits);
   std::vector<std::string> end_keys;
   std::vector<uint64_t> ids;
   std::vector<bool> ok;
   for (size_t k = 0; k < started.size(); ++k) {
     if (!started[k].ok()) continue;  // not admitted yet, or no free DRAM
     const ReplicaLocation& loc = started[k]->replicas.front();
-    auto seg = master_->Find(loc.segment);
-    const bool fits = seg && loc.offset + loc.size <= seg->size();
+    auto seg = backend_->FindSegment(loc.segment);
+    const bool fits = seg && seg->alive() && loc.offset + loc.size <= seg->size();
     if (fits) {
       // The caller's buffer holds the verified bytes: copy them into the new range.
       std::vector<ConstPiece> src;
@@ -484,7 +486,7 @@ void EmbeddedClient::Promote(const std::vector<DiskRead>& reads, const std::vect
     ids.push_back(started[k]->put_id);
     ok.push_back(fits);
   }
-  if (!end_keys.empty()) master_->master().PromoteEnd(end_keys, ids, ok);
+  if (!end_keys.empty()) backend_->PromoteEnd(end_keys, ids, ok);
 }
 
 int EmbeddedClient::Put(const std::string& key, const void* data, size_t size,
@@ -524,12 +526,12 @@ std::vector<int64_t> EmbeddedClient::BatchGetIntoMultiBuffers(
 }
 
 std::vector<int> EmbeddedClient::BatchIsExist(const std::vector<std::string>& keys) {
-  return master_->master().Exists(keys);
+  return backend_->Exists(keys);
 }
 
 std::vector<Result<std::vector<ReplicaDesc>>> EmbeddedClient::BatchGetReplicaDesc(
     const std::vector<std::string>& keys) {
-  auto replicas = master_->master().GetReplicas(keys);
+  auto replicas = backend_->GetReplicas(keys);
   std::vector<Result<std::vector<ReplicaDesc>>> out;
   out.reserve(keys.size());
   for (auto& r : replicas) {
@@ -539,15 +541,15 @@ std::vector<Result<std::vector<ReplicaDesc>>> EmbeddedClient::BatchGetReplicaDes
     }
     std::vector<ReplicaDesc> descs;
     for (const auto& loc : r->replicas) {
-      auto seg = master_->master().segments().Find(loc.segment);
+      std::string name = backend_->SegmentName(loc.segment);
       uint64_t offset = loc.offset;
       if (loc.tier == ReplicaTier::kDisk) {
         // Byte offset of the record in the owner's tier: region index x region size + offset.
-        auto tier = master_->FindTier(loc.segment);
+        auto tier = backend_->FindTier(loc.segment);
         offset = (tier ? tier->log().region_size() : 0) * loc.disk.region + loc.disk.offset;
       }
       descs.push_back(
-          ReplicaDesc{loc.tier, seg ? seg->name : std::string("<unmounted>"), offset, r->size});
+          ReplicaDesc{loc.tier, name.empty() ? std::string("<unmounted>") : name, offset, r->size});
     }
     out.emplace_back(std::move(descs));
   }
@@ -555,11 +557,11 @@ std::vector<Result<std::vector<ReplicaDesc>>> EmbeddedClient::BatchGetReplicaDes
 }
 
 int EmbeddedClient::Remove(const std::string& key, bool force) {
-  return ToInt(master_->master().Remove(key, force).code());
+  return ToInt(backend_->Remove(key, force).code());
 }
 
 int64_t EmbeddedClient::RemoveAll(bool force) {
-  return static_cast<int64_t>(master_->master().RemoveAll(force));
+  return static_cast<int64_t>(backend_->RemoveAll(force));
 }
 
 }  // namespace tierkv

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "client/buffer_registry.h"
+#include "client/client_backend.h"
 #include "client/in_process_master.h"
 #include "client/staged_loader.h"
 #include "client/write_behind.h"
@@ -86,6 +87,7 @@ class EmbeddedClient final : public Client {
 
   const Config config_;
   std::shared_ptr<InProcessMaster> master_;
+  std::shared_ptr<ClientBackend> backend_;  // the data path's master and segments
   std::shared_ptr<MemorySegment> segment_;
   SegmentId segment_id_ = 0;
   std::shared_ptr<SsdTier> tier_;

@@ -280,13 +280,16 @@ std::vector<Status> MasterService::PutEnd(const std::vector<std::string>& keys,
                                           const std::vector<uint64_t>& checksums) {
   std::vector<Status> out;
   out.reserve(keys.size());
+  uint64_t ended = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (i >= put_ids.size() || i >= checksums.size()) {
       out.emplace_back(ErrorCode::INVALID_PARAMS, "put_ids/checksums shorter than keys");
       continue;
     }
     out.push_back(EndPut(keys[i], put_ids[i], checksums[i], EndKind::kEnd));
+    if (out.back().ok()) ++ended;
   }
+  puts_.fetch_add(ended, std::memory_order_relaxed);
   return out;
 }
 
@@ -393,6 +396,8 @@ std::vector<Result<ObjectReplicas>> MasterService::GetReplicas(
   }
   const SteadyTime now = options_.clock->Now();
   uint64_t grants = 0;
+  uint64_t valid = 0;
+  for (const bool skipped : skip) valid += skipped ? 0 : 1;
   table_.ForEachKey(
       keys, skip,
       [&](size_t i, uint32_t, Shard& s, ObjectMeta& meta) {
@@ -418,6 +423,10 @@ std::vector<Result<ObjectReplicas>> MasterService::GetReplicas(
       },
       [](size_t) {});
   lease_grants_.fetch_add(grants, std::memory_order_relaxed);
+  // Every complete object found got a lease: grants are the hits.
+  gets_.fetch_add(keys.size(), std::memory_order_relaxed);
+  get_hits_.fetch_add(grants, std::memory_order_relaxed);
+  get_misses_.fetch_add(valid - grants, std::memory_order_relaxed);
   return out;
 }
 
@@ -439,14 +448,18 @@ Status MasterService::Remove(const std::string& key, bool force) {
     }
   });
   if (removed && !removed->group_id.empty()) table_.CleanupRedirect(key, home);
+  if (removed) removes_.fetch_add(1, std::memory_order_relaxed);
   return result;
 }
 
 uint64_t MasterService::RemoveAll(bool force) {
   const SteadyTime now = options_.clock->Now();
-  return EraseWhere(table_, [&](Shard& s, const StoredKey&, const ObjectMeta& meta) {
-    return meta.state == ObjectState::kComplete && (force || !IsLeased(s, meta, now));
-  });
+  const uint64_t removed =
+      EraseWhere(table_, [&](Shard& s, const StoredKey&, const ObjectMeta& meta) {
+        return meta.state == ObjectState::kComplete && (force || !IsLeased(s, meta, now));
+      });
+  removes_.fetch_add(removed, std::memory_order_relaxed);
+  return removed;
 }
 
 uint64_t MasterService::ReclaimAbandonedPuts() {
@@ -950,6 +963,11 @@ MasterStats MasterService::Stats() {
   st.written_behind = written_behind_.load();
   st.disk_replicas_dropped = disk_replicas_dropped_.load();
   st.promoted_objects = promoted_objects_.load();
+  st.gets = gets_.load();
+  st.get_hits = get_hits_.load();
+  st.get_misses = get_misses_.load();
+  st.puts = puts_.load();
+  st.removes = removes_.load();
   return st;
 }
 

@@ -78,6 +78,12 @@ struct MasterStats {
   uint64_t memory_replicas = 0;
   uint64_t disk_replicas = 0;
   uint64_t promoted_objects = 0;
+  // Per-key read and write counts since the master started.
+  uint64_t gets = 0;        // keys asked by GetReplicas (invalid keys included)
+  uint64_t get_hits = 0;    // ... answered with replicas
+  uint64_t get_misses = 0;  // ... absent, or pending (OBJECT_NOT_FOUND, REPLICA_IS_NOT_READY)
+  uint64_t puts = 0;        // puts ended (PutEnd OK); promotions are not puts
+  uint64_t removes = 0;     // objects removed by Remove and RemoveAll
 };
 
 class MasterService {
@@ -204,6 +210,11 @@ class MasterService {
   std::atomic<uint64_t> written_behind_{0};
   std::atomic<uint64_t> disk_replicas_dropped_{0};
   std::atomic<uint64_t> promoted_objects_{0};
+  std::atomic<uint64_t> gets_{0};
+  std::atomic<uint64_t> get_hits_{0};
+  std::atomic<uint64_t> get_misses_{0};
+  std::atomic<uint64_t> puts_{0};
+  std::atomic<uint64_t> removes_{0};
   struct Promotion {
     std::vector<Replica> replicas;
     SteadyTime started;

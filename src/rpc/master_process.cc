@@ -21,6 +21,18 @@ namespace tierkv {
 namespace {
 
 constexpr std::string_view kListening = "tierkv master listening on ";
+constexpr std::string_view kMetricsOn = "tierkv master metrics on ";
+
+// "HOST:PORT" (HOST may be a bracketed IPv6 literal) into host (unbracketed) and port.
+bool ParseAddress(const std::string& address, std::string* host, int* port) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return false;
+  *port = std::atoi(address.c_str() + colon + 1);
+  if (*port <= 0 || *port > 65535) return false;
+  *host = address.substr(0, colon);
+  if (host->size() > 2 && host->front() == '[') *host = host->substr(1, host->size() - 2);
+  return true;
+}
 
 Status Errno(const std::string& what) {
   return Status(ErrorCode::INTERNAL_ERROR, what + ": " + std::strerror(errno));
@@ -94,34 +106,36 @@ Result<std::unique_ptr<MasterProcess>> MasterProcess::Start(const MasterProcessO
   child->pid_ = pid;
   child->stdout_fd_ = fds[0];
 
-  // Read stdout until the "listening on" line, the deadline, or EOF (the child died).
+  // Read stdout until the "listening on" line (and the "metrics on" line after it, if asked
+  // for), the deadline, or EOF (the child died).
   const auto deadline = std::chrono::steady_clock::now() + options.start_timeout;
+  const char* waiting_for = "it was listening";
   std::string buffer;
   for (;;) {
     const size_t newline = buffer.find('\n');
     if (newline != std::string::npos) {
       const std::string line = buffer.substr(0, newline);
       buffer.erase(0, newline + 1);
-      if (line.rfind(kListening, 0) != 0) continue;  // not ours; keep reading
-      const std::string address = line.substr(kListening.size());
-      const size_t colon = address.rfind(':');
-      int port = 0;
-      if (colon != std::string::npos) port = std::atoi(address.c_str() + colon + 1);
-      if (colon == std::string::npos || port <= 0 || port > 65535) {
-        return Status(ErrorCode::INTERNAL_ERROR, "cannot parse the master's line: " + line);
+      if (line.rfind(kListening, 0) == 0) {
+        if (!ParseAddress(line.substr(kListening.size()), &child->host_, &child->port_)) {
+          return Status(ErrorCode::INTERNAL_ERROR, "cannot parse the master's line: " + line);
+        }
+        if (!options.expect_metrics) return child;
+        waiting_for = "it said where its metrics are";
+      } else if (child->port_ != 0 && line.rfind(kMetricsOn, 0) == 0) {
+        std::string metrics_host;
+        if (!ParseAddress(line.substr(kMetricsOn.size()), &metrics_host, &child->metrics_port_)) {
+          return Status(ErrorCode::INTERNAL_ERROR, "cannot parse the master's line: " + line);
+        }
+        return child;
       }
-      child->host_ = address.substr(0, colon);
-      if (child->host_.size() > 2 && child->host_.front() == '[') {
-        child->host_ = child->host_.substr(1, child->host_.size() - 2);
-      }
-      child->port_ = port;
-      return child;
+      continue;  // not ours; keep reading
     }
     const auto left =
         std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       return Status(ErrorCode::INTERNAL_ERROR,
-                    options.binary + " master did not say it was listening within " +
+                    options.binary + " master did not say " + waiting_for + " within " +
                         std::to_string(options.start_timeout.count()) + " ms");
     }
     pollfd p{child->stdout_fd_, POLLIN, 0};
@@ -137,7 +151,7 @@ Result<std::unique_ptr<MasterProcess>> MasterProcess::Start(const MasterProcessO
       std::string how = "closed its stdout";
       if (child->WaitExit(Millis(2000), &status)) how = DescribeExit(status);
       return Status(ErrorCode::INTERNAL_ERROR,
-                    options.binary + " master " + how + " before it was listening");
+                    options.binary + " master " + how + " before " + waiting_for);
     }
     buffer.append(chunk, static_cast<size_t>(n));
   }

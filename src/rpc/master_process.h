@@ -3,7 +3,8 @@
 //
 // Start() runs `<binary> master <args...>` with its stdout on a pipe, waits for the line
 // "tierkv master listening on HOST:PORT" (so `--port 0` works: the child picks a free port and
-// says which), and returns. The child's stderr (its logs) goes to this process's stderr. The
+// says which) — and, with `expect_metrics`, for the "tierkv master metrics on HOST:PORT" line
+// after it — and returns. The child's stderr (its logs) goes to this process's stderr. The
 // child gets SIGKILL if the thread that started it dies (PR_SET_PDEATHSIG), and the destructor
 // kills and reaps it: every process started is stopped, even when a test fails.
 // Thread-safety: none (one owner).
@@ -27,7 +28,9 @@ struct MasterProcessOptions {
   std::vector<std::string> args;  // after "master", e.g. {"--port", "0"}
   // Environment variables set (or overridden) in the child; the rest is inherited.
   std::vector<std::pair<std::string, std::string>> env;
-  Millis start_timeout{15000};  // for the "listening on" line
+  Millis start_timeout{15000};  // for the "listening on" line (and the "metrics on" line)
+  // Also wait for "tierkv master metrics on HOST:PORT" (pass a --metrics-port that is not -1).
+  bool expect_metrics = false;
 };
 
 class MasterProcess {
@@ -42,6 +45,8 @@ class MasterProcess {
   const std::string& host() const { return host_; }
   int port() const { return port_; }
   std::string address() const { return host_ + ":" + std::to_string(port_); }
+  // The metrics HTTP port (expect_metrics), else 0.
+  int metrics_port() const { return metrics_port_; }
 
   // SIGKILL and reap. Idempotent.
   void Kill();
@@ -59,6 +64,7 @@ class MasterProcess {
   int stdout_fd_ = -1;
   std::string host_;
   int port_ = 0;
+  int metrics_port_ = 0;
 };
 
 // The path of the running executable (/proc/self/exe), or "" if unreadable.

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <utility>
 
+#include "metrics/latency_histograms.h"
+#include "metrics/master_collector.h"
 #include "rpc/wire.h"
 #include "tierkv/master.grpc.pb.h"
 
@@ -319,6 +321,13 @@ void MasterRpcHandler::Stats(const rpc::StatsRequest& /*request*/, rpc::StatsRes
   response->set_segments(master_.segments().Count());
   response->set_expired_clients(clients_.expired_total());
   response->set_master_incarnation(incarnation_);
+  for (const SegmentUsage& usage : master_.segments().Usage()) {
+    rpc::SegmentUsage* out = response->add_segment_usage();
+    out->set_id(usage.id);
+    out->set_name(usage.name);
+    out->set_capacity(usage.capacity);
+    out->set_used(usage.used);
+  }
 }
 
 size_t MasterRpcHandler::ReapSilentClients() {
@@ -338,39 +347,72 @@ size_t MasterRpcHandler::ReapSilentClients() {
 
 // ---- gRPC service -------------------------------------------------------------------------------
 
+// Every RPC of the Master service: X(Name, Request, Response).
+#define TIERKV_MASTER_RPCS(X)                                      \
+  X(RegisterClient, RegisterClientRequest, RegisterClientResponse) \
+  X(Heartbeat, HeartbeatRequest, HeartbeatResponse)                \
+  X(UnregisterClient, UnregisterClientRequest, StatusResponse)     \
+  X(MountSegment, MountSegmentRequest, MountSegmentResponse)       \
+  X(UnmountSegment, UnmountSegmentRequest, StatusResponse)         \
+  X(PutStart, PutStartRequest, PlacementResponse)                  \
+  X(PutEnd, PutEndRequest, BatchResponse)                          \
+  X(PutRevoke, PutRevokeRequest, BatchResponse)                    \
+  X(Exists, ExistsRequest, ExistsResponse)                         \
+  X(GetReplicas, GetReplicasRequest, GetReplicasResponse)          \
+  X(Remove, RemoveRequest, BatchResponse)                          \
+  X(RemoveAll, RemoveAllRequest, CountResponse)                    \
+  X(DropDiskReplicas, DropDiskReplicasRequest, CountResponse)      \
+  X(AddDiskReplicas, AddDiskReplicasRequest, BatchResponse)        \
+  X(CopyToDisk, CopyToDiskRequest, BatchResponse)                  \
+  X(PromoteStart, PromoteStartRequest, PlacementResponse)          \
+  X(PromoteEnd, PromoteEndRequest, BatchResponse)                  \
+  X(Stats, StatsRequest, StatsResponse)
+
+namespace {
+
+// The histogram index of each RPC, and its label value.
+enum RpcMethod : size_t {
+#define TIERKV_RPC_ENUM(Name, Request, Response) kRpc##Name,
+  TIERKV_MASTER_RPCS(TIERKV_RPC_ENUM)
+#undef TIERKV_RPC_ENUM
+};
+
+std::vector<std::string> RpcMethodNames() {
+  return {
+#define TIERKV_RPC_NAME(Name, Request, Response) #Name,
+      TIERKV_MASTER_RPCS(TIERKV_RPC_NAME)
+#undef TIERKV_RPC_NAME
+  };
+}
+
+}  // namespace
+
 class MasterServer::Service final : public rpc::Master::Service {
  public:
-  explicit Service(MasterRpcHandler& handler) : h_(handler) {}
+  // `latency` null: calls are not timed.
+  Service(MasterRpcHandler& handler, LatencyHistograms* latency) : h_(handler), latency_(latency) {}
 
 #define TIERKV_RPC(Name, Request, Response)                                        \
   grpc::Status Name(grpc::ServerContext* /*context*/, const rpc::Request* request, \
                     rpc::Response* response) override {                            \
+    if (latency_ == nullptr) {                                                     \
+      h_.Name(*request, response);                                                 \
+      return grpc::Status::OK;                                                     \
+    }                                                                              \
+    const auto start = std::chrono::steady_clock::now();                           \
     h_.Name(*request, response);                                                   \
+    latency_->Observe(kRpc##Name, std::chrono::steady_clock::now() - start);       \
     return grpc::Status::OK;                                                       \
   }
-  TIERKV_RPC(RegisterClient, RegisterClientRequest, RegisterClientResponse)
-  TIERKV_RPC(Heartbeat, HeartbeatRequest, HeartbeatResponse)
-  TIERKV_RPC(UnregisterClient, UnregisterClientRequest, StatusResponse)
-  TIERKV_RPC(MountSegment, MountSegmentRequest, MountSegmentResponse)
-  TIERKV_RPC(UnmountSegment, UnmountSegmentRequest, StatusResponse)
-  TIERKV_RPC(PutStart, PutStartRequest, PlacementResponse)
-  TIERKV_RPC(PutEnd, PutEndRequest, BatchResponse)
-  TIERKV_RPC(PutRevoke, PutRevokeRequest, BatchResponse)
-  TIERKV_RPC(Exists, ExistsRequest, ExistsResponse)
-  TIERKV_RPC(GetReplicas, GetReplicasRequest, GetReplicasResponse)
-  TIERKV_RPC(Remove, RemoveRequest, BatchResponse)
-  TIERKV_RPC(RemoveAll, RemoveAllRequest, CountResponse)
-  TIERKV_RPC(DropDiskReplicas, DropDiskReplicasRequest, CountResponse)
-  TIERKV_RPC(AddDiskReplicas, AddDiskReplicasRequest, BatchResponse)
-  TIERKV_RPC(CopyToDisk, CopyToDiskRequest, BatchResponse)
-  TIERKV_RPC(PromoteStart, PromoteStartRequest, PlacementResponse)
-  TIERKV_RPC(PromoteEnd, PromoteEndRequest, BatchResponse)
-  TIERKV_RPC(Stats, StatsRequest, StatsResponse)
+  TIERKV_MASTER_RPCS(TIERKV_RPC)
 #undef TIERKV_RPC
 
  private:
   MasterRpcHandler& h_;
+  LatencyHistograms* const latency_;
 };
+
+#undef TIERKV_MASTER_RPCS
 
 // ---- MasterServer -------------------------------------------------------------------------------
 
@@ -396,7 +438,14 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
       o.host.find(':') != std::string::npos && o.host.front() != '[' ? "[" + o.host + "]" : o.host;
   const std::string listen = host + ":" + std::to_string(o.port);
 
-  server->service_ = std::make_unique<Service>(server->handler_);
+  if (o.metrics != nullptr) {
+    server->rpc_latency_ = std::make_shared<LatencyHistograms>(
+        "tierkv_master_rpc_duration_seconds",
+        "Time the master spent in an RPC handler (gRPC's own queueing and transport excluded)",
+        "method", RpcMethodNames());
+    server->collector_ = std::make_shared<MasterCollector>(server->master_, &server->clients_);
+  }
+  server->service_ = std::make_unique<Service>(server->handler_, server->rpc_latency_.get());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->service_.get());
@@ -420,6 +469,10 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
   MasterServer* self = server.get();
   server->maintenance_ = std::thread([self, maint] { self->Loop(maint, &MasterServer::Maintain); });
   server->reaper_ = std::thread([self, reap] { self->Loop(reap, &MasterServer::Reap); });
+  if (o.metrics != nullptr) {
+    o.metrics->Add(server->collector_);
+    o.metrics->Add(server->rpc_latency_);
+  }
   return server;
 }
 
@@ -427,6 +480,11 @@ MasterServer::~MasterServer() { Shutdown(); }
 
 void MasterServer::Shutdown() {
   std::call_once(shutdown_once_, [this] {
+    // First: once Remove returns, no scrape reads the master or the histograms any more.
+    if (options_.metrics != nullptr) {
+      options_.metrics->Remove(collector_.get());
+      options_.metrics->Remove(rpc_latency_.get());
+    }
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     {
       std::lock_guard lock(stop_mu_);

@@ -10,7 +10,10 @@
 // MasterServer owns the MasterService, the ClientRegistry, the gRPC server (synchronous API)
 // and two background threads: maintenance (abandoned puts, watermark eviction) and the client
 // reaper, which every client_ttl/4 unmounts the segments of clients silent for client_ttl
-// (their replicas are dropped, whole groups) and logs each expiry.
+// (their replicas are dropped, whole groups) and logs each expiry. Given a MetricsRegistry
+// (MasterServerOptions::metrics) it adds two collectables to it while it runs: the master's
+// figures, read at scrape time (MasterCollector), and a latency histogram per RPC method,
+// recorded around each call (tierkv_master_rpc_duration_seconds{method}); docs/metrics.md.
 // Thread-safety: thread-safe.
 #pragma once
 
@@ -25,6 +28,7 @@
 
 #include "master/client_registry.h"
 #include "master/master_service.h"
+#include "metrics/metrics_registry.h"
 #include "tierkv/master.pb.h"
 #include "tierkv/status.h"
 
@@ -33,6 +37,8 @@ class Server;
 }  // namespace grpc
 
 namespace tierkv {
+
+class LatencyHistograms;
 
 class MasterRpcHandler {
  public:
@@ -86,6 +92,9 @@ struct MasterServerOptions {
   // How often maintenance runs (abandoned puts, eviction); 0 = derived like embedded mode:
   // a quarter of the shorter of lease TTL and put timeout, between 10 ms and 1 s.
   Millis maintenance_period{0};
+  // Where the server's metrics go (served by a MetricsServer); null = no metrics, and no
+  // timing of calls. The server removes what it added in Shutdown().
+  std::shared_ptr<MetricsRegistry> metrics;
 };
 
 class MasterServer {
@@ -97,8 +106,8 @@ class MasterServer {
   MasterServer(const MasterServer&) = delete;
   MasterServer& operator=(const MasterServer&) = delete;
 
-  // Stops accepting calls, finishes the ones in flight (up to 1 s) and joins the background
-  // threads. Idempotent.
+  // Removes its metrics from the registry, stops accepting calls, finishes the ones in flight
+  // (up to 1 s) and joins the background threads. Idempotent.
   void Shutdown();
 
   const std::string& host() const { return options_.host; }
@@ -119,6 +128,8 @@ class MasterServer {
   MasterService master_;
   ClientRegistry clients_;
   MasterRpcHandler handler_;
+  std::shared_ptr<prometheus::Collectable> collector_;  // in options_.metrics, if any
+  std::shared_ptr<LatencyHistograms> rpc_latency_;      // in options_.metrics, if any
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -71,6 +71,21 @@ std::chrono::system_clock::time_point DeadlineIn(Millis timeout) {
   return std::chrono::system_clock::now() + timeout;
 }
 
+MasterProcessStats DecodeProcessStats(const rpc::StatsResponse& response) {
+  MasterProcessStats out;
+  out.master = wire::DecodeStats(response);
+  out.clients = response.clients();
+  out.segments = response.segments();
+  out.expired_clients = response.expired_clients();
+  out.incarnation = response.master_incarnation();
+  out.segment_usage.reserve(static_cast<size_t>(response.segment_usage_size()));
+  for (const rpc::SegmentUsage& usage : response.segment_usage()) {
+    out.segment_usage.push_back(
+        SegmentUsage{usage.id(), usage.name(), usage.capacity(), usage.used()});
+  }
+  return out;
+}
+
 }  // namespace
 
 struct RemoteMaster::Stub {
@@ -583,13 +598,29 @@ Result<MasterProcessStats> RemoteMaster::ProcessStats() {
   grpc::Status status = stub_->stub->Stats(&context, request, &response);
   if (!status.ok()) return RpcFailure("Stats", status);
   if (Status call = wire::CallStatusOf(response.status()); !call.ok()) return call;
-  MasterProcessStats out;
-  out.master = wire::DecodeStats(response);
-  out.clients = response.clients();
-  out.segments = response.segments();
-  out.expired_clients = response.expired_clients();
-  out.incarnation = response.master_incarnation();
-  return out;
+  return DecodeProcessStats(response);
+}
+
+Result<MasterProcessStats> RemoteMaster::QueryStats(const std::string& address, Millis timeout) {
+  if (address.empty()) return Status(ErrorCode::INVALID_PARAMS, "master address is empty");
+  if (timeout.count() <= 0) return Status(ErrorCode::INVALID_PARAMS, "timeout must be > 0 ms");
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  std::unique_ptr<rpc::Master::Stub> stub = rpc::Master::NewStub(channel);
+  rpc::StatsRequest request;
+  rpc::StatsResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(timeout));  // fail-fast: a refused connection ends at once
+  grpc::Status status = stub->Stats(&context, request, &response);
+  if (!status.ok()) {
+    return Status(ErrorCode::RPC_FAIL, "cannot get stats from the tierkv master at " + address +
+                                           " (timeout " + std::to_string(timeout.count()) +
+                                           " ms): " + Describe(status));
+  }
+  if (Status call = wire::CallStatusOf(response.status()); !call.ok()) return call;
+  return DecodeProcessStats(response);
 }
 
 MasterStats RemoteMaster::Stats() {

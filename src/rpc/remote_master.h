@@ -50,10 +50,11 @@ struct RemoteMasterOptions {
 // What the master process reports beyond MasterStats.
 struct MasterProcessStats {
   MasterStats master;
-  uint64_t clients = 0;          // registered now
-  uint64_t segments = 0;         // mounted now
-  uint64_t expired_clients = 0;  // since the master started
-  uint64_t incarnation = 0;      // random per master process
+  uint64_t clients = 0;                     // registered now
+  uint64_t segments = 0;                    // mounted now
+  uint64_t expired_clients = 0;             // since the master started
+  uint64_t incarnation = 0;                 // random per master process
+  std::vector<SegmentUsage> segment_usage;  // every mounted segment, by id (empty: old master)
 };
 
 class RemoteMaster {
@@ -108,6 +109,11 @@ class RemoteMaster {
 
   MasterStats Stats();
   Result<MasterProcessStats> ProcessStats();
+  // One Stats RPC to the master at `address` on a channel of its own, without registering
+  // (`tierkv stat`: looking must not add a client). Fails fast when nothing answers: RPC_FAIL
+  // naming the address, the timeout and gRPC's reason, within `timeout`; INVALID_PARAMS for an
+  // empty address or a non-positive timeout. Thread-safe.
+  static Result<MasterProcessStats> QueryStats(const std::string& address, Millis timeout);
 
   // One heartbeat now: OK if the master answered (re-registering first if it did not know this
   // client), RPC_FAIL otherwise.

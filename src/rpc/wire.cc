@@ -142,6 +142,11 @@ void EncodeStats(const MasterStats& s, rpc::StatsResponse* out) {
   out->set_memory_replicas(s.memory_replicas);
   out->set_disk_replicas(s.disk_replicas);
   out->set_promoted_objects(s.promoted_objects);
+  out->set_gets(s.gets);
+  out->set_get_hits(s.get_hits);
+  out->set_get_misses(s.get_misses);
+  out->set_puts(s.puts);
+  out->set_removes(s.removes);
 }
 
 MasterStats DecodeStats(const rpc::StatsResponse& in) {
@@ -161,6 +166,11 @@ MasterStats DecodeStats(const rpc::StatsResponse& in) {
   s.memory_replicas = in.memory_replicas();
   s.disk_replicas = in.disk_replicas();
   s.promoted_objects = in.promoted_objects();
+  s.gets = in.gets();
+  s.get_hits = in.get_hits();
+  s.get_misses = in.get_misses();
+  s.puts = in.puts();
+  s.removes = in.removes();
   return s;
 }
 

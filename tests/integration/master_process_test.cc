@@ -40,7 +40,8 @@ constexpr uint64_t kMiB = 1 << 20;
 std::unique_ptr<MasterProcess> StartMaster(int port = 0, std::vector<std::string> extra = {}) {
   MasterProcessOptions options;
   options.binary = TIERKV_BINARY;
-  options.args = {"--host", "127.0.0.1", "--port", std::to_string(port)};
+  // No metrics server (tests run in parallel; master_metrics_test.cc covers it).
+  options.args = {"--host", "127.0.0.1", "--port", std::to_string(port), "--metrics-port", "-1"};
   options.args.insert(options.args.end(), extra.begin(), extra.end());
   Result<std::unique_ptr<MasterProcess>> started = MasterProcess::Start(options);
   EXPECT_TRUE(started.ok()) << started.status().ToString();
@@ -404,7 +405,8 @@ TEST(MasterProcessTest, SecondMasterOnTheSamePortIsRefused) {
   ASSERT_NE(master, nullptr);
   MasterProcessOptions options;
   options.binary = TIERKV_BINARY;
-  options.args = {"--host", "127.0.0.1", "--port", std::to_string(master->port())};
+  options.args = {"--host",         "127.0.0.1", "--port", std::to_string(master->port()),
+                  "--metrics-port", "-1"};
   Result<std::unique_ptr<MasterProcess>> second = MasterProcess::Start(options);
   ASSERT_FALSE(second.ok());
   EXPECT_NE(second.status().message().find("exited with status 1"), std::string::npos)

@@ -1,0 +1,23 @@
+// SegmentAccess: the bytes of a DRAM segment as a client copies them — this process's own
+// MemorySegment, or another process's segment mapped through a transport.
+//
+// A client holds the shared_ptr for the duration of a copy, so the memory stays mapped even
+// if the segment is detached (or its owner dies) meanwhile. Thread-safety: immutable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tierkv {
+
+class SegmentAccess {
+ public:
+  virtual ~SegmentAccess() = default;
+  virtual uint8_t* base() const = 0;
+  virtual uint64_t size() const = 0;
+  virtual const std::string& name() const = 0;
+  // False once the owner is known to be gone: its bytes must not be returned to readers.
+  virtual bool alive() const { return true; }
+};
+
+}  // namespace tierkv

@@ -1,0 +1,144 @@
+#include "metrics/master_collector.h"
+
+#include <prometheus/client_metric.h>
+#include <prometheus/metric_type.h>
+
+#include <string>
+#include <utility>
+
+#include "master/client_registry.h"
+#include "master/master_service.h"
+
+namespace tierkv {
+namespace {
+
+constexpr const char* kPrefix = "tierkv_master_";
+
+prometheus::MetricFamily Family(const char* name, const char* help, prometheus::MetricType type) {
+  prometheus::MetricFamily family;
+  family.name = std::string(kPrefix) + name;
+  family.help = help;
+  family.type = type;
+  return family;
+}
+
+prometheus::ClientMetric Value(prometheus::MetricType type, double value) {
+  prometheus::ClientMetric metric;
+  if (type == prometheus::MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+  return metric;
+}
+
+// One family with a single, unlabelled sample.
+void Add(std::vector<prometheus::MetricFamily>& out, const char* name, const char* help,
+         prometheus::MetricType type, uint64_t value) {
+  prometheus::MetricFamily family = Family(name, help, type);
+  family.metric.push_back(Value(type, static_cast<double>(value)));
+  out.push_back(std::move(family));
+}
+
+void Gauge(std::vector<prometheus::MetricFamily>& out, const char* name, const char* help,
+           uint64_t value) {
+  Add(out, name, help, prometheus::MetricType::Gauge, value);
+}
+
+void Counter(std::vector<prometheus::MetricFamily>& out, const char* name, const char* help,
+             uint64_t value) {
+  Add(out, name, help, prometheus::MetricType::Counter, value);
+}
+
+}  // namespace
+
+std::string LabelValue(const std::string& text, size_t max) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < max; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  if (text.size() > max) out += "...";
+  return out;
+}
+
+MasterCollector::MasterCollector(MasterService& master, const ClientRegistry* clients)
+    : master_(master), clients_(clients) {}
+
+std::vector<prometheus::MetricFamily> MasterCollector::Collect() const {
+  const MasterStats s = master_.Stats();
+  const std::vector<SegmentUsage> usage = master_.segments().Usage();
+  std::vector<prometheus::MetricFamily> out;
+
+  // Objects and replicas now.
+  Gauge(out, "objects", "Objects in the metadata table, pending puts included", s.objects);
+  Gauge(out, "pending_objects", "Objects whose put has started and not ended", s.pending_objects);
+  Gauge(out, "groups", "Object groups (objects evicted and removed together)", s.groups);
+  Gauge(out, "memory_replicas", "Replicas in DRAM segments", s.memory_replicas);
+  Gauge(out, "disk_replicas", "Replicas in SSD tiers", s.disk_replicas);
+
+  // Segments.
+  Gauge(out, "segments", "Mounted segments", usage.size());
+  prometheus::MetricFamily capacity =
+      Family("segment_capacity_bytes", "Capacity of a mounted segment, in bytes",
+             prometheus::MetricType::Gauge);
+  prometheus::MetricFamily used =
+      Family("segment_used_bytes", "Bytes of a mounted segment allocated to replicas",
+             prometheus::MetricType::Gauge);
+  for (const SegmentUsage& segment : usage) {
+    const std::vector<prometheus::ClientMetric::Label> labels = {
+        {"segment_id", std::to_string(segment.id)}, {"segment", LabelValue(segment.name)}};
+    prometheus::ClientMetric c =
+        Value(prometheus::MetricType::Gauge, static_cast<double>(segment.capacity));
+    c.label = labels;
+    capacity.metric.push_back(std::move(c));
+    prometheus::ClientMetric u =
+        Value(prometheus::MetricType::Gauge, static_cast<double>(segment.used));
+    u.label = labels;
+    used.metric.push_back(std::move(u));
+  }
+  out.push_back(std::move(capacity));
+  out.push_back(std::move(used));
+
+  // Reads and writes, per key.
+  Counter(out, "gets_total", "Keys asked by GetReplicas (invalid keys included)", s.gets);
+  Counter(out, "get_hits_total", "GetReplicas keys answered with replicas", s.get_hits);
+  Counter(out, "get_misses_total", "GetReplicas keys absent or still pending", s.get_misses);
+  Counter(out, "puts_total", "Puts ended (PutEnd OK)", s.puts);
+  Counter(out, "removes_total", "Objects removed by Remove and RemoveAll", s.removes);
+  Counter(out, "lease_grants_total", "Read leases granted or extended (Exists, GetReplicas)",
+          s.lease_grants);
+  Counter(out, "reclaimed_puts_total", "Pending puts reclaimed after the put timeout",
+          s.reclaimed_puts);
+
+  // Eviction and the SSD tier.
+  Counter(out, "evicted_objects_total", "Objects evicted from DRAM segments", s.evicted_objects);
+  Counter(out, "evicted_bytes_total", "Bytes freed in DRAM segments by eviction", s.evicted_bytes);
+  Counter(out, "demoted_objects_total", "Objects moved to an SSD tier by eviction",
+          s.demoted_objects);
+  Counter(out, "demoted_bytes_total", "Bytes moved to an SSD tier by eviction", s.demoted_bytes);
+  Counter(out, "demotion_failures_total", "Objects dropped because their SSD tier write failed",
+          s.demotion_failures);
+  Counter(out, "written_behind_total", "Objects copied to an SSD tier ahead of eviction",
+          s.written_behind);
+  Counter(out, "disk_replicas_dropped_total",
+          "Disk replicas dropped because their SSD region was reused", s.disk_replicas_dropped);
+  Counter(out, "promoted_objects_total", "Disk-only objects copied back to DRAM",
+          s.promoted_objects);
+
+  if (clients_ != nullptr) {
+    Gauge(out, "clients", "Registered clients (requesters and stores)", clients_->size());
+    Counter(out, "expired_clients_total", "Clients expired for missing their heartbeats",
+            clients_->expired_total());
+  }
+  return out;
+}
+
+}  // namespace tierkv

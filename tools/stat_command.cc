@@ -1,0 +1,176 @@
+#include "stat_command.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "common/clock.h"
+#include "metrics/master_collector.h"
+#include "rpc/remote_master.h"
+
+namespace tierkv::cli {
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+struct StatFlags {
+  std::string master;
+  bool json = false;
+  int64_t timeout_ms = 5000;
+};
+
+std::string Bytes(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char buf[32];
+  if (unit == 0) {
+    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f %s", value, kUnits[unit]);
+  }
+  return buf;
+}
+
+std::string Percent(double ratio) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%.1f%%", 100.0 * ratio);
+  return buf;
+}
+
+// hits / (hits + misses); nullopt before the first get.
+std::optional<double> HitRate(const MasterStats& s) {
+  const uint64_t asked = s.get_hits + s.get_misses;
+  if (asked == 0) return std::nullopt;
+  return static_cast<double>(s.get_hits) / static_cast<double>(asked);
+}
+
+double UsedRatio(const SegmentUsage& segment) {
+  return segment.capacity == 0
+             ? 0.0
+             : static_cast<double>(segment.used) / static_cast<double>(segment.capacity);
+}
+
+void PrintText(const std::string& address, const MasterProcessStats& p) {
+  const MasterStats& s = p.master;
+  std::cout << "tierkv master " << address << "\n";
+  std::cout << "segments: " << p.segments << "\n";
+  uint64_t used = 0;
+  uint64_t capacity = 0;
+  for (const SegmentUsage& segment : p.segment_usage) {
+    std::cout << "  [" << segment.id << "] " << LabelValue(segment.name) << ": "
+              << Bytes(segment.used) << " / " << Bytes(segment.capacity) << " ("
+              << Percent(UsedRatio(segment)) << ")\n";
+    used += segment.used;
+    capacity += segment.capacity;
+  }
+  if (p.segment_usage.size() > 1) {
+    std::cout << "  total: " << Bytes(used) << " / " << Bytes(capacity) << " ("
+              << Percent(capacity == 0 ? 0.0
+                                       : static_cast<double>(used) / static_cast<double>(capacity))
+              << ")\n";
+  }
+  std::cout << "objects: " << s.objects << " (" << s.pending_objects << " pending, " << s.groups
+            << " groups)\n";
+  std::cout << "replicas: " << s.memory_replicas << " in memory, " << s.disk_replicas
+            << " on disk\n";
+  const std::optional<double> rate = HitRate(s);
+  std::cout << "gets: " << s.gets << " keys, " << s.get_hits << " hits, " << s.get_misses
+            << " misses, hit rate " << (rate ? Percent(*rate) : std::string("n/a")) << "\n";
+  std::cout << "puts: " << s.puts << ", removes: " << s.removes
+            << ", lease grants: " << s.lease_grants << ", reclaimed puts: " << s.reclaimed_puts
+            << "\n";
+  std::cout << "evictions: " << s.evicted_objects << " objects, " << Bytes(s.evicted_bytes) << "\n";
+  std::cout << "demotions: " << s.demoted_objects << " objects, " << Bytes(s.demoted_bytes) << ", "
+            << s.demotion_failures << " failures; written behind: " << s.written_behind
+            << ", promoted: " << s.promoted_objects
+            << ", disk replicas dropped: " << s.disk_replicas_dropped << "\n";
+  std::cout << "clients: " << p.clients << " (" << p.expired_clients << " expired since start)\n";
+}
+
+void PrintJson(const std::string& address, const MasterProcessStats& p) {
+  const MasterStats& s = p.master;
+  nlohmann::json segments = nlohmann::json::array();
+  for (const SegmentUsage& segment : p.segment_usage) {
+    segments.push_back({{"id", segment.id},
+                        {"name", segment.name},
+                        {"capacity", segment.capacity},
+                        {"used", segment.used},
+                        {"used_ratio", UsedRatio(segment)}});
+  }
+  const std::optional<double> rate = HitRate(s);
+  nlohmann::json out = {
+      {"master", address},
+      {"incarnation", p.incarnation},
+      {"segments", segments},
+      {"objects", s.objects},
+      {"pending_objects", s.pending_objects},
+      {"groups", s.groups},
+      {"memory_replicas", s.memory_replicas},
+      {"disk_replicas", s.disk_replicas},
+      {"gets", s.gets},
+      {"get_hits", s.get_hits},
+      {"get_misses", s.get_misses},
+      {"hit_rate", rate ? nlohmann::json(*rate) : nlohmann::json(nullptr)},
+      {"puts", s.puts},
+      {"removes", s.removes},
+      {"lease_grants", s.lease_grants},
+      {"reclaimed_puts", s.reclaimed_puts},
+      {"evicted_objects", s.evicted_objects},
+      {"evicted_bytes", s.evicted_bytes},
+      {"demoted_objects", s.demoted_objects},
+      {"demoted_bytes", s.demoted_bytes},
+      {"demotion_failures", s.demotion_failures},
+      {"written_behind", s.written_behind},
+      {"promoted_objects", s.promoted_objects},
+      {"disk_replicas_dropped", s.disk_replicas_dropped},
+      {"clients", p.clients},
+      {"expired_clients", p.expired_clients},
+  };
+  // Segment names are client bytes: invalid UTF-8 becomes U+FFFD instead of an exception.
+  std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+}
+
+int RunStat(const StatFlags& flags) {
+  Result<MasterProcessStats> stats =
+      RemoteMaster::QueryStats(flags.master, Millis(flags.timeout_ms));
+  if (!stats.ok()) {
+    std::cerr << "tierkv stat: error: " << stats.status().ToString() << std::endl;
+    return stats.code() == ErrorCode::INVALID_PARAMS ? kExitUsage : kExitFailed;
+  }
+  if (flags.json) {
+    PrintJson(flags.master, *stats);
+  } else {
+    PrintText(flags.master, *stats);
+    std::cout << std::flush;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddStatCommand(CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<StatFlags>();
+  CLI::App* stat = app.add_subcommand(
+      "stat",
+      "Show what a running `tierkv master` holds: segment usage, objects, memory and disk "
+      "replicas, hit rate, evictions, demotions, clients (one Stats RPC; not a client)");
+  stat->add_option("--master", flags->master, "The master's gRPC address, HOST:PORT")->required();
+  stat->add_flag("--json", flags->json, "One JSON object on stdout instead of the summary");
+  stat->add_option("--timeout-ms", flags->timeout_ms,
+                   "Give up (exit status 1) when the master has not answered within this long")
+      ->check(CLI::Range(int64_t{1}, int64_t{3'600'000}))
+      ->capture_default_str();
+  stat->callback([flags, exit_code] { *exit_code = RunStat(*flags); });
+}
+
+}  // namespace tierkv::cli
