@@ -23,6 +23,7 @@
 #include "master_command.h"
 #include "metadata_bench.h"
 #include "stat_command.h"
+#include "store_command.h"
 #include "tierkv/config.h"
 #include "tierkv/status.h"
 
@@ -203,6 +204,7 @@ int main(int argc, char** argv) {
 
   // ---- stat -------------------------------------------------------------------
   tierkv::cli::AddStatCommand(app, &exit_code);
+  tierkv::cli::AddStoreCommand(app, &exit_code);
 
   try {
     app.parse(argc, argv);

@@ -22,7 +22,10 @@ struct Config {
   // "" = run the master in-process (embedded mode only).
   std::string master_server_address;
   std::string metadata_server = "P2PHANDSHAKE";
-  std::string local_hostname;                 // "" = this host's name
+  std::string local_hostname;  // "" = this host's name
+  // Segment a put tries first when its ReplicateConfig names none ("" = the freest); a
+  // segment's name, with or without its "@socket" endpoint part.
+  std::string preferred_segment;
   uint64_t global_segment_size = 1ull << 30;  // bytes this process contributes
   uint64_t local_buffer_size = 256ull << 20;  // requester staging buffer
   std::string protocol = "tcp";               // tcp | rdma | shm | auto
@@ -63,7 +66,8 @@ struct Config {
 Result<Config> ParseConfig(std::string_view json_text);
 // Reads and parses a file; the error names the path.
 Result<Config> LoadConfigFile(const std::string& path);
-// Environment overrides applied by ParseConfig/LoadConfig: TIERKV_STAGING_USABLE_RATIO.
+// Environment overrides applied by ParseConfig/LoadConfig: TIERKV_STAGING_USABLE_RATIO,
+// TIERKV_LOCAL_HOSTNAME, TIERKV_PREFERRED_SEGMENT.
 // Path from TIERKV_CONFIG_PATH if set, else defaults. `explicit_path`, when not
 // empty (e.g. --config), wins over the environment.
 Result<Config> LoadConfig(const std::string& explicit_path = "");

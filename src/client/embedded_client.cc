@@ -105,10 +105,63 @@ Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::Create(
   return client;
 }
 
-EmbeddedClient::EmbeddedClient(Config config, std::shared_ptr<InProcessMaster> master)
+Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::CreateRemote(const Config& config) {
+  if (Status st = ValidateConfig(config); !st.ok()) return st;
+  if (config.master_server_address.empty()) {
+    return Status(ErrorCode::INVALID_CONFIG, "master_server_address is empty: no remote master");
+  }
+  if (config.protocol != "shm" && config.protocol != "auto") {
+    return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
+                  "protocol '" + config.protocol +
+                      "': only the same-host shared-memory transport is built so far; set "
+                      "protocol to 'shm' or 'auto' (the tcp and rdma transports come later)");
+  }
+  if (config.enable_offload) {
+    return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
+                  "enable_offload with a remote master (master_server_address '" +
+                      config.master_server_address +
+                      "'): tier moves over RPC are not built yet; use embedded mode without "
+                      "master_server_address for the SSD tier");
+  }
+  auto remote =
+      RemoteBackend::Connect(config.master_server_address, Millis(5000), config.local_hostname);
+  if (!remote.ok()) return remote.status();
+  std::unique_ptr<EmbeddedClient> client(new EmbeddedClient(config, nullptr, *remote));
+  if (config.mode == Mode::kEmbedded) {
+    auto segment = MemorySegment::Create(
+        SegmentName(config), config.global_segment_size,
+        config.use_huge_pages ? PagePolicy::kHugeIfAvailable : PagePolicy::kSmallPages);
+    if (!segment.ok()) return segment.status();
+    client->segment_ = std::move(segment).value();
+    // The socket name is unique per process and segment; the directory is per user.
+    static std::atomic<int> sockets{0};
+    auto server = transport::ShmSegmentServer::Start(
+        "seg-" + std::to_string(getpid()) + "-" + std::to_string(sockets++) + ".sock",
+        client->segment_);
+    if (!server.ok()) return server.status();
+    client->shm_server_ = std::move(server).value();
+    client->mounted_name_ =
+        SegmentEndpointName(client->segment_->name(), client->shm_server_->path());
+    auto id = client->remote_->MountOwn(client->segment_, client->mounted_name_);
+    if (!id.ok()) return id.status();
+    client->segment_id_ = *id;
+    spdlog::info("client: segment {} of {} bytes ({} pages) on master {}", client->mounted_name_,
+                 client->segment_->size(), client->segment_->page_kind(),
+                 config.master_server_address);
+  } else {
+    spdlog::info("requester on master {} (contributes no segment), {} transfer threads",
+                 config.master_server_address, client->pool_.threads());
+  }
+  return client;
+}
+
+EmbeddedClient::EmbeddedClient(Config config, std::shared_ptr<InProcessMaster> master,
+                               std::shared_ptr<RemoteBackend> remote)
     : config_(std::move(config)),
       master_(std::move(master)),
-      backend_(std::make_shared<InProcessBackend>(master_)),
+      backend_(remote ? std::shared_ptr<ClientBackend>(remote)
+                      : std::make_shared<InProcessBackend>(master_)),
+      remote_(std::move(remote)),
       pool_(DefaultTransferThreads(config_.transfer_threads)),
       loader_(config_.staging_usable_ratio, &pool_),
       tier_log_(TierLogEnabled()) {}
@@ -171,6 +224,15 @@ Status EmbeddedClient::OpenTier(const SsdTierOptions& options) {
 EmbeddedClient::~EmbeddedClient() {
   write_behind_.reset();  // drains: queued copies finish while the tier is attached
   if (tier_) LogTierCounters();
+  if (remote_) {
+    if (segment_id_ != 0) {
+      if (Status st = remote_->UnmountOwn(segment_id_); !st.ok()) {
+        spdlog::warn("unmounting segment {}: {}", mounted_name_, st.ToString());
+      }
+    }
+    if (shm_server_) shm_server_->Stop();
+    return;
+  }
   if (segment_id_ != 0) {
     if (Status st = master_->Detach(segment_id_); !st.ok()) {
       spdlog::warn("unmounting segment {}: {}", segment_id_, st.ToString());
@@ -248,6 +310,8 @@ std::vector<int> EmbeddedClient::PutImpl(const std::vector<std::string>& keys,
   std::vector<uint64_t> sub_sizes;
   ReplicateConfig sub_config = config;
   sub_config.group_ids.clear();
+  if (sub_config.preferred_segment.empty())
+    sub_config.preferred_segment = config_.preferred_segment;
   for (size_t i = 0; i < n; ++i) {
     if (codes[i] != 0) continue;
     bool overflow = false;

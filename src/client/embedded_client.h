@@ -12,12 +12,14 @@
 #include "client/buffer_registry.h"
 #include "client/client_backend.h"
 #include "client/in_process_master.h"
+#include "client/remote_backend.h"
 #include "client/staged_loader.h"
 #include "client/write_behind.h"
 #include "ssd/ssd_tier.h"
 #include "tierkv/client.h"
 #include "transfer/copy.h"
 #include "transfer/transfer_pool.h"
+#include "transport/shm_segment_server.h"
 
 namespace tierkv {
 
@@ -29,6 +31,13 @@ class EmbeddedClient final : public Client {
   static Result<std::unique_ptr<EmbeddedClient>> Create(
       const Config& config, std::shared_ptr<InProcessMaster> master = nullptr,
       const std::function<void(SsdTierOptions&)>& tier_hook = nullptr);
+  // A requester with a remote master (config.master_server_address): mode
+  // standalone-store contributes nothing; mode embedded contributes a segment of
+  // global_segment_size, served to same-host requesters over the shm transport (what
+  // `tierkv store` runs). protocol must be shm or auto; enable_offload is refused (tier moves
+  // over RPC are not built yet): UNAVAILABLE_IN_CURRENT_MODE naming the key. Connection
+  // errors: RPC_FAIL within 5 s.
+  static Result<std::unique_ptr<EmbeddedClient>> CreateRemote(const Config& config);
   ~EmbeddedClient() override;
 
   Status RegisterBuffer(void* ptr, size_t size) override;
@@ -51,13 +60,16 @@ class EmbeddedClient final : public Client {
 
   // The in-process master (tests drive maintenance and inspect state with it).
   const std::shared_ptr<InProcessMaster>& TEST_master() const { return master_; }
+  // The name this client's segment is mounted under ("" when it contributes none).
+  const std::string& mounted_segment_name() const { return mounted_name_; }
   SegmentId TEST_segment_id() const { return segment_id_; }
   MemorySegment* TEST_segment() const { return segment_.get(); }
   SsdTier* TEST_tier() const { return tier_.get(); }
   WriteBehind* TEST_write_behind() const { return write_behind_.get(); }
 
  private:
-  EmbeddedClient(Config config, std::shared_ptr<InProcessMaster> master);
+  EmbeddedClient(Config config, std::shared_ptr<InProcessMaster> master,
+                 std::shared_ptr<RemoteBackend> remote = nullptr);
 
   // The shared body of all puts: pieces per key, registration checked or not.
   std::vector<int> PutImpl(const std::vector<std::string>& keys,
@@ -88,6 +100,9 @@ class EmbeddedClient final : public Client {
   const Config config_;
   std::shared_ptr<InProcessMaster> master_;
   std::shared_ptr<ClientBackend> backend_;  // the data path's master and segments
+  std::shared_ptr<RemoteBackend> remote_;   // remote master (CreateRemote), else null
+  std::unique_ptr<transport::ShmSegmentServer> shm_server_;  // serves segment_ (remote)
+  std::string mounted_name_;
   std::shared_ptr<MemorySegment> segment_;
   SegmentId segment_id_ = 0;
   std::shared_ptr<SsdTier> tier_;

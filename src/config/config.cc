@@ -29,11 +29,12 @@ constexpr uint32_t kMaxMetadataShards = 4096;
 constexpr uint32_t kMaxTransferThreads = 256;
 
 // Every accepted key, in the order docs/configuration.md lists them.
-constexpr std::array<std::string_view, 32> kKnownKeys = {
+constexpr std::array<std::string_view, 33> kKnownKeys = {
     "mode",
     "master_server_address",
     "metadata_server",
     "local_hostname",
+    "preferred_segment",
     "global_segment_size",
     "local_buffer_size",
     "protocol",
@@ -292,6 +293,7 @@ Status ApplyKey(const std::string& key, const Json& value, Config* config) {
   if (key == "master_server_address") return GetString(key, value, &config->master_server_address);
   if (key == "metadata_server") return GetString(key, value, &config->metadata_server);
   if (key == "local_hostname") return GetString(key, value, &config->local_hostname);
+  if (key == "preferred_segment") return GetString(key, value, &config->preferred_segment);
   if (key == "global_segment_size") return GetSize(key, value, &config->global_segment_size);
   if (key == "local_buffer_size") return GetSize(key, value, &config->local_buffer_size);
   if (key == "protocol") return GetString(key, value, &config->protocol);
@@ -460,8 +462,16 @@ Status ValidateOffload(const Config& config) {
   return Status::Ok();
 }
 
-// TIERKV_STAGING_USABLE_RATIO overrides staging_usable_ratio (strictly parsed).
+// TIERKV_STAGING_USABLE_RATIO overrides staging_usable_ratio (strictly parsed);
+// TIERKV_LOCAL_HOSTNAME and TIERKV_PREFERRED_SEGMENT override local_hostname and
+// preferred_segment when set and not empty.
 Status ApplyEnvironment(Config* config) {
+  if (const char* host = std::getenv("TIERKV_LOCAL_HOSTNAME"); host != nullptr && host[0] != 0) {
+    config->local_hostname = host;
+  }
+  if (const char* seg = std::getenv("TIERKV_PREFERRED_SEGMENT"); seg != nullptr && seg[0] != 0) {
+    config->preferred_segment = seg;
+  }
   const char* ratio = std::getenv("TIERKV_STAGING_USABLE_RATIO");
   if (ratio == nullptr || ratio[0] == '\0') return Status::Ok();
   char* end = nullptr;

@@ -261,8 +261,8 @@ Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64
 uint64_t MasterService::EvictForPut(uint64_t size, const ReplicateConfig& config) {
   auto usage = segments_.Usage();
   std::sort(usage.begin(), usage.end(), [&](const SegmentUsage& x, const SegmentUsage& y) {
-    const bool px = x.name == config.preferred_segment;
-    const bool py = y.name == config.preferred_segment;
+    const bool px = IsPreferred(x.name, config.preferred_segment);
+    const bool py = IsPreferred(y.name, config.preferred_segment);
     if (px != py) return px;
     return x.capacity - x.used > y.capacity - y.used;
   });

@@ -5,6 +5,12 @@
 
 namespace tierkv {
 
+bool IsPreferred(const std::string& name, const std::string& preferred) {
+  if (preferred.empty() || name.size() < preferred.size()) return false;
+  if (name.compare(0, preferred.size(), preferred) != 0) return false;
+  return name.size() == preferred.size() || name[preferred.size()] == '@';
+}
+
 Result<SegmentId> SegmentRegistry::Mount(const std::string& name, uint64_t capacity) {
   if (name.empty()) return Status(ErrorCode::INVALID_PARAMS, "segment name is empty");
   if (capacity == 0) return Status(ErrorCode::INVALID_PARAMS, "segment '" + name + "' has size 0");
@@ -63,8 +69,8 @@ Result<std::vector<PlacedReplica>> SegmentRegistry::Allocate(
     free_space.emplace_back(a->capacity() - a->used(), i);
   }
   std::sort(free_space.begin(), free_space.end(), [&](const auto& x, const auto& y) {
-    const bool px = order[x.second]->name == preferred_segment;
-    const bool py = order[y.second]->name == preferred_segment;
+    const bool px = IsPreferred(order[x.second]->name, preferred_segment);
+    const bool py = IsPreferred(order[y.second]->name, preferred_segment);
     if (px != py) return px;
     return x.first > y.first;
   });

@@ -33,6 +33,10 @@ struct PlacedReplica {
   Allocation allocation;
 };
 
+// True when `preferred` (non-empty) names segment `name`: equal to it, or to its part before
+// the "@endpoint" a served segment's name carries.
+bool IsPreferred(const std::string& name, const std::string& preferred);
+
 struct SegmentUsage {
   SegmentId id;
   std::string name;

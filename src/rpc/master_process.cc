@@ -22,6 +22,7 @@ namespace {
 
 constexpr std::string_view kListening = "tierkv master listening on ";
 constexpr std::string_view kMetricsOn = "tierkv master metrics on ";
+constexpr std::string_view kStoreServing = "tierkv store serving segment ";
 
 // "HOST:PORT" (HOST may be a bracketed IPv6 literal) into host (unbracketed) and port.
 bool ParseAddress(const std::string& address, std::string* host, int* port) {
@@ -56,7 +57,7 @@ std::string SelfExecutable() {
 Result<std::unique_ptr<MasterProcess>> MasterProcess::Start(const MasterProcessOptions& options) {
   if (options.binary.empty()) return Status(ErrorCode::INVALID_PARAMS, "no tierkv binary given");
   // Everything the child needs is built before fork: after it, only async-signal-safe calls.
-  std::vector<std::string> argv_storage = {options.binary, "master"};
+  std::vector<std::string> argv_storage = {options.binary, options.command};
   argv_storage.insert(argv_storage.end(), options.args.begin(), options.args.end());
   std::vector<char*> argv;
   for (std::string& a : argv_storage) argv.push_back(a.data());
@@ -109,13 +110,19 @@ Result<std::unique_ptr<MasterProcess>> MasterProcess::Start(const MasterProcessO
   // Read stdout until the "listening on" line (and the "metrics on" line after it, if asked
   // for), the deadline, or EOF (the child died).
   const auto deadline = std::chrono::steady_clock::now() + options.start_timeout;
-  const char* waiting_for = "it was listening";
+  const char* waiting_for =
+      options.command == "store" ? "it was serving its segment" : "it was listening";
   std::string buffer;
   for (;;) {
     const size_t newline = buffer.find('\n');
     if (newline != std::string::npos) {
       const std::string line = buffer.substr(0, newline);
       buffer.erase(0, newline + 1);
+      if (options.command == "store" && line.rfind(kStoreServing, 0) == 0) {
+        const std::string rest = line.substr(kStoreServing.size());
+        child->segment_name_ = rest.substr(0, rest.find(' '));
+        return child;
+      }
       if (line.rfind(kListening, 0) == 0) {
         if (!ParseAddress(line.substr(kListening.size()), &child->host_, &child->port_)) {
           return Status(ErrorCode::INTERNAL_ERROR, "cannot parse the master's line: " + line);
@@ -135,8 +142,8 @@ Result<std::unique_ptr<MasterProcess>> MasterProcess::Start(const MasterProcessO
         std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       return Status(ErrorCode::INTERNAL_ERROR,
-                    options.binary + " master did not say " + waiting_for + " within " +
-                        std::to_string(options.start_timeout.count()) + " ms");
+                    options.binary + " " + options.command + " did not say " + waiting_for +
+                        " within " + std::to_string(options.start_timeout.count()) + " ms");
     }
     pollfd p{child->stdout_fd_, POLLIN, 0};
     const int ready = poll(&p, 1, static_cast<int>(left.count()));
@@ -151,7 +158,7 @@ Result<std::unique_ptr<MasterProcess>> MasterProcess::Start(const MasterProcessO
       std::string how = "closed its stdout";
       if (child->WaitExit(Millis(2000), &status)) how = DescribeExit(status);
       return Status(ErrorCode::INTERNAL_ERROR,
-                    options.binary + " master " + how + " before " + waiting_for);
+                    options.binary + " " + options.command + " " + how + " before " + waiting_for);
     }
     buffer.append(chunk, static_cast<size_t>(n));
   }

@@ -1,5 +1,5 @@
-// MasterProcess: a `tierkv master` child process, for the remote metadata bench and the
-// multi-process integration tests.
+// MasterProcess: a `tierkv master` (or `tierkv store`) child process, for the remote metadata bench
+// and the multi-process integration tests.
 //
 // Start() runs `<binary> master <args...>` with its stdout on a pipe, waits for the line
 // "tierkv master listening on HOST:PORT" (so `--port 0` works: the child picks a free port and
@@ -24,8 +24,11 @@
 namespace tierkv {
 
 struct MasterProcessOptions {
-  std::string binary;             // the tierkv executable
-  std::vector<std::string> args;  // after "master", e.g. {"--port", "0"}
+  std::string binary;  // the tierkv executable
+  // The subcommand: "master", or "store" (then Start waits for "tierkv store serving segment
+  // NAME ..." instead, and segment_name() is NAME).
+  std::string command = "master";
+  std::vector<std::string> args;  // after the subcommand, e.g. {"--port", "0"}
   // Environment variables set (or overridden) in the child; the rest is inherited.
   std::vector<std::pair<std::string, std::string>> env;
   Millis start_timeout{15000};  // for the "listening on" line (and the "metrics on" line)
@@ -47,6 +50,8 @@ class MasterProcess {
   std::string address() const { return host_ + ":" + std::to_string(port_); }
   // The metrics HTTP port (expect_metrics), else 0.
   int metrics_port() const { return metrics_port_; }
+  // The mounted segment name a store printed (command "store"), else "".
+  const std::string& segment_name() const { return segment_name_; }
 
   // SIGKILL and reap. Idempotent.
   void Kill();
@@ -65,6 +70,7 @@ class MasterProcess {
   std::string host_;
   int port_ = 0;
   int metrics_port_ = 0;
+  std::string segment_name_;
 };
 
 // The path of the running executable (/proc/self/exe), or "" if unreadable.

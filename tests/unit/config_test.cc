@@ -218,6 +218,28 @@ TEST(ConfigOffloadTest, OffloadDefaultsAndRules) {
   EXPECT_EQ(list->offload_paths, (std::vector<std::string>{"/a/t", "/b/t"}));
 }
 
+TEST(ConfigTest, HostnameAndPreferredSegmentFromKeysAndEnvironment) {
+  auto keys = ParseBody(R"("local_hostname": "node7", "preferred_segment": "node7:12:0")");
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  EXPECT_EQ(keys->local_hostname, "node7");
+  EXPECT_EQ(keys->preferred_segment, "node7:12:0");
+  ::setenv("TIERKV_LOCAL_HOSTNAME", "node9", 1);
+  ::setenv("TIERKV_PREFERRED_SEGMENT", "node9:1:0", 1);
+  auto env = ParseBody(R"("local_hostname": "node7")");
+  ::setenv("TIERKV_LOCAL_HOSTNAME", "", 1);  // empty counts as unset
+  ::setenv("TIERKV_PREFERRED_SEGMENT", "", 1);
+  auto empty = ParseBody(R"("local_hostname": "node7")");
+  ::unsetenv("TIERKV_LOCAL_HOSTNAME");
+  ::unsetenv("TIERKV_PREFERRED_SEGMENT");
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  EXPECT_EQ(env->local_hostname, "node9");  // the environment wins
+  EXPECT_EQ(env->preferred_segment, "node9:1:0");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->local_hostname, "node7");
+  EXPECT_EQ(empty->preferred_segment, "");
+  EXPECT_TRUE(IsInvalid(ParseBody(R"("preferred_segment": 3)"), {"preferred_segment"}));
+}
+
 TEST(ConfigOffloadTest, UsableRatioFromEnvironment) {
   ::setenv("TIERKV_STAGING_USABLE_RATIO", "0.25", 1);
   auto c = ParseBody(R"("staging_usable_ratio": 0.5)");

@@ -409,6 +409,21 @@ TEST_F(MasterPutTest, InvalidParamsFailTheWholeBatch) {
   EXPECT_TRUE(master_->PutStart({}, {}, {}).empty());
 }
 
+TEST_F(MasterPutTest, PreferredSegmentMatchesANameWithOrWithoutItsEndpoint) {
+  EXPECT_TRUE(IsPreferred("h:1:0@/tmp/tierkv-0/s.sock", "h:1:0"));
+  EXPECT_TRUE(IsPreferred("h:1:0@/tmp/tierkv-0/s.sock", "h:1:0@/tmp/tierkv-0/s.sock"));
+  EXPECT_TRUE(IsPreferred("h:1:0", "h:1:0"));
+  EXPECT_FALSE(IsPreferred("h:1:01@/p", "h:1:0"));  // a prefix of another name is not it
+  EXPECT_FALSE(IsPreferred("h:1:0", ""));
+  EXPECT_FALSE(IsPreferred("h:1", "h:1:0"));
+  Mount("a@/x.sock", kMiB);
+  const SegmentId b = Mount("b@/y.sock", kMiB);
+  Put("fill", 4096, Prefer("b"));  // "b" is the fullest now, and still preferred
+  ReplicateConfig cfg;
+  cfg.preferred_segment = "b";
+  EXPECT_EQ(Start("p", 100, cfg).replicas.at(0).segment, b);
+}
+
 TEST_F(MasterPutTest, PreferredSegmentHonoured) {
   const SegmentId a = Mount("a", kMiB);
   const SegmentId b = Mount("b", kMiB);

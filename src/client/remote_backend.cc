@@ -1,0 +1,167 @@
+#include "client/remote_backend.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+namespace tierkv {
+namespace {
+
+constexpr auto kRefreshInterval = std::chrono::milliseconds(100);
+constexpr auto kMapTimeout = std::chrono::milliseconds(5000);
+
+// A segment of another process on this host, mapped through the shm transport.
+class MappedAccess final : public SegmentAccess {
+ public:
+  explicit MappedAccess(std::shared_ptr<transport::MappedSegment> m) : m_(std::move(m)) {}
+  uint8_t* base() const override { return m_->base(); }
+  uint64_t size() const override { return m_->size(); }
+  const std::string& name() const override { return m_->name(); }
+  bool alive() const override { return m_->alive(); }
+
+ private:
+  const std::shared_ptr<transport::MappedSegment> m_;
+};
+
+std::string ThisHost() {
+  char buf[256] = {};
+  return gethostname(buf, sizeof(buf) - 1) == 0 ? std::string(buf) : std::string("localhost");
+}
+
+}  // namespace
+
+std::string SegmentEndpointName(const std::string& name, const std::string& socket_path) {
+  return name + "@" + socket_path;
+}
+
+void SplitSegmentEndpoint(const std::string& mounted, std::string* name, std::string* socket_path) {
+  const size_t at = mounted.find('@');
+  *name = at == std::string::npos ? mounted : mounted.substr(0, at);
+  *socket_path = at == std::string::npos ? std::string() : mounted.substr(at + 1);
+}
+
+std::string SegmentHost(const std::string& name) { return name.substr(0, name.find(':')); }
+
+Result<std::shared_ptr<RemoteBackend>> RemoteBackend::Connect(const std::string& address,
+                                                              Millis timeout,
+                                                              const std::string& host) {
+  RemoteMasterOptions options;
+  options.host = host.empty() ? ThisHost() : host;
+  auto master = RemoteMaster::Connect(address, timeout, options);
+  if (!master.ok()) return master.status();
+  return std::shared_ptr<RemoteBackend>(new RemoteBackend(std::move(master).value(), options.host));
+}
+
+Result<SegmentId> RemoteBackend::MountOwn(std::shared_ptr<MemorySegment> segment,
+                                          const std::string& mounted_name) {
+  // Publish the memory before the master can place replicas on it.
+  std::lock_guard lock(mu_);
+  auto id = master_->MountSegment(mounted_name, segment->size());
+  if (!id.ok()) return id;
+  own_.emplace(*id, std::move(segment));
+  return id;
+}
+
+Status RemoteBackend::UnmountOwn(SegmentId handle) {
+  Status st = master_->UnmountSegment(handle);
+  std::lock_guard lock(mu_);
+  own_.erase(handle);
+  return st;
+}
+
+void RemoteBackend::RefreshNamesLocked() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_refresh_ < kRefreshInterval) return;
+  last_refresh_ = now;
+  auto stats = master_->ProcessStats();
+  if (!stats.ok()) {
+    spdlog::warn("requester: listing the master's segments failed: {}", stats.status().ToString());
+    return;
+  }
+  for (const SegmentUsage& s : stats->segment_usage) names_[s.id] = s.name;
+}
+
+std::shared_ptr<SegmentAccess> RemoteBackend::FindSegment(SegmentId id) {
+  std::lock_guard lock(mu_);
+  for (const auto& [handle, segment] : own_) {
+    if (master_->CurrentSegmentId(handle) == id) return segment;
+  }
+  if (auto it = mapped_.find(id); it != mapped_.end()) {
+    return it->second->alive() ? it->second : nullptr;  // never bytes of a dead owner
+  }
+  if (unreachable_.count(id) != 0) return nullptr;
+  auto name_it = names_.find(id);
+  if (name_it == names_.end()) {
+    RefreshNamesLocked();
+    name_it = names_.find(id);
+    if (name_it == names_.end()) return nullptr;  // unmounted meanwhile
+  }
+  std::string name, socket_path;
+  SplitSegmentEndpoint(name_it->second, &name, &socket_path);
+  if (socket_path.empty() || SegmentHost(name) != host_) {
+    unreachable_.insert(id);
+    spdlog::warn(
+        "requester on host '{}': segment {} ('{}') is not served on this host, and the "
+        "tcp/rdma transports are not built yet: its replicas cannot be read here",
+        host_, id, name_it->second);
+    return nullptr;
+  }
+  // Mapped under the lock: a segment is mapped once, the first time it is needed.
+  auto mapped = mapper_.Map(socket_path, name, kMapTimeout);
+  if (!mapped.ok()) {
+    unreachable_.insert(id);
+    spdlog::warn("requester: mapping segment {} ('{}') failed: {}", id, name,
+                 mapped.status().ToString());
+    return nullptr;
+  }
+  auto access = std::make_shared<MappedAccess>(std::move(mapped).value());
+  mapped_.emplace(id, access);
+  return access;
+}
+
+std::string RemoteBackend::SegmentName(SegmentId id) {
+  std::lock_guard lock(mu_);
+  auto it = names_.find(id);
+  if (it == names_.end()) {
+    RefreshNamesLocked();
+    it = names_.find(id);
+  }
+  return it == names_.end() ? std::string() : it->second;
+}
+
+std::vector<Result<PutStartResult>> RemoteBackend::PutStart(const std::vector<std::string>& keys,
+                                                            const std::vector<uint64_t>& sizes,
+                                                            const ReplicateConfig& config) {
+  return master_->PutStart(keys, sizes, config);
+}
+std::vector<Status> RemoteBackend::PutEnd(const std::vector<std::string>& keys,
+                                          const std::vector<uint64_t>& put_ids,
+                                          const std::vector<uint64_t>& checksums) {
+  return master_->PutEnd(keys, put_ids, checksums);
+}
+std::vector<Status> RemoteBackend::PutRevoke(const std::vector<std::string>& keys,
+                                             const std::vector<uint64_t>& put_ids) {
+  return master_->PutRevoke(keys, put_ids);
+}
+std::vector<int> RemoteBackend::Exists(const std::vector<std::string>& keys) {
+  return master_->Exists(keys);
+}
+std::vector<Result<ObjectReplicas>> RemoteBackend::GetReplicas(
+    const std::vector<std::string>& keys) {
+  return master_->GetReplicas(keys);
+}
+std::vector<Result<PutStartResult>> RemoteBackend::PromoteStart(
+    const std::vector<std::string>& keys, uint32_t min_hits) {
+  return master_->PromoteStart(keys, min_hits);
+}
+std::vector<Status> RemoteBackend::PromoteEnd(const std::vector<std::string>& keys,
+                                              const std::vector<uint64_t>& promotion_ids,
+                                              const std::vector<bool>& ok) {
+  return master_->PromoteEnd(keys, promotion_ids, ok);
+}
+Status RemoteBackend::Remove(const std::string& key, bool force) {
+  return master_->Remove(key, force);
+}
+uint64_t RemoteBackend::RemoveAll(bool force) { return master_->RemoveAll(force); }
+const Clock* RemoteBackend::clock() const { return SystemClock::Instance(); }
+
+}  // namespace tierkv

@@ -1,0 +1,95 @@
+// RemoteBackend: ClientBackend of a requester that talks to a `tierkv master` over gRPC and
+// reaches other processes' segments through a transport.
+//
+// Segments: a segment served to other processes is mounted under the name
+// "<name>@<socket path>" (SegmentEndpointName), where the socket is the owner's
+// ShmSegmentServer. FindSegment(id) returns this process's own segment directly; another
+// segment's name comes from the master's segment list (fetched on a miss, at most every
+// 100 ms) and, when its host is this host, it is mapped once through the ShmSegmentMapper
+// and cached. A mapping whose owner hung up is dead: FindSegment returns null for it from
+// then on (its replicas fail rather than return bytes of a dead owner), and the master drops
+// them after client_ttl. Segments on other hosts are unreachable until the tcp/rdma
+// transports exist: null, logged once per segment.
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "client/client_backend.h"
+#include "memory/memory_segment.h"
+#include "rpc/remote_master.h"
+#include "transport/shm_segment_client.h"
+
+namespace tierkv {
+
+// "<name>@<socket path>": the name a served segment is mounted under.
+std::string SegmentEndpointName(const std::string& name, const std::string& socket_path);
+// Splits a mounted name into name and socket path ("" when the name has no endpoint).
+void SplitSegmentEndpoint(const std::string& mounted, std::string* name, std::string* socket_path);
+// The host part of a segment name "<host>:<pid>:<n>" (everything before the first ':').
+std::string SegmentHost(const std::string& name);
+
+class RemoteBackend final : public ClientBackend {
+ public:
+  // Connects to the master at `address` within `timeout` and registers this process as
+  // `host` ("" = gethostname()). Errors: as RemoteMaster::Connect.
+  static Result<std::shared_ptr<RemoteBackend>> Connect(const std::string& address, Millis timeout,
+                                                        const std::string& host);
+
+  // Mounts this process's own segment on the master under `mounted_name` and serves
+  // FindSegment for it directly.
+  Result<SegmentId> MountOwn(std::shared_ptr<MemorySegment> segment,
+                             const std::string& mounted_name);
+  Status UnmountOwn(SegmentId handle);
+
+  RemoteMaster& master() { return *master_; }
+  const std::string& host() const { return host_; }
+
+  std::vector<Result<PutStartResult>> PutStart(const std::vector<std::string>& keys,
+                                               const std::vector<uint64_t>& sizes,
+                                               const ReplicateConfig& config) override;
+  std::vector<Status> PutEnd(const std::vector<std::string>& keys,
+                             const std::vector<uint64_t>& put_ids,
+                             const std::vector<uint64_t>& checksums) override;
+  std::vector<Status> PutRevoke(const std::vector<std::string>& keys,
+                                const std::vector<uint64_t>& put_ids) override;
+  std::vector<int> Exists(const std::vector<std::string>& keys) override;
+  std::vector<Result<ObjectReplicas>> GetReplicas(const std::vector<std::string>& keys) override;
+  std::vector<Result<PutStartResult>> PromoteStart(const std::vector<std::string>& keys,
+                                                   uint32_t min_hits) override;
+  std::vector<Status> PromoteEnd(const std::vector<std::string>& keys,
+                                 const std::vector<uint64_t>& promotion_ids,
+                                 const std::vector<bool>& ok) override;
+  Status Remove(const std::string& key, bool force) override;
+  uint64_t RemoveAll(bool force) override;
+  const Clock* clock() const override;
+
+  std::shared_ptr<SegmentAccess> FindSegment(SegmentId id) override;
+  std::shared_ptr<SsdTier> FindTier(SegmentId) override { return nullptr; }
+  std::string SegmentName(SegmentId id) override;
+
+ private:
+  RemoteBackend(std::unique_ptr<RemoteMaster> master, std::string host)
+      : master_(std::move(master)), host_(std::move(host)) {}
+  // Refreshes names_ from the master's segment list (rate-limited). Requires mu_.
+  void RefreshNamesLocked();
+
+  const std::unique_ptr<RemoteMaster> master_;
+  const std::string host_;
+  transport::ShmSegmentMapper mapper_;
+  std::mutex mu_;
+  std::map<SegmentId, std::shared_ptr<MemorySegment>> own_;     // by handle; guarded by mu_
+  std::map<SegmentId, std::string> names_;                      // guarded by mu_
+  std::map<SegmentId, std::shared_ptr<SegmentAccess>> mapped_;  // guarded by mu_
+  std::set<SegmentId> unreachable_;                             // logged; guarded by mu_
+  std::chrono::steady_clock::time_point last_refresh_{};        // guarded by mu_
+};
+
+}  // namespace tierkv

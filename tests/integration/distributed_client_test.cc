@@ -1,0 +1,321 @@
+// Multi-process tests of the distributed data path: a real `tierkv master` and `tierkv store`
+// processes (TIERKV_BINARY) on 127.0.0.1 with free ports, and requesters (Client::Create with
+// master_server_address, mode standalone-store, protocol shm) in this process and in forked
+// children. Every process a test starts is owned by a MasterProcess, whose destructor kills
+// and reaps it.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rpc/master_process.h"
+#include "tierkv/client.h"
+#include "tierkv/config.h"
+#include "tierkv/status.h"
+
+#ifndef TIERKV_BINARY
+#error "TIERKV_BINARY (the tierkv executable) must be defined by the build"
+#endif
+
+namespace tierkv {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+constexpr size_t kObject = 256 * 1024;
+
+std::unique_ptr<MasterProcess> StartMaster(std::vector<std::string> extra = {}) {
+  MasterProcessOptions options;
+  options.binary = TIERKV_BINARY;
+  options.args = {"--host", "127.0.0.1", "--port", "0", "--metrics-port", "-1"};
+  options.args.insert(options.args.end(), extra.begin(), extra.end());
+  auto started = MasterProcess::Start(options);
+  EXPECT_TRUE(started.ok()) << started.status().ToString();
+  return started.ok() ? std::move(started).value() : nullptr;
+}
+
+std::unique_ptr<MasterProcess> StartStore(const MasterProcess& master,
+                                          const std::string& size = "32MiB") {
+  MasterProcessOptions options;
+  options.binary = TIERKV_BINARY;
+  options.command = "store";
+  options.args = {"--master", master.address(), "--segment-size", size, "--small-pages"};
+  auto started = MasterProcess::Start(options);
+  EXPECT_TRUE(started.ok()) << started.status().ToString();
+  return started.ok() ? std::move(started).value() : nullptr;
+}
+
+Config RequesterConfig(const MasterProcess& master) {
+  Config c;
+  c.mode = Mode::kStandaloneStore;
+  c.global_segment_size = 0;
+  c.master_server_address = master.address();
+  c.protocol = "shm";
+  c.require_registered_buffers = false;
+  return c;
+}
+
+std::unique_ptr<Client> Requester(const Config& c) {
+  auto client = Client::Create(c);
+  EXPECT_TRUE(client.ok()) << client.status().ToString();
+  return client.ok() ? std::move(client).value() : nullptr;
+}
+
+std::string Pattern(size_t n, int seed) {
+  std::string s(n, '\0');
+  uint32_t x = static_cast<uint32_t>(seed) * 2654435761u + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    s[i] = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+int PutKey(Client& c, const std::string& key, int seed, const ReplicateConfig& rc = {}) {
+  const std::string v = Pattern(kObject, seed);
+  return c.Put(key, v.data(), v.size(), rc);
+}
+
+// The value's size if byte-exact, else the get's (negative) code, or -1000 for wrong bytes.
+int64_t GetKey(Client& c, const std::string& key, int seed) {
+  std::string buf(kObject, '\0');
+  const int64_t n = c.Get(key, buf.data(), buf.size());
+  if (n < 0) return n;
+  return buf == Pattern(kObject, seed) ? n : -1000;
+}
+
+// Until `pred` holds or `timeout` passes.
+bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  const auto deadline = SteadyClock::now() + timeout;
+  while (SteadyClock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
+
+TEST(DistributedClientTest, PutOnOneRequesterGetOnAnotherProcess) {
+  auto master = StartMaster();
+  ASSERT_NE(master, nullptr);
+  auto store_a = StartStore(*master);
+  auto store_b = StartStore(*master);
+  ASSERT_NE(store_a, nullptr);
+  ASSERT_NE(store_b, nullptr);
+  // The reading requester process is forked before this process uses gRPC (a child forked
+  // after gRPC started cannot use it); it waits on a pipe until the puts are done.
+  const Config reader_config = RequesterConfig(*master);
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(go[1]);
+    char byte = 0;
+    if (read(go[0], &byte, 1) != 1) _exit(4);
+    auto reader = Client::Create(reader_config);
+    if (!reader.ok()) _exit(2);
+    for (int i = 0; i < 40; ++i) {
+      if (GetKey(**reader, "k" + std::to_string(i), i) != static_cast<int64_t>(kObject)) _exit(3);
+    }
+    _exit(0);
+  }
+  close(go[0]);
+  auto writer = Requester(RequesterConfig(*master));
+  if (writer == nullptr) kill(child, SIGKILL);
+  ASSERT_NE(writer, nullptr);
+  // 40 x 256 KiB over two 32 MiB stores; a batch put too.
+  for (int i = 0; i < 30; ++i) ASSERT_EQ(PutKey(*writer, "k" + std::to_string(i), i), 0) << i;
+  std::vector<std::string> keys;
+  std::vector<std::string> values;
+  for (int i = 30; i < 40; ++i) {
+    keys.push_back("k" + std::to_string(i));
+    values.push_back(Pattern(kObject, i));
+  }
+  std::vector<std::vector<void*>> ptrs;
+  std::vector<std::vector<size_t>> sizes;
+  for (auto& v : values) {
+    ptrs.push_back({v.data()});
+    sizes.push_back({v.size()});
+  }
+  for (int code : writer->BatchPutFromMultiBuffers(keys, ptrs, sizes)) EXPECT_EQ(code, 0);
+
+  // Objects landed on both stores.
+  std::set<std::string> segments;
+  std::vector<std::string> all;
+  for (int i = 0; i < 40; ++i) all.push_back("k" + std::to_string(i));
+  for (auto& r : writer->BatchGetReplicaDesc(all)) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    segments.insert(r->at(0).segment_name);
+  }
+  EXPECT_EQ(segments.size(), 2u);
+  EXPECT_TRUE(segments.count(store_a->segment_name()) == 1) << store_a->segment_name();
+
+  // Another requester process reads every object byte-exact.
+  ASSERT_EQ(write(go[1], "g", 1), 1);
+  close(go[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: create failed, 3: a get failed or was wrong";
+  // And a second requester in this process.
+  auto reader = Requester(RequesterConfig(*master));
+  ASSERT_NE(reader, nullptr);
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(GetKey(*reader, "k" + std::to_string(i), i), kObject);
+  EXPECT_EQ(reader->Remove("k0"), ToInt(ErrorCode::OBJECT_HAS_LEASE)) << "just read: leased";
+  EXPECT_EQ(reader->Remove("k0", /*force=*/true), 0);
+  EXPECT_EQ(GetKey(*writer, "k0", 0), ToInt(ErrorCode::OBJECT_NOT_FOUND));
+}
+
+TEST(DistributedClientTest, PreferredSegmentSteersPuts) {
+  auto master = StartMaster();
+  ASSERT_NE(master, nullptr);
+  auto store_a = StartStore(*master);
+  auto store_b = StartStore(*master);
+  ASSERT_NE(store_a, nullptr);
+  ASSERT_NE(store_b, nullptr);
+  Config c = RequesterConfig(*master);
+  // The name without its "@socket" part is enough.
+  const std::string b = store_b->segment_name();
+  c.preferred_segment = b.substr(0, b.find('@'));
+  auto client = Requester(c);
+  ASSERT_NE(client, nullptr);
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(PutKey(*client, "p" + std::to_string(i), i), 0);
+  for (int i = 0; i < 10; ++i) {
+    auto desc = client->BatchGetReplicaDesc({"p" + std::to_string(i)});
+    ASSERT_TRUE(desc[0].ok());
+    EXPECT_EQ(desc[0]->at(0).segment_name, b) << i;
+  }
+}
+
+TEST(DistributedClientTest, TwoReplicasOnDistinctStoresSurviveOneStoreDeath) {
+  auto master = StartMaster({"--client-ttl-ms", "1000"});
+  ASSERT_NE(master, nullptr);
+  auto store_a = StartStore(*master);
+  auto store_b = StartStore(*master);
+  ASSERT_NE(store_a, nullptr);
+  ASSERT_NE(store_b, nullptr);
+  auto client = Requester(RequesterConfig(*master));
+  ASSERT_NE(client, nullptr);
+  ReplicateConfig two;
+  two.replica_num = 2;
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(PutKey(*client, "r" + std::to_string(i), i, two), 0);
+  for (int i = 0; i < 10; ++i) {
+    auto desc = client->BatchGetReplicaDesc({"r" + std::to_string(i)});
+    ASSERT_TRUE(desc[0].ok());
+    ASSERT_EQ(desc[0]->size(), 2u);
+    EXPECT_NE(desc[0]->at(0).segment_name, desc[0]->at(1).segment_name);
+  }
+  store_a->Kill();
+  // Every get is served byte-exact by the surviving replica, before and after the master
+  // drops the dead store's replicas.
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(GetKey(*client, "r" + std::to_string(i), i), kObject);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto desc = client->BatchGetReplicaDesc({"r0"});
+        return desc[0].ok() && desc[0]->size() == 1;
+      },
+      std::chrono::milliseconds(5000)));
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(GetKey(*client, "r" + std::to_string(i), i), kObject);
+}
+
+TEST(DistributedClientTest, KilledStoreNeverServesBytesAndItsObjectsGo) {
+  auto master = StartMaster({"--client-ttl-ms", "1000"});
+  ASSERT_NE(master, nullptr);
+  auto store_a = StartStore(*master);
+  auto store_b = StartStore(*master);
+  ASSERT_NE(store_a, nullptr);
+  ASSERT_NE(store_b, nullptr);
+  Config c = RequesterConfig(*master);
+  c.preferred_segment = store_a->segment_name();
+  auto client = Requester(c);
+  ASSERT_NE(client, nullptr);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(PutKey(*client, "d" + std::to_string(i), i), 0);
+  ASSERT_EQ(GetKey(*client, "d0", 0), kObject);  // maps store A
+  c.preferred_segment = store_b->segment_name();
+  auto other = Requester(c);
+  ASSERT_NE(other, nullptr);
+  ASSERT_EQ(PutKey(*other, "on-b", 99), 0);
+
+  store_a->Kill();
+  // Until the master notices, the dead store's objects fail (never its bytes); afterwards
+  // they are gone. Objects on the live store are unaffected.
+  for (int i = 0; i < 8; ++i) {
+    std::string buf(kObject, 'x');
+    const int64_t n = client->Get("d" + std::to_string(i), buf.data(), buf.size());
+    EXPECT_TRUE(n == ToInt(ErrorCode::TRANSFER_FAIL) || n == ToInt(ErrorCode::OBJECT_NOT_FOUND))
+        << i << ": " << n;
+    EXPECT_EQ(buf, std::string(kObject, '\0')) << "a failed get leaves zeroes, not bytes";
+  }
+  EXPECT_EQ(GetKey(*client, "on-b", 99), kObject);
+  EXPECT_TRUE(
+      Eventually([&] { return GetKey(*client, "d3", 3) == ToInt(ErrorCode::OBJECT_NOT_FOUND); },
+                 std::chrono::milliseconds(5000)));
+  EXPECT_EQ(client->BatchIsExist({"d1"})[0], 0);
+  // A restarted store registers again and takes new puts.
+  auto store_c = StartStore(*master);
+  ASSERT_NE(store_c, nullptr);
+  c.preferred_segment = store_c->segment_name();
+  auto third = Requester(c);
+  ASSERT_NE(third, nullptr);
+  ASSERT_EQ(PutKey(*third, "on-c", 7), 0);
+  EXPECT_EQ(GetKey(*client, "on-c", 7), kObject);
+}
+
+TEST(DistributedClientTest, StoreStoppedCleanlyUnmountsItsSegment) {
+  auto master = StartMaster();
+  ASSERT_NE(master, nullptr);
+  auto store = StartStore(*master);
+  ASSERT_NE(store, nullptr);
+  auto client = Requester(RequesterConfig(*master));
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(PutKey(*client, "s", 1), 0);
+  const auto status = store->Stop();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+  // Unmounted at once: its objects are gone, no TTL to wait for.
+  EXPECT_EQ(GetKey(*client, "s", 1), ToInt(ErrorCode::OBJECT_NOT_FOUND));
+  EXPECT_NE(PutKey(*client, "t", 2), 0) << "no segment left to put on";
+}
+
+TEST(DistributedClientTest, ConfigurationErrorsAreClear) {
+  // Nothing listens there: RPC_FAIL within the 5 s connect timeout.
+  Config c;
+  c.mode = Mode::kStandaloneStore;
+  c.global_segment_size = 0;
+  c.protocol = "shm";
+  c.master_server_address = "127.0.0.1:1";
+  const auto start = SteadyClock::now();
+  auto bad = Client::Create(c);
+  EXPECT_EQ(bad.code(), ErrorCode::RPC_FAIL);
+  EXPECT_NE(bad.status().message().find("127.0.0.1:1"), std::string::npos)
+      << bad.status().ToString();
+  EXPECT_LT(SteadyClock::now() - start, std::chrono::seconds(8));
+
+  c.protocol = "tcp";
+  auto tcp = Client::Create(c);
+  EXPECT_EQ(tcp.code(), ErrorCode::UNAVAILABLE_IN_CURRENT_MODE);
+  EXPECT_NE(tcp.status().message().find("protocol"), std::string::npos);
+
+  c.protocol = "shm";
+  c.master_server_address.clear();
+  EXPECT_EQ(Client::Create(c).code(), ErrorCode::INVALID_CONFIG);
+
+  Config offload;
+  offload.master_server_address = "127.0.0.1:1";
+  offload.protocol = "auto";
+  offload.enable_offload = true;
+  offload.offload_paths = {"/tmp/x.tier"};
+  auto refused = Client::Create(offload);
+  EXPECT_EQ(refused.code(), ErrorCode::UNAVAILABLE_IN_CURRENT_MODE) << refused.status().ToString();
+}
+
+}  // namespace
+}  // namespace tierkv

@@ -1,0 +1,114 @@
+#include "store_command.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "client/embedded_client.h"
+#include "tierkv/config.h"
+
+namespace tierkv::cli {
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+struct StoreFlags {
+  std::string master;
+  std::string segment_size = "1GiB";
+  std::string config_path;
+  std::string hostname;
+  bool small_pages = false;
+};
+
+int RunStore(const StoreFlags& flags) {
+  if (std::getenv("TIERKV_LOG_LEVEL") == nullptr) spdlog::set_level(spdlog::level::info);
+  // Block the stop signals before any thread starts (they inherit the mask), then wait for
+  // one on this thread.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a requester that went away must not kill the store
+
+  Result<Config> loaded = LoadConfig(flags.config_path);
+  if (!loaded.ok()) {
+    std::cerr << "tierkv store: error: " << loaded.status().ToString() << std::endl;
+    return kExitUsage;
+  }
+  Config config = std::move(loaded).value();
+  config.mode = Mode::kEmbedded;  // the store contributes its segment
+  if (!flags.master.empty()) config.master_server_address = flags.master;
+  if (config.master_server_address.empty()) {
+    std::cerr << "tierkv store: error: no master: pass --master HOST:PORT (or "
+                 "master_server_address in the config)"
+              << std::endl;
+    return kExitUsage;
+  }
+  Result<uint64_t> size = ParseSize(flags.segment_size);
+  if (!size.ok() || *size == 0) {
+    std::cerr << "tierkv store: error: --segment-size '" << flags.segment_size
+              << "': " << (size.ok() ? "must be > 0" : size.status().ToString()) << std::endl;
+    return kExitUsage;
+  }
+  config.global_segment_size = *size;
+  if (!flags.hostname.empty()) config.local_hostname = flags.hostname;
+  if (config.protocol == "tcp") config.protocol = "auto";  // the built-in default: serve shm
+  if (flags.small_pages) config.use_huge_pages = false;
+
+  auto created = EmbeddedClient::CreateRemote(config);
+  if (!created.ok()) {
+    std::cerr << "tierkv store: error: " << created.status().ToString() << std::endl;
+    return created.code() == ErrorCode::INVALID_CONFIG ? kExitUsage : kExitFailed;
+  }
+  std::unique_ptr<EmbeddedClient> store = std::move(created).value();
+  std::cout << "tierkv store serving segment " << store->mounted_segment_name() << " ("
+            << config.global_segment_size << " bytes) on master " << config.master_server_address
+            << std::endl;
+
+  int signal_number = 0;
+  while (sigwait(&stop_signals, &signal_number) != 0) {
+  }
+  spdlog::info("tierkv store: {} received, unmounting and stopping",
+               signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  store.reset();
+  spdlog::info("tierkv store: stopped");
+  return 0;
+}
+
+}  // namespace
+
+void AddStoreCommand(CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<StoreFlags>();
+  CLI::App* store = app.add_subcommand(
+      "store",
+      "Run a standalone store: contribute a DRAM segment to a tierkv master's pool and serve it "
+      "to requesters on this host (shared memory). Prints 'tierkv store serving segment NAME "
+      "...' on stdout once serving; stops cleanly on SIGINT/SIGTERM (the segment is unmounted)");
+  store
+      ->add_option("--master", flags->master,
+                   "The master's HOST:PORT (default: master_server_address of the config)")
+      ->capture_default_str();
+  store->add_option("--segment-size", flags->segment_size, "DRAM contributed (e.g. 4GiB)")
+      ->capture_default_str();
+  store
+      ->add_option("--config", flags->config_path,
+                   "JSON config (tierkv::LoadConfig; default: $TIERKV_CONFIG_PATH, else "
+                   "built-in defaults). mode and global_segment_size are set by this command")
+      ->check(CLI::ExistingFile);
+  store
+      ->add_option("--hostname", flags->hostname,
+                   "Host name this store registers with (default: local_hostname of the config, "
+                   "$TIERKV_LOCAL_HOSTNAME, else gethostname())")
+      ->capture_default_str();
+  store->add_flag("--small-pages", flags->small_pages,
+                  "Use 4 KiB pages for the segment (default: 2 MiB pages when available)");
+  store->callback([flags, exit_code] { *exit_code = RunStore(*flags); });
+}
+
+}  // namespace tierkv::cli
