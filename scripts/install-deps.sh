@@ -31,6 +31,7 @@ PACKAGES=(
   libprotobuf-dev
   protobuf-compiler    # protoc
   prometheus-cpp-dev   # tierkv master: /metrics and /health (src/metrics/; pulls in libcivetweb-dev)
+  libucx-dev           # the cross-host transport (src/transport/ucx_*): UCX over tcp, or verbs/RDMA
   python3              # scripts/test.sh checks the bench's JSON output with it
   fio                  # tierkv bench disk: the baseline of the SSD tier's raw path
 )

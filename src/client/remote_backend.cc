@@ -77,11 +77,36 @@ void RemoteBackend::RefreshNamesLocked() {
     spdlog::warn("requester: listing the master's segments failed: {}", stats.status().ToString());
     return;
   }
+  names_.clear();  // unmounted segments drop out
   for (const SegmentUsage& s : stats->segment_usage) names_[s.id] = s.name;
+  // A cached mapping whose id now names another segment is stale (never write through it).
+  for (auto it = mapped_.begin(); it != mapped_.end();) {
+    auto name = names_.find(it->first);
+    std::string base, path;
+    if (name != names_.end()) SplitSegmentEndpoint(name->second, &base, &path);
+    if (name == names_.end() || base != it->second->name()) {
+      it = mapped_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void RemoteBackend::ForgetIfReregisteredLocked() {
+  // A new registration means a new master incarnation (or an expiry): its segment ids are not
+  // the ones cached. Forget them; mappings in use stay valid through their shared_ptrs.
+  const uint64_t registrations = master_->registrations();
+  if (registrations == seen_registrations_) return;
+  seen_registrations_ = registrations;
+  names_.clear();
+  mapped_.clear();
+  unreachable_.clear();
+  last_refresh_ = {};
 }
 
 std::shared_ptr<SegmentAccess> RemoteBackend::FindSegment(SegmentId id) {
   std::lock_guard lock(mu_);
+  ForgetIfReregisteredLocked();
   for (const auto& [handle, segment] : own_) {
     if (master_->CurrentSegmentId(handle) == id) return segment;
   }
@@ -120,6 +145,7 @@ std::shared_ptr<SegmentAccess> RemoteBackend::FindSegment(SegmentId id) {
 
 std::string RemoteBackend::SegmentName(SegmentId id) {
   std::lock_guard lock(mu_);
+  ForgetIfReregisteredLocked();
   auto it = names_.find(id);
   if (it == names_.end()) {
     RefreshNamesLocked();

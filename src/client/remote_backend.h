@@ -78,8 +78,11 @@ class RemoteBackend final : public ClientBackend {
  private:
   RemoteBackend(std::unique_ptr<RemoteMaster> master, std::string host)
       : master_(std::move(master)), host_(std::move(host)) {}
-  // Refreshes names_ from the master's segment list (rate-limited). Requires mu_.
+  // Refreshes names_ from the master's segment list (rate-limited) and drops mappings whose
+  // id now names another segment. Requires mu_.
   void RefreshNamesLocked();
+  // Clears the caches when the RemoteMaster registered again (master restart). Requires mu_.
+  void ForgetIfReregisteredLocked();
 
   const std::unique_ptr<RemoteMaster> master_;
   const std::string host_;
@@ -90,6 +93,7 @@ class RemoteBackend final : public ClientBackend {
   std::map<SegmentId, std::shared_ptr<SegmentAccess>> mapped_;  // guarded by mu_
   std::set<SegmentId> unreachable_;                             // logged; guarded by mu_
   std::chrono::steady_clock::time_point last_refresh_{};        // guarded by mu_
+  uint64_t seen_registrations_ = 1;  // master_->registrations() the caches belong to; mu_
 };
 
 }  // namespace tierkv

@@ -81,6 +81,7 @@ MasterService::MasterService(MasterOptions options)
     : options_(std::move(options)),
       policy_(options_.policy ? options_.policy
                               : std::shared_ptr<const EvictionPolicy>(MakeDefaultEvictionPolicy())),
+      segments_(options_.first_segment_id),
       table_(options_.shards) {}
 
 MasterService::~MasterService() = default;

@@ -33,6 +33,7 @@ struct MasterOptions {
   uint32_t shards = 64;
   const Clock* clock = SystemClock::Instance();
   std::shared_ptr<const EvictionPolicy> policy;  // null = LRU
+  SegmentId first_segment_id = 1;                // ids are handed out from here on (0 counts as 1)
 };
 
 struct ReplicaLocation {

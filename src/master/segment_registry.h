@@ -46,6 +46,9 @@ struct SegmentUsage {
 
 class SegmentRegistry {
  public:
+  // Ids are handed out from `first_id` on (a master process starts from a random one, so the
+  // ids of two master incarnations practically never collide in a requester's caches).
+  explicit SegmentRegistry(SegmentId first_id = 1) : next_id_(first_id == 0 ? 1 : first_id) {}
   // SEGMENT_ALREADY_EXISTS for a name already mounted; INVALID_PARAMS for an
   // empty name or zero capacity.
   Result<SegmentId> Mount(const std::string& name, uint64_t capacity);

@@ -430,6 +430,11 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
   }
   if (options.client_ttl.count() <= 0) return bad("client TTL must be > 0 ms");
   if (options.master.clock == nullptr) options.master.clock = SystemClock::Instance();
+  // Segment ids of a restarted master must not alias the previous incarnation's in requesters'
+  // caches: start from a random id (below 2^31, so they stay far from wrapping).
+  if (options.master.first_segment_id == 1) {
+    options.master.first_segment_id = static_cast<SegmentId>(NewIncarnation() % (1u << 30)) + 1;
+  }
 
   std::unique_ptr<MasterServer> server(new MasterServer(std::move(options)));
   const MasterServerOptions& o = server->options_;

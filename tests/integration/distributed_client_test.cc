@@ -32,10 +32,10 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 constexpr size_t kObject = 256 * 1024;
 
-std::unique_ptr<MasterProcess> StartMaster(std::vector<std::string> extra = {}) {
+std::unique_ptr<MasterProcess> StartMaster(std::vector<std::string> extra = {}, int port = 0) {
   MasterProcessOptions options;
   options.binary = TIERKV_BINARY;
-  options.args = {"--host", "127.0.0.1", "--port", "0", "--metrics-port", "-1"};
+  options.args = {"--host", "127.0.0.1", "--port", std::to_string(port), "--metrics-port", "-1"};
   options.args.insert(options.args.end(), extra.begin(), extra.end());
   auto started = MasterProcess::Start(options);
   EXPECT_TRUE(started.ok()) << started.status().ToString();
@@ -283,6 +283,32 @@ TEST(DistributedClientTest, StoreStoppedCleanlyUnmountsItsSegment) {
   // Unmounted at once: its objects are gone, no TTL to wait for.
   EXPECT_EQ(GetKey(*client, "s", 1), ToInt(ErrorCode::OBJECT_NOT_FOUND));
   EXPECT_NE(PutKey(*client, "t", 2), 0) << "no segment left to put on";
+}
+
+TEST(DistributedClientTest, MasterRestartStoresRemountAndRequestersCarryOn) {
+  auto master = StartMaster();
+  ASSERT_NE(master, nullptr);
+  const int port = master->port();
+  auto store = StartStore(*master);
+  ASSERT_NE(store, nullptr);
+  auto client = Requester(RequesterConfig(*master));
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(PutKey(*client, "before", 1), 0);
+  ASSERT_EQ(GetKey(*client, "before", 1), kObject);  // the store's segment is mapped
+
+  master->Kill();
+  auto restarted = StartMaster({}, port);
+  ASSERT_NE(restarted, nullptr);
+  // The store re-registers and re-mounts (a new segment id) on its next heartbeat; the
+  // requester re-registers too and forgets the old ids.
+  ASSERT_TRUE(Eventually([&] { return PutKey(*client, "after", 2) == 0; },
+                         std::chrono::milliseconds(10000)));
+  EXPECT_EQ(GetKey(*client, "after", 2), kObject);
+  // Metadata lived in the old master: what it knew is gone, never served from stale ids.
+  EXPECT_EQ(GetKey(*client, "before", 1), ToInt(ErrorCode::OBJECT_NOT_FOUND));
+  auto desc = client->BatchGetReplicaDesc({"after"});
+  ASSERT_TRUE(desc[0].ok());
+  EXPECT_EQ(desc[0]->at(0).segment_name, store->segment_name());
 }
 
 TEST(DistributedClientTest, ConfigurationErrorsAreClear) {

@@ -203,7 +203,8 @@ TEST(MasterMetricsTest, MetricsAndHealthFollowTheMaster) {
 
   auto client = ConnectTo(*master);
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->MountSegment("metrics-seg", 16 * kMiB).ok());
+  Result<SegmentId> mounted = client->MountSegment("metrics-seg", 16 * kMiB);
+  ASSERT_TRUE(mounted.ok()) << mounted.status().ToString();
   PutObjects(*client, {"m1", "m2", "m3"}, 4096);
   std::vector<Result<ObjectReplicas>> got = client->GetReplicas({"m1", "m2", "absent"});
   ASSERT_TRUE(got[0].ok() && got[1].ok());
@@ -221,7 +222,9 @@ TEST(MasterMetricsTest, MetricsAndHealthFollowTheMaster) {
   EXPECT_EQ(Sample(text, "tierkv_master_lease_grants_total"), 2.0);
   EXPECT_EQ(Sample(text, "tierkv_master_clients"), 1.0);
   EXPECT_EQ(Sample(text, "tierkv_master_segments"), 1.0);
-  const std::string segment = "{segment_id=\"1\",segment=\"metrics-seg\"}";
+  // A master hands out segment ids from a random base (see MasterServer::Start).
+  const std::string segment =
+      "{segment_id=\"" + std::to_string(*mounted) + "\",segment=\"metrics-seg\"}";
   EXPECT_EQ(Sample(text, "tierkv_master_segment_capacity_bytes" + segment), 16.0 * kMiB) << text;
   EXPECT_GE(Sample(text, "tierkv_master_segment_used_bytes" + segment).value_or(0), 2 * 4096.0);
   // One histogram per RPC method, timed in the handler.
@@ -261,7 +264,8 @@ TEST(MasterMetricsTest, StatShowsTheNumbers) {
   EXPECT_NE(run.out.find("hit rate n/a"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("clients: 1 "), std::string::npos) << run.out;  // stat is no client
 
-  ASSERT_TRUE(client->MountSegment("stat-seg", 16 * kMiB).ok());
+  Result<SegmentId> mounted = client->MountSegment("stat-seg", 16 * kMiB);
+  ASSERT_TRUE(mounted.ok()) << mounted.status().ToString();
   PutObjects(*client, {"s1", "s2", "s3", "s4"}, 1 * kMiB);
   std::vector<Result<ObjectReplicas>> got = client->GetReplicas({"s1", "s2", "nope"});
   ASSERT_TRUE(got[0].ok() && got[1].ok());
@@ -271,7 +275,9 @@ TEST(MasterMetricsTest, StatShowsTheNumbers) {
   std::cerr << run.out;
   EXPECT_NE(run.out.find("tierkv master " + master->address()), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("segments: 1"), std::string::npos) << run.out;
-  EXPECT_NE(run.out.find("[1] stat-seg: 4.0 MiB / 16.0 MiB (25.0%)"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("[" + std::to_string(*mounted) + "] stat-seg: 4.0 MiB / 16.0 MiB (25.0%)"),
+            std::string::npos)
+      << run.out;
   EXPECT_NE(run.out.find("objects: 4 (0 pending, 0 groups)"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("replicas: 4 in memory, 0 on disk"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("gets: 3 keys, 2 hits, 1 misses, hit rate 66.7%"), std::string::npos)

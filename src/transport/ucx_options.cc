@@ -1,0 +1,105 @@
+#include "transport/ucx_options.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+#include <vector>
+
+namespace tierkv::transport {
+namespace {
+
+// The entries of a sysfs class directory, sorted; empty when it is missing or unreadable.
+std::vector<std::string> ListDevices(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(dir, error), end; !error && it != end;
+       it.increment(error)) {
+    names.push_back(it->path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string Join(const std::vector<std::string>& names) {
+  if (names.empty()) return "none";
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+bool Contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+bool PlainName(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find_first_of("/:, \t\n") == std::string::npos && name.find('\0') == name.npos;
+}
+
+Status Config(const std::string& what) {
+  return Status(ErrorCode::INVALID_CONFIG, "ucx transport: " + what);
+}
+
+Status Unavailable(const std::string& what) {
+  return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE, "ucx transport: " + what);
+}
+
+}  // namespace
+
+Result<UcxTransportSelection> SelectUcxTransports(const UcxTransportOptions& options,
+                                                  const std::string& sysfs_root) {
+  if (options.io_timeout.count() <= 0) {
+    return Config("io_timeout must be positive, got " + std::to_string(options.io_timeout.count()) +
+                  " ms");
+  }
+  const std::filesystem::path root(sysfs_root);
+  if (options.protocol == "tcp") {
+    if (options.device.empty()) return UcxTransportSelection{"tcp", "all"};
+    if (!PlainName(options.device)) {
+      return Config("device \"" + options.device +
+                    "\" is not a network interface name (protocol \"tcp\" takes one, e.g. "
+                    "\"eth0\")");
+    }
+    const std::filesystem::path dir = root / "class" / "net";
+    const std::vector<std::string> interfaces = ListDevices(dir);
+    if (!Contains(interfaces, options.device)) {
+      return Unavailable("network interface \"" + options.device + "\" (device) not found in " +
+                         dir.string() + "; this host has: " + Join(interfaces));
+    }
+    return UcxTransportSelection{"tcp", options.device};
+  }
+  if (options.protocol == "rdma") {
+    const std::filesystem::path dir = root / "class" / "infiniband";
+    const std::vector<std::string> devices = ListDevices(dir);
+    if (devices.empty()) {
+      return Unavailable(
+          "protocol \"rdma\" needs an RDMA (verbs) device and this host has none (" +
+          dir.string() + " is missing or empty: no RDMA NIC, or its driver is not loaded); use "
+          "protocol \"tcp\"");
+    }
+    if (options.device.empty()) return UcxTransportSelection{"rc,ud", "all"};
+    std::string name = options.device;
+    std::string port = "1";
+    if (const size_t colon = name.find(':'); colon != std::string::npos) {
+      port = name.substr(colon + 1);
+      name.resize(colon);
+    }
+    const bool port_ok = !port.empty() && port.size() <= 3 &&
+                         std::all_of(port.begin(), port.end(), [](char c) {
+                           return c >= '0' && c <= '9';
+                         });
+    if (!PlainName(name) || !port_ok) {
+      return Config("device \"" + options.device +
+                    "\" is not a verbs device name (protocol \"rdma\" takes \"mlx5_0\" or "
+                    "\"mlx5_0:<port>\")");
+    }
+    if (!Contains(devices, name)) {
+      return Unavailable("verbs device \"" + name + "\" (device) not found in " + dir.string() +
+                         "; this host has: " + Join(devices));
+    }
+    return UcxTransportSelection{"rc,ud", name + ":" + port};
+  }
+  return Config("protocol \"" + options.protocol + "\" is not one of \"tcp\", \"rdma\"");
+}
+
+}  // namespace tierkv::transport

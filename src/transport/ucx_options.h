@@ -1,0 +1,41 @@
+// Options of the cross-host transport (UcxSegmentServer, UcxSegmentClient) and the check that
+// turns them into UCX settings. docs/ucx-transport.md, "Transport selection", is the reference.
+// Thread-safety: value types and pure functions (SelectUcxTransports only reads sysfs).
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "tierkv/status.h"
+
+namespace tierkv::transport {
+
+struct UcxTransportOptions {
+  // Which UCX transports carry the bytes: "tcp" (UCX_TLS=tcp) or "rdma" (UCX_TLS=rc,ud: RC for
+  // the data, UD for wire-up; needs a verbs device).
+  std::string protocol = "tcp";
+  // The NIC, "" for UCX's default (every usable one). For "tcp" a network interface ("eth0");
+  // for "rdma" a verbs device ("mlx5_0", meaning port 1, or "mlx5_0:2"), e.g. from
+  // SelectDevice (transport/device_select.h).
+  std::string device;
+  // A requester's call fails with TRANSFER_FAIL, and its connection is closed, once it has
+  // waited this long for its server without any reply; a server closes a connection that has not
+  // completed its handshake within this time.
+  std::chrono::milliseconds io_timeout{10000};
+};
+
+// What UCX is told: UCX_TLS and UCX_NET_DEVICES.
+struct UcxTransportSelection {
+  std::string transports;   // "tcp" or "rc,ud"
+  std::string net_devices;  // "all", "eth0", "mlx5_0:1"
+};
+
+// Checks `options` against what this host has, reading `sysfs_root` + "/class/net" (tcp) and
+// "/class/infiniband" (rdma). Errors: INVALID_CONFIG naming the field for an unknown protocol,
+// a malformed device name or a non-positive io_timeout; UNAVAILABLE_IN_CURRENT_MODE for "rdma"
+// on a host without verbs devices, or a device this host does not have (the message lists the
+// devices it has).
+Result<UcxTransportSelection> SelectUcxTransports(const UcxTransportOptions& options,
+                                                  const std::string& sysfs_root = "/sys");
+
+}  // namespace tierkv::transport

@@ -1,0 +1,101 @@
+#include "transport/ucx_protocol.h"
+
+#include <bit>
+#include <cstring>
+#include <string>
+
+namespace tierkv::transport {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "the UCX transport's wire format is little-endian; big-endian hosts need byte swaps");
+
+template <typename T>
+void Put(UcxHeader& out, size_t offset, T value) {
+  std::memcpy(out.data() + offset, &value, sizeof(value));
+}
+
+template <typename T>
+T Get(const uint8_t* data, size_t offset) {
+  T value;
+  std::memcpy(&value, data + offset, sizeof(value));
+  return value;
+}
+
+Status Invalid(const char* what, const std::string& detail) {
+  return Status(ErrorCode::INVALID_PARAMS, std::string("ucx ") + what + ": " + detail);
+}
+
+// Checks the size, magic and version shared by both headers and reads the op.
+Result<UcxOp> DecodeCommon(const char* what, const void* data, size_t size) {
+  if (size != kUcxHeaderSize) {
+    return Invalid(what, "header of " + std::to_string(size) + " bytes, expected " +
+                             std::to_string(kUcxHeaderSize));
+  }
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  if (std::memcmp(bytes, kUcxMagic, sizeof(kUcxMagic)) != 0) {
+    return Invalid(what, "wrong magic (not TKVU)");
+  }
+  const auto version = Get<uint16_t>(bytes, 4);
+  if (version != kUcxProtocolVersion) {
+    return Invalid(what, "version " + std::to_string(version) + ", this side speaks " +
+                             std::to_string(kUcxProtocolVersion));
+  }
+  const auto op = Get<uint16_t>(bytes, 6);
+  if (op < static_cast<uint16_t>(UcxOp::kHello) || op > static_cast<uint16_t>(UcxOp::kWrite)) return Invalid(what, "unknown op " + std::to_string(op));
+  return static_cast<UcxOp>(op);
+}
+
+UcxHeader Common(uint16_t version, UcxOp op, uint64_t id) {
+  UcxHeader out{};
+  std::memcpy(out.data(), kUcxMagic, sizeof(kUcxMagic));
+  Put<uint16_t>(out, 4, version);
+  Put<uint16_t>(out, 6, static_cast<uint16_t>(op));
+  Put<uint64_t>(out, 8, id);
+  return out;
+}
+
+}  // namespace
+
+UcxHeader EncodeUcxRequest(const UcxRequest& request) {
+  UcxHeader out = Common(request.version, request.op, request.id);
+  Put<uint64_t>(out, 16, request.offset);
+  Put<uint64_t>(out, 24, request.length);
+  return out;
+}
+
+UcxHeader EncodeUcxReply(const UcxReply& reply) {
+  UcxHeader out = Common(reply.version, reply.op, reply.id);
+  Put<int32_t>(out, 16, reply.status);
+  Put<uint32_t>(out, 20, 0);
+  Put<uint64_t>(out, 24, reply.value);
+  return out;
+}
+
+Result<UcxRequest> DecodeUcxRequest(const void* data, size_t size) {
+  Result<UcxOp> op = DecodeCommon("request", data, size);
+  if (!op.ok()) return op.status();
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  UcxRequest request;
+  request.version = Get<uint16_t>(bytes, 4);
+  request.op = *op;
+  request.id = Get<uint64_t>(bytes, 8);
+  request.offset = Get<uint64_t>(bytes, 16);
+  request.length = Get<uint64_t>(bytes, 24);
+  return request;
+}
+
+Result<UcxReply> DecodeUcxReply(const void* data, size_t size) {
+  Result<UcxOp> op = DecodeCommon("reply", data, size);
+  if (!op.ok()) return op.status();
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  UcxReply reply;
+  reply.version = Get<uint16_t>(bytes, 4);
+  reply.op = *op;
+  reply.id = Get<uint64_t>(bytes, 8);
+  reply.status = Get<int32_t>(bytes, 16);
+  reply.value = Get<uint64_t>(bytes, 24);
+  return reply;
+}
+
+}  // namespace tierkv::transport

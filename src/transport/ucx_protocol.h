@@ -1,0 +1,78 @@
+// The messages of the cross-host transport: a requester (UcxSegmentClient) reads and writes byte
+// ranges of a store's segment served by a UcxSegmentServer, over UCX active messages.
+//
+// docs/ucx-transport.md is the reference; in short, each message is one UCX active message whose
+// 32-byte user header is one of these, and whose data is the bytes being moved:
+//
+//   request  (requester -> server), AM id kUcxRequestAmId, sent with UCP_AM_SEND_FLAG_REPLY:
+//     0  char[4]  magic "TKVU"
+//     4  u16      version (1)
+//     6  u16      op: 1 hello, 2 read, 3 write
+//     8  u64      request id (echoed in the reply)
+//     16 u64      offset in the segment (hello: 0)
+//     24 u64      length: hello, the name's length (the name is the data); read, the bytes wanted
+//                 (no data); write, the bytes carried (the data)
+//   reply    (server -> requester), AM id kUcxReplyAmId:
+//     0  char[4]  magic "TKVU"
+//     4  u16      version (the server's: 1)
+//     6  u16      op of the request answered
+//     8  u64      request id
+//     16 i32      status: 0, or the tierkv ErrorCode that refuses the request
+//     20 u32      0
+//     24 u64      value: hello, the segment's size; read, the bytes in the data; write, the
+//                 bytes written (0 on refusal)
+//
+// Integers are little-endian (the hosts may differ; big-endian hosts are not supported). The
+// functions here are pure. Thread-safety: all functions are thread-safe.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "tierkv/status.h"
+
+namespace tierkv::transport {
+
+inline constexpr char kUcxMagic[4] = {'T', 'K', 'V', 'U'};
+inline constexpr uint16_t kUcxProtocolVersion = 1;
+inline constexpr size_t kUcxHeaderSize = 32;
+inline constexpr uint32_t kUcxMaxNameLength = 4096;
+// Active message ids: requests are handled on the server's worker, replies on the requester's.
+inline constexpr unsigned kUcxRequestAmId = 1;
+inline constexpr unsigned kUcxReplyAmId = 2;
+
+enum class UcxOp : uint16_t {
+  kHello = 1,
+  kRead = 2,
+  kWrite = 3,
+};
+
+struct UcxRequest {
+  uint16_t version = kUcxProtocolVersion;
+  UcxOp op = UcxOp::kHello;
+  uint64_t id = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+struct UcxReply {
+  uint16_t version = kUcxProtocolVersion;
+  UcxOp op = UcxOp::kHello;
+  uint64_t id = 0;
+  int32_t status = 0;  // 0 or an ErrorCode value
+  uint64_t value = 0;
+};
+
+using UcxHeader = std::array<uint8_t, kUcxHeaderSize>;
+
+UcxHeader EncodeUcxRequest(const UcxRequest& request);
+UcxHeader EncodeUcxReply(const UcxReply& reply);
+
+// Decode exactly kUcxHeaderSize bytes. INVALID_PARAMS for another size, a wrong magic, a version
+// other than kUcxProtocolVersion, or an unknown op; the message says which. Lengths and offsets
+// are returned as sent: the caller judges them against the segment and the data.
+Result<UcxRequest> DecodeUcxRequest(const void* data, size_t size);
+Result<UcxReply> DecodeUcxReply(const void* data, size_t size);
+
+}  // namespace tierkv::transport

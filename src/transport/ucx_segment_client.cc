@@ -1,0 +1,501 @@
+#include "transport/ucx_segment_client.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <mutex>
+#include <utility>
+
+#include "transport/ucx_protocol.h"
+#include "transport/ucx_worker.h"
+
+namespace tierkv::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Requests in flight per batch, and the bytes they may move at once (at least one request is
+// always in flight, however large).
+constexpr size_t kMaxInFlight = 32;
+constexpr uint64_t kMaxInFlightBytes = uint64_t{64} << 20;
+// After the last event a waiting call keeps polling this long before it sleeps.
+constexpr int kSpinUs = 50;
+// How long closing the endpoint may take before the client gives up on a clean close.
+constexpr int kCloseGraceMs = 1000;
+
+int MillisUntil(Clock::time_point deadline) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, std::numeric_limits<int>::max()));
+}
+
+}  // namespace
+
+struct UcxSegmentClient::Impl {
+  // One request of the call in progress, from submission until UCX has handed back every buffer
+  // it uses and the reply has been processed.
+  struct Pending {
+    Impl* impl = nullptr;
+    UcxOp op = UcxOp::kRead;
+    uint64_t id = 0;
+    uint64_t offset = 0;
+    uint64_t total = 0;
+    const std::vector<MutPiece>* dst = nullptr;    // read
+    const std::vector<ConstPiece>* src = nullptr;  // write
+    const std::string* name = nullptr;             // hello
+    std::vector<ucp_dt_iov_t> iov;                 // several pieces
+    UcxHeader header{};                            // must outlive the send
+    bool submitted = false;
+    bool sent = false;       // UCX finished the send (and released src)
+    bool replied = false;    // the reply was processed
+    bool receiving = false;  // a rendezvous receive into dst is in flight
+    bool completed = false;  // all of the above, and counted out of in_flight
+    bool failed = false;     // the connection failed under it
+    uint64_t value = 0;      // the reply's value
+    Status status;           // the server's refusal, or a local check's
+  };
+
+  std::string address;
+  std::string segment_name;
+  UcxTransportOptions options;
+  uint64_t size = 0;
+  std::unique_ptr<UcxWorker> worker;
+
+  // Serialises every use of the worker and of the fields below (UCX callbacks run inside
+  // progress calls, which only run under it).
+  mutable std::mutex mu;
+  ucp_ep_h ep = nullptr;
+  std::string failure;  // why the connection ended; empty while alive
+  std::atomic<bool> alive{true};
+  // The call in progress.
+  std::vector<Pending>* batch = nullptr;
+  uint64_t first_id = 0;
+  uint64_t next_id = 1;
+  size_t in_flight = 0;
+  uint64_t in_flight_bytes = 0;
+  Clock::time_point last_event;
+
+  ~Impl() {
+    std::lock_guard<std::mutex> lock(mu);
+    CloseEndpoint(/*force=*/!alive.load());
+    worker.reset();
+  }
+
+  // Ends the connection for good (the first cause is kept).
+  void Fail(const std::string& why) {
+    if (failure.empty()) failure = why;
+    alive.store(false, std::memory_order_release);
+  }
+
+  std::string Describe(const Pending& p) const {
+    if (p.op == UcxOp::kHello) return "ucx connect to " + address + " (segment '" + segment_name + "')";
+    return std::string("ucx ") + (p.op == UcxOp::kRead ? "read of [" : "write of [") +
+           std::to_string(p.offset) + ", " + std::to_string(p.offset + p.total) +
+           ") of segment '" + segment_name + "' at " + address;
+  }
+
+  void CloseEndpoint(bool force) {
+    if (ep == nullptr) return;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
+    ep = nullptr;
+    const ucs_status_t status = WaitRequest(*worker, request, kCloseGraceMs);
+    if (status != UCS_OK && !force) {
+      spdlog::debug("ucx segment client {}: closing: {}", address, UcsReason(status));
+    }
+  }
+
+  void MaybeComplete(Pending& p) {
+    if (p.completed || !p.submitted || !p.sent || !p.replied || p.receiving) return;
+    p.completed = true;
+    --in_flight;
+    in_flight_bytes -= p.total;
+    last_event = Clock::now();
+  }
+
+  void Submit(Pending& p);
+  void StartReceive(Pending& p, void* descriptor);
+  // Runs `pendings` to completion; fails the connection when nothing happens for `idle`.
+  void Run(std::vector<Pending>& pendings, std::chrono::milliseconds idle);
+  // Checks one op's range and pieces; sets `p` up, or completes it with the error.
+  template <typename Piece>
+  void Prepare(Pending& p, uint64_t offset, const std::vector<Piece>& pieces);
+  std::vector<Status> Finish(std::vector<Pending>& pendings);
+
+  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static ucs_status_t OnReply(void* arg, const void* header, size_t header_length, void* data,
+                              size_t length, const ucp_am_recv_param_t* param);
+  static void OnSendDone(void* request, ucs_status_t status, void* user_data);
+  static void OnReceiveDone(void* request, ucs_status_t status, size_t length, void* user_data);
+};
+
+void UcxSegmentClient::Impl::OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  static_cast<Impl*>(arg)->Fail("the connection failed: " + UcsReason(status));
+}
+
+void UcxSegmentClient::Impl::OnSendDone(void* request, ucs_status_t status, void* user_data) {
+  auto& p = *static_cast<Pending*>(user_data);
+  p.sent = true;
+  if (status != UCS_OK) {
+    p.failed = true;
+    p.replied = true;  // no reply will come
+    p.impl->Fail("sending a request failed: " + UcsReason(status));
+  }
+  ucp_request_free(request);
+  p.impl->MaybeComplete(p);
+}
+
+void UcxSegmentClient::Impl::OnReceiveDone(void* request, ucs_status_t status, size_t /*length*/,
+                                           void* user_data) {
+  auto& p = *static_cast<Pending*>(user_data);
+  p.receiving = false;
+  if (status != UCS_OK) {
+    p.failed = true;
+    p.impl->Fail("receiving read data failed: " + UcsReason(status));
+  }
+  ucp_request_free(request);
+  p.impl->MaybeComplete(p);
+}
+
+ucs_status_t UcxSegmentClient::Impl::OnReply(void* arg, const void* header, size_t header_length,
+                                             void* data, size_t length,
+                                             const ucp_am_recv_param_t* param) {
+  Impl* self = static_cast<Impl*>(arg);
+  Result<UcxReply> reply = DecodeUcxReply(header, header_length);
+  if (!reply.ok()) {
+    self->Fail("protocol error: " + reply.status().message());
+    return UCS_OK;
+  }
+  Pending* p = nullptr;
+  if (self->batch != nullptr && reply->id >= self->first_id &&
+      reply->id - self->first_id < self->batch->size()) {
+    p = &(*self->batch)[reply->id - self->first_id];
+  }
+  if (p == nullptr || !p->submitted || p->replied || p->op != reply->op) {
+    self->Fail("protocol error: a reply to no request in flight (id " +
+               std::to_string(reply->id) + ")");
+    return UCS_OK;
+  }
+  p->replied = true;
+  self->last_event = Clock::now();
+  const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  if (reply->status != 0) {
+    const auto code = reply->status < 0 ? static_cast<ErrorCode>(reply->status)
+                                        : ErrorCode::TRANSFER_FAIL;
+    std::string what = self->Describe(*p) + ": the server refused: " +
+                       std::string(ErrorCodeName(code)) + " (" + std::to_string(reply->status) +
+                       ")";
+    if (code == ErrorCode::INVALID_PARAMS) {
+      what += ": the range is outside its segment of " + std::to_string(self->size) + " bytes";
+    } else if (code == ErrorCode::SEGMENT_NOT_FOUND) {
+      what += ": it serves another segment";
+    }
+    p->status = Status(code, std::move(what));
+    self->MaybeComplete(*p);
+    return UCS_OK;  // drops a rendezvous, if any
+  }
+  p->value = reply->value;
+  if (p->op == UcxOp::kRead) {
+    if (length != p->total || reply->value != p->total) {
+      p->failed = true;
+      self->Fail("protocol error: a read reply of " + std::to_string(length) + " bytes for " +
+                 std::to_string(p->total) + " asked");
+    } else if (!rendezvous) {
+      ScatterCopy(static_cast<const uint8_t*>(data), *p->dst, /*hash=*/false);
+    } else {
+      self->StartReceive(*p, data);
+    }
+  } else if (p->op == UcxOp::kWrite && reply->value != p->total) {
+    p->failed = true;
+    self->Fail("protocol error: the server wrote " + std::to_string(reply->value) + " of " +
+               std::to_string(p->total) + " bytes");
+  }
+  self->MaybeComplete(*p);
+  return UCS_OK;
+}
+
+void UcxSegmentClient::Impl::StartReceive(Pending& p, void* descriptor) {
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  param.cb.recv_am = &Impl::OnReceiveDone;
+  param.user_data = &p;
+  void* buffer = nullptr;
+  size_t count = 0;
+  for (const MutPiece& piece : *p.dst) {
+    if (piece.size != 0) p.iov.push_back(ucp_dt_iov_t{piece.ptr, piece.size});
+  }
+  if (p.iov.size() == 1) {
+    param.datatype = ucp_dt_make_contig(1);
+    buffer = p.iov[0].buffer;
+    count = p.iov[0].length;
+  } else {
+    param.datatype = ucp_dt_make_iov();
+    buffer = p.iov.data();
+    count = p.iov.size();
+  }
+  ucs_status_ptr_t started = ucp_am_recv_data_nbx(worker->get(), descriptor, buffer, count, &param);
+  if (UCS_PTR_IS_ERR(started)) {
+    p.failed = true;
+    Fail("receiving read data failed: " + UcsReason(UCS_PTR_STATUS(started)));
+  } else if (started != nullptr) {
+    p.receiving = true;
+  }
+}
+
+void UcxSegmentClient::Impl::Submit(Pending& p) {
+  p.submitted = true;
+  ++in_flight;
+  in_flight_bytes += p.total;
+  UcxRequest request;
+  request.op = p.op;
+  request.id = p.id;
+  request.offset = p.offset;
+  request.length = p.total;
+  p.header = EncodeUcxRequest(request);
+
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;
+  param.cb.send = &Impl::OnSendDone;
+  param.user_data = &p;
+  param.datatype = ucp_dt_make_contig(1);
+  param.flags = UCP_AM_SEND_FLAG_REPLY;
+  const void* buffer = nullptr;
+  size_t count = 0;
+  if (p.op == UcxOp::kHello) {
+    param.flags |= UCP_AM_SEND_FLAG_EAGER;
+    buffer = p.name->data();
+    count = p.name->size();
+  } else if (p.op == UcxOp::kWrite) {
+    for (const ConstPiece& piece : *p.src) {
+      if (piece.size != 0) p.iov.push_back(ucp_dt_iov_t{const_cast<void*>(piece.ptr), piece.size});
+    }
+    if (p.iov.size() == 1) {
+      buffer = p.iov[0].buffer;
+      count = p.iov[0].length;
+    } else {
+      param.datatype = ucp_dt_make_iov();
+      buffer = p.iov.data();
+      count = p.iov.size();
+    }
+  } else {
+    param.flags |= UCP_AM_SEND_FLAG_EAGER;
+  }
+  if (ep == nullptr) {
+    p.sent = p.replied = p.failed = true;
+    MaybeComplete(p);
+    return;
+  }
+  ucs_status_ptr_t sent = ucp_am_send_nbx(ep, kUcxRequestAmId, p.header.data(), p.header.size(),
+                                          buffer, count, &param);
+  if (sent == nullptr) {
+    p.sent = true;
+  } else if (UCS_PTR_IS_ERR(sent)) {
+    p.sent = p.replied = p.failed = true;
+    Fail("sending a request failed: " + UcsReason(UCS_PTR_STATUS(sent)));
+  }
+  MaybeComplete(p);
+}
+
+void UcxSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::milliseconds idle) {
+  batch = &pendings;
+  first_id = next_id;
+  next_id += pendings.size();
+  in_flight = 0;
+  in_flight_bytes = 0;
+  last_event = Clock::now();
+  for (size_t i = 0; i < pendings.size(); ++i) {
+    pendings[i].impl = this;
+    pendings[i].id = first_id + i;
+  }
+  size_t next = 0;
+  while (true) {
+    while (next < pendings.size() && failure.empty() && in_flight < kMaxInFlight &&
+           (in_flight == 0 || in_flight_bytes + pendings[next].total <= kMaxInFlightBytes)) {
+      Pending& p = pendings[next++];
+      if (!p.completed) Submit(p);
+    }
+    if (!failure.empty() || (in_flight == 0 && next == pendings.size())) break;
+    const auto idle_deadline = last_event + idle;
+    if (Clock::now() >= idle_deadline) {
+      Fail("no reply from the server within " + std::to_string(idle.count()) + " ms");
+      break;
+    }
+    worker->ProgressOrWait(kSpinUs, std::min(MillisUntil(idle_deadline), 100));
+  }
+  if (!failure.empty()) {
+    // Closing the endpoint cancels whatever UCX still does with the caller's buffers; wait for
+    // it to hand them all back before returning.
+    CloseEndpoint(/*force=*/true);
+    const auto until = Clock::now() + std::chrono::milliseconds(kCloseGraceMs);
+    auto busy = [&pendings] {
+      return std::any_of(pendings.begin(), pendings.end(), [](const Pending& p) {
+        return p.submitted && (!p.sent || p.receiving);
+      });
+    };
+    while (busy() && Clock::now() < until) worker->ProgressOrWait(0, 10);
+    if (busy()) {
+      spdlog::error("ucx segment client {}: UCX still holds request buffers {} ms after closing",
+                    address, kCloseGraceMs);
+    }
+  }
+  batch = nullptr;
+}
+
+template <typename Piece>
+void UcxSegmentClient::Impl::Prepare(Pending& p, uint64_t offset,
+                                     const std::vector<Piece>& pieces) {
+  p.offset = offset;
+  uint64_t total = 0;
+  bool null_piece = false;
+  for (const Piece& piece : pieces) {
+    if (piece.ptr == nullptr && piece.size != 0) null_piece = true;
+    if (piece.size > std::numeric_limits<uint64_t>::max() - total) {
+      total = std::numeric_limits<uint64_t>::max();
+      break;
+    }
+    total += piece.size;
+  }
+  p.total = total;
+    if (null_piece) {
+    p.status = Status(ErrorCode::INVALID_PARAMS, Describe(p) + ": a piece has no buffer");
+  } else if (offset > size || total > size - offset) {
+    p.status = Status(ErrorCode::INVALID_PARAMS,
+                      Describe(p) + ": the range is outside the segment of " +
+                          std::to_string(size) + " bytes");
+  }
+  if (!p.status.ok() || total == 0) p.completed = true;  // nothing to send
+}
+
+std::vector<Status> UcxSegmentClient::Impl::Finish(std::vector<Pending>& pendings) {
+  std::vector<Status> out;
+  out.reserve(pendings.size());
+  for (Pending& p : pendings) {
+    if (!p.status.ok()) {
+      out.push_back(std::move(p.status));
+    } else if (!p.completed || p.failed) {
+      out.emplace_back(ErrorCode::TRANSFER_FAIL, Describe(p) + ": " + failure);
+    } else {
+      out.emplace_back();
+    }
+  }
+  return out;
+}
+
+Result<std::unique_ptr<UcxSegmentClient>> UcxSegmentClient::Connect(
+    const std::string& address, const std::string& segment_name,
+    std::chrono::milliseconds timeout, const UcxTransportOptions& options) {
+  Result<HostPort> host_port = ParseHostPort(address, /*allow_zero=*/false);
+  if (!host_port.ok()) return host_port.status();
+  const std::string prefix = "ucx connect to " + address + " (segment '" + segment_name + "'): ";
+  if (segment_name.empty() || segment_name.size() > kUcxMaxNameLength) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  prefix + "the segment name must have 1.." + std::to_string(kUcxMaxNameLength) +
+                      " bytes, not " + std::to_string(segment_name.size()));
+  }
+  if (timeout.count() <= 0) {
+    return Status(ErrorCode::INVALID_PARAMS, prefix + "the timeout must be positive");
+  }
+  Result<SocketAddress> remote =
+      ResolveHost(host_port->host, host_port->port, /*passive=*/false, ErrorCode::TRANSFER_FAIL);
+  if (!remote.ok()) return Status(remote.code(), prefix + remote.status().message());
+
+  auto impl = std::make_unique<Impl>();
+  impl->address = address;
+  impl->segment_name = segment_name;
+  impl->options = options;
+  Result<std::unique_ptr<UcxWorker>> worker = UcxWorker::Create(options, "ucx segment client");
+  if (!worker.ok()) return worker.status();
+  impl->worker = std::move(worker).value();
+
+  std::unique_lock<std::mutex> lock(impl->mu);
+  ucp_am_handler_param_t handler{};
+  handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                       UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  handler.id = kUcxReplyAmId;
+  handler.flags = UCP_AM_FLAG_WHOLE_MSG;
+  handler.cb = &Impl::OnReply;
+  handler.arg = impl.get();
+  ucs_status_t status = ucp_worker_set_am_recv_handler(impl->worker->get(), &handler);
+  if (status != UCS_OK) {
+    return Status(ErrorCode::INTERNAL_ERROR,
+                  prefix + "ucp_worker_set_am_recv_handler: " + UcsReason(status));
+  }
+
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  params.sockaddr.addr = remote->get();
+  params.sockaddr.addrlen = remote->length;
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = &Impl::OnEndpointError;
+  params.err_handler.arg = impl.get();
+  status = ucp_ep_create(impl->worker->get(), &params, &impl->ep);
+  if (status != UCS_OK) {
+    impl->ep = nullptr;
+    return Status(ErrorCode::TRANSFER_FAIL, prefix + "ucp_ep_create: " + UcsReason(status));
+  }
+
+  std::vector<Impl::Pending> hello(1);
+  hello[0].op = UcxOp::kHello;
+  hello[0].name = &impl->segment_name;
+  hello[0].total = segment_name.size();
+  impl->Run(hello, timeout);
+  if (!impl->failure.empty()) {
+    return Status(ErrorCode::TRANSFER_FAIL, prefix + impl->failure);
+  }
+  if (!hello[0].status.ok()) return hello[0].status;
+  impl->size = hello[0].value;
+  lock.unlock();
+  return std::unique_ptr<UcxSegmentClient>(new UcxSegmentClient(std::move(impl)));
+}
+
+UcxSegmentClient::UcxSegmentClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+UcxSegmentClient::~UcxSegmentClient() = default;
+
+uint64_t UcxSegmentClient::size() const { return impl_->size; }
+const std::string& UcxSegmentClient::address() const { return impl_->address; }
+const std::string& UcxSegmentClient::segment_name() const { return impl_->segment_name; }
+
+bool UcxSegmentClient::alive() const {
+  if (!impl_->alive.load(std::memory_order_acquire)) return false;
+  std::unique_lock<std::mutex> lock(impl_->mu, std::try_to_lock);
+  if (lock.owns_lock()) impl_->worker->ProgressAll();
+  return impl_->alive.load(std::memory_order_acquire);
+}
+
+std::vector<Status> UcxSegmentClient::ReadBatch(const std::vector<ReadOp>& ops) {
+  std::vector<Impl::Pending> pendings(ops.size());
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    pendings[i].op = UcxOp::kRead;
+    pendings[i].dst = &ops[i].dst;
+    impl_->Prepare(pendings[i], ops[i].offset, ops[i].dst);
+  }
+  if (impl_->failure.empty()) {
+    impl_->Run(pendings, impl_->options.io_timeout);
+  }
+  return impl_->Finish(pendings);
+}
+
+std::vector<Status> UcxSegmentClient::WriteBatch(const std::vector<WriteOp>& ops) {
+  std::vector<Impl::Pending> pendings(ops.size());
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    pendings[i].op = UcxOp::kWrite;
+    pendings[i].src = &ops[i].src;
+    impl_->Prepare(pendings[i], ops[i].offset, ops[i].src);
+  }
+  if (impl_->failure.empty()) {
+    impl_->Run(pendings, impl_->options.io_timeout);
+  }
+  return impl_->Finish(pendings);
+}
+
+}  // namespace tierkv::transport

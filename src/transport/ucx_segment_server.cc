@@ -1,0 +1,496 @@
+#include "transport/ucx_segment_server.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "transport/ucx_protocol.h"
+#include "transport/ucx_worker.h"
+
+namespace tierkv::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Stop waits this long for cancelled transfers and endpoint closes to finish.
+constexpr std::chrono::milliseconds kShutdownGrace{1000};
+// While anything waits on a clock (a handshake deadline, a closing endpoint) the loop wakes at
+// least this often.
+constexpr int kHousekeepingMs = 50;
+// After the last event the loop keeps polling this long before it sleeps: a requester's next
+// request usually follows within microseconds, and waking a sleeping thread costs ~30 us.
+constexpr int kSpinUs = 50;
+// Connections beyond this are rejected at the listener.
+constexpr size_t kMaxConnections = 4096;
+
+}  // namespace
+
+struct UcxSegmentServer::Loop {
+  // One peer, from its connection request until its endpoint is closed and every transfer on it
+  // has finished.
+  struct Connection {
+    Loop* loop = nullptr;
+    ucp_ep_h ep = nullptr;
+    std::string peer;  // the requester's address, for logs
+    Clock::time_point accepted;
+    bool established = false;  // hello answered with status 0
+    bool closing = false;      // endpoint closed or about to be; nothing more is sent
+    size_t in_flight = 0;      // UCX requests (sends, rendezvous receives) not yet completed
+    ucs_status_ptr_t close_request = nullptr;  // the endpoint's close, until it completes
+  };
+
+  // A reply in flight, or a rendezvous receive followed by its reply. Owned by the UCX request
+  // (freed by its callback), or freed at once when UCX completes immediately.
+  struct Op {
+    Connection* connection = nullptr;
+    UcxReply reply;
+    UcxHeader header{};  // must outlive the send
+  };
+
+  // A reply decided inside a UCX callback, sent once the callback has returned.
+  struct PendingReply {
+    Connection* connection;
+    UcxReply reply;
+    const void* data;  // read replies: bytes of the segment
+    size_t length;
+  };
+
+  std::shared_ptr<MemorySegment> segment;
+  UcxTransportOptions options;
+  std::string address;
+  std::atomic<size_t>* open_endpoints = nullptr;
+  std::unique_ptr<UcxWorker> worker;
+  ucp_listener_h listener = nullptr;
+
+  std::vector<std::unique_ptr<Connection>> connections;
+  std::unordered_map<ucp_ep_h, Connection*> by_ep;  // open endpoints only
+  std::vector<PendingReply> replies;
+  std::vector<std::pair<Connection*, std::string>> to_close;  // with the reason, for logs
+
+  ~Loop() {
+    if (listener != nullptr) ucp_listener_destroy(listener);
+  }
+
+  bool InBounds(uint64_t offset, uint64_t length) const {
+    return offset <= segment->size() && length <= segment->size() - offset;
+  }
+
+  // Marks `connection` for closing after the current UCX callback; further messages from it are
+  // dropped. `reason` is logged.
+  void Drop(Connection* connection, std::string reason) {
+    if (connection->closing) return;
+    connection->closing = true;
+    by_ep.erase(connection->ep);
+    to_close.emplace_back(connection, std::move(reason));
+  }
+
+  void Reply(Connection* connection, UcxOp op, uint64_t id, ErrorCode status, uint64_t value,
+             const void* data = nullptr, size_t length = 0) {
+    UcxReply reply;
+    reply.op = op;
+    reply.id = id;
+    reply.status = ToInt(status);
+    reply.value = value;
+    replies.push_back({connection, reply, data, length});
+  }
+
+  static void OnConnRequest(ucp_conn_request_h request, void* arg);
+  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static ucs_status_t OnRequest(void* arg, const void* header, size_t header_length, void* data,
+                                size_t length, const ucp_am_recv_param_t* param);
+  static void OnSendDone(void* request, ucs_status_t status, void* user_data);
+  static void OnReceiveDone(void* request, ucs_status_t status, size_t length, void* user_data);
+
+  void Accept(ucp_conn_request_h request);
+  void HandleRequest(Connection* connection, const UcxRequest& request, void* data,
+                     size_t length, bool rendezvous);
+  void SendReplies();
+  void CloseMarked();
+  void CheckHandshakes();
+  void Reap();
+  bool Waiting() const;  // anything that needs the housekeeping tick
+  void Shutdown();
+};
+
+void UcxSegmentServer::Loop::OnConnRequest(ucp_conn_request_h request, void* arg) {
+  static_cast<Loop*>(arg)->Accept(request);
+}
+
+void UcxSegmentServer::Loop::Accept(ucp_conn_request_h request) {
+  ucp_conn_request_attr_t attr{};
+  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+  std::string peer = "?";
+  if (ucp_conn_request_query(request, &attr) == UCS_OK) peer = DescribeAddress(attr.client_address);
+  if (by_ep.size() >= kMaxConnections) {
+    spdlog::warn("ucx segment server {}: rejecting {}: {} connections open", address, peer,
+                 by_ep.size());
+    ucp_listener_reject(listener, request);
+    return;
+  }
+  auto connection = std::make_unique<Connection>();
+  connection->loop = this;
+  connection->peer = peer;
+  connection->accepted = Clock::now();
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.conn_request = request;
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = &Loop::OnEndpointError;
+  params.err_handler.arg = connection.get();
+  ucp_ep_h ep = nullptr;
+  const ucs_status_t status = ucp_ep_create(worker->get(), &params, &ep);
+  if (status != UCS_OK) {
+    spdlog::warn("ucx segment server {}: cannot accept {}: ucp_ep_create: {}", address, peer,
+                 UcsReason(status));
+    return;
+  }
+  connection->ep = ep;
+  by_ep.emplace(ep, connection.get());
+  connections.push_back(std::move(connection));
+  open_endpoints->fetch_add(1, std::memory_order_relaxed);
+}
+
+void UcxSegmentServer::Loop::OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* connection = static_cast<Connection*>(arg);
+  connection->loop->Drop(connection, "endpoint error: " + UcsReason(status));
+}
+
+ucs_status_t UcxSegmentServer::Loop::OnRequest(void* arg, const void* header,
+                                               size_t header_length, void* data, size_t length,
+                                               const ucp_am_recv_param_t* param) {
+  Loop* loop = static_cast<Loop*>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0 || param->reply_ep == nullptr) {
+    spdlog::warn("ucx segment server {}: dropped a request sent without a reply endpoint",
+                 loop->address);
+    return UCS_OK;  // nobody to answer; a rendezvous is dropped too
+  }
+  const auto it = loop->by_ep.find(param->reply_ep);
+  if (it == loop->by_ep.end()) return UCS_OK;  // an endpoint being closed
+  Connection* connection = it->second;
+  Result<UcxRequest> request = DecodeUcxRequest(header, header_length);
+  if (!request.ok()) {
+    loop->Drop(connection, request.status().message());
+    return UCS_OK;
+  }
+  loop->HandleRequest(connection, *request, data, length,
+                      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
+  return UCS_OK;
+}
+
+void UcxSegmentServer::Loop::HandleRequest(Connection* connection, const UcxRequest& request,
+                                           void* data, size_t length, bool rendezvous) {
+  const uint64_t size = segment->size();
+  switch (request.op) {
+    case UcxOp::kHello: {
+      if (connection->established) return Drop(connection, "a second hello");
+      if (rendezvous || length != request.length || length == 0 || length > kUcxMaxNameLength) {
+        return Drop(connection, "hello with a name of " + std::to_string(length) +
+                                    " bytes (announced " + std::to_string(request.length) +
+                                    ", allowed 1.." + std::to_string(kUcxMaxNameLength) + ")");
+      }
+      const std::string name(static_cast<const char*>(data), length);
+      if (name != segment->name()) {
+        spdlog::info("ucx segment server {}: {} asked for segment '{}', this server has '{}'",
+                     address, connection->peer, name, segment->name());
+        return Reply(connection, request.op, request.id, ErrorCode::SEGMENT_NOT_FOUND, 0);
+      }
+      connection->established = true;
+      return Reply(connection, request.op, request.id, ErrorCode::OK, size);
+    }
+    case UcxOp::kRead: {
+      if (!connection->established) return Drop(connection, "a read before the hello");
+      if (length != 0) {
+        return Drop(connection, "a read carrying " + std::to_string(length) + " data bytes");
+      }
+      if (!InBounds(request.offset, request.length)) {
+        return Reply(connection, request.op, request.id, ErrorCode::INVALID_PARAMS, 0);
+      }
+      return Reply(connection, request.op, request.id, ErrorCode::OK, request.length,
+                   segment->base() + request.offset, request.length);
+    }
+    case UcxOp::kWrite: {
+      if (!connection->established) return Drop(connection, "a write before the hello");
+      if (length != request.length) {
+        return Drop(connection, "a write announcing " + std::to_string(request.length) +
+                                    " bytes and carrying " + std::to_string(length));
+      }
+      if (!InBounds(request.offset, request.length)) {
+        // Returning UCS_OK drops a rendezvous without fetching its bytes.
+        return Reply(connection, request.op, request.id, ErrorCode::INVALID_PARAMS, 0);
+      }
+      uint8_t* target = segment->base() + request.offset;
+      if (!rendezvous) {
+        if (length != 0) std::memcpy(target, data, length);
+        return Reply(connection, request.op, request.id, ErrorCode::OK, length);
+      }
+      auto* op = new Op;
+      op->connection = connection;
+      op->reply.op = request.op;
+      op->reply.id = request.id;
+      ucp_request_param_t param{};
+      param.op_attr_mask =
+          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+      param.cb.recv_am = &Loop::OnReceiveDone;
+      param.user_data = op;
+      param.datatype = ucp_dt_make_contig(1);
+      ucs_status_ptr_t started = ucp_am_recv_data_nbx(worker->get(), data, target, length, &param);
+      if (started == nullptr) {
+        delete op;
+        return Reply(connection, request.op, request.id, ErrorCode::OK, length);
+      }
+      if (UCS_PTR_IS_ERR(started)) {
+        delete op;
+        return Drop(connection,
+                    "receiving a write: " + UcsReason(UCS_PTR_STATUS(started)));
+      }
+      ++connection->in_flight;
+      return;
+    }
+  }
+}
+
+void UcxSegmentServer::Loop::OnReceiveDone(void* request, ucs_status_t status, size_t /*length*/,
+                                           void* user_data) {
+  auto* op = static_cast<Op*>(user_data);
+  Connection* connection = op->connection;
+  --connection->in_flight;
+  if (!connection->closing) {
+    if (status == UCS_OK) {
+      connection->loop->Reply(connection, op->reply.op, op->reply.id, ErrorCode::OK, 0);
+    } else {
+      connection->loop->Drop(connection, "receiving a write: " + UcsReason(status));
+    }
+  }
+  ucp_request_free(request);
+  delete op;
+}
+
+void UcxSegmentServer::Loop::OnSendDone(void* request, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<Op*>(user_data);
+  --op->connection->in_flight;
+  if (status != UCS_OK && !op->connection->closing) {
+    op->connection->loop->Drop(op->connection, "sending a reply: " + UcsReason(status));
+  }
+  ucp_request_free(request);
+  delete op;
+}
+
+void UcxSegmentServer::Loop::SendReplies() {
+  // Sending may run callbacks that queue more replies: take the queue first.
+  std::vector<PendingReply> batch;
+  batch.swap(replies);
+  for (PendingReply& pending : batch) {
+    Connection* connection = pending.connection;
+    if (connection->closing) continue;
+    auto* op = new Op;
+    op->connection = connection;
+    op->reply = pending.reply;
+    op->header = EncodeUcxReply(pending.reply);
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+    param.cb.send = &Loop::OnSendDone;
+    param.user_data = op;
+    param.datatype = ucp_dt_make_contig(1);
+    ucs_status_ptr_t sent = ucp_am_send_nbx(connection->ep, kUcxReplyAmId, op->header.data(),
+                                            op->header.size(), pending.data, pending.length,
+                                            &param);
+    if (sent == nullptr) {
+      delete op;
+    } else if (UCS_PTR_IS_ERR(sent)) {
+      delete op;
+      Drop(connection, "sending a reply: " + UcsReason(UCS_PTR_STATUS(sent)));
+    } else {
+      ++connection->in_flight;
+    }
+  }
+}
+
+void UcxSegmentServer::Loop::CloseMarked() {
+  std::vector<std::pair<Connection*, std::string>> batch;
+  batch.swap(to_close);
+  for (auto& [connection, reason] : batch) {
+    spdlog::info("ucx segment server {}: closing the endpoint of {}: {}", address,
+                 connection->peer, reason);
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t request = ucp_ep_close_nbx(connection->ep, &param);
+    if (UCS_PTR_IS_PTR(request)) connection->close_request = request;
+    open_endpoints->fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void UcxSegmentServer::Loop::CheckHandshakes() {
+  const auto now = Clock::now();
+  for (const auto& connection : connections) {
+    if (!connection->established && !connection->closing &&
+        now - connection->accepted > options.io_timeout) {
+      Drop(connection.get(), "no hello within " + std::to_string(options.io_timeout.count()) +
+                                 " ms");
+    }
+  }
+}
+
+void UcxSegmentServer::Loop::Reap() {
+  std::erase_if(connections, [](const std::unique_ptr<Connection>& connection) {
+    if (!connection->closing || connection->in_flight != 0) return false;
+    if (connection->close_request != nullptr) {
+      if (ucp_request_check_status(connection->close_request) == UCS_INPROGRESS) return false;
+      ucp_request_free(connection->close_request);
+      connection->close_request = nullptr;
+    }
+    return true;
+  });
+}
+
+bool UcxSegmentServer::Loop::Waiting() const {
+  return std::any_of(connections.begin(), connections.end(),
+                     [](const std::unique_ptr<Connection>& connection) {
+                       return !connection->established || connection->closing;
+                     });
+}
+
+void UcxSegmentServer::Loop::Shutdown() {
+  if (listener != nullptr) {
+    ucp_listener_destroy(listener);
+    listener = nullptr;
+  }
+  for (const auto& connection : connections) Drop(connection.get(), "the server is stopping");
+  const auto deadline = Clock::now() + kShutdownGrace;
+  while (true) {
+    worker->ProgressAll();
+    replies.clear();  // nothing more is sent
+    CloseMarked();
+    Reap();
+    if (connections.empty() || Clock::now() >= deadline) break;
+    worker->ProgressOrWait(0, kHousekeepingMs);
+  }
+  if (!connections.empty()) {
+    spdlog::warn("ucx segment server {}: {} endpoints still closing after {} ms; releasing UCX",
+                 address, connections.size(), kShutdownGrace.count());
+  }
+}
+
+Result<std::unique_ptr<UcxSegmentServer>> UcxSegmentServer::Start(
+    std::shared_ptr<MemorySegment> segment, const std::string& host, int port,
+    const UcxTransportOptions& options) {
+  using R = Result<std::unique_ptr<UcxSegmentServer>>;
+  if (segment == nullptr) return R(ErrorCode::INVALID_PARAMS, "ucx segment server: no segment");
+  if (host.empty()) return R(ErrorCode::INVALID_PARAMS, "ucx segment server: empty host");
+  if (port < 0 || port > 65535) {
+    return R(ErrorCode::INVALID_PARAMS,
+             "ucx segment server: port " + std::to_string(port) + " outside 0..65535");
+  }
+  const std::string wanted = FormatHostPort(host, port);
+  Result<SocketAddress> listen_at = ResolveHost(host, port, true, ErrorCode::TRANSFER_FAIL);
+  if (!listen_at.ok()) return listen_at.status();
+
+  auto loop = std::make_unique<Loop>();
+  loop->segment = std::move(segment);
+  loop->options = options;
+  loop->address = wanted;
+  Result<std::unique_ptr<UcxWorker>> worker = UcxWorker::Create(options, "ucx segment server");
+  if (!worker.ok()) return worker.status();
+  loop->worker = std::move(worker).value();
+
+  ucp_am_handler_param_t handler{};
+  handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                       UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  handler.id = kUcxRequestAmId;
+  handler.flags = UCP_AM_FLAG_WHOLE_MSG;
+  handler.cb = &Loop::OnRequest;
+  handler.arg = loop.get();
+  ucs_status_t status = ucp_worker_set_am_recv_handler(loop->worker->get(), &handler);
+  if (status != UCS_OK) {
+    return R(ErrorCode::INTERNAL_ERROR,
+             "ucx segment server: ucp_worker_set_am_recv_handler: " + UcsReason(status));
+  }
+
+  ucp_listener_params_t params{};
+  params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  params.sockaddr.addr = listen_at->get();
+  params.sockaddr.addrlen = listen_at->length;
+  params.conn_handler.cb = &Loop::OnConnRequest;
+  params.conn_handler.arg = loop.get();
+  status = ucp_listener_create(loop->worker->get(), &params, &loop->listener);
+  if (status != UCS_OK) {
+    loop->listener = nullptr;
+    return R(ErrorCode::TRANSFER_FAIL,
+             "ucx segment server: cannot listen on " + wanted + ": " + UcsReason(status));
+  }
+  ucp_listener_attr_t attr{};
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  status = ucp_listener_query(loop->listener, &attr);
+  if (status != UCS_OK || PortOf(attr.sockaddr) <= 0) {
+    return R(ErrorCode::INTERNAL_ERROR, "ucx segment server: ucp_listener_query on " + wanted +
+                                            ": " + UcsReason(status));
+  }
+  loop->address = FormatHostPort(host, PortOf(attr.sockaddr));
+
+  UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake.valid()) {
+    return R(ErrorCode::INTERNAL_ERROR,
+             std::string("ucx segment server: eventfd: ") + std::strerror(errno));
+  }
+  std::string address = loop->address;
+  std::unique_ptr<UcxSegmentServer> server(
+      new UcxSegmentServer(std::move(address), std::move(loop), std::move(wake)));
+  server->loop_->open_endpoints = &server->open_endpoints_;
+  try {
+    server->thread_ = std::thread([raw = server.get()] { raw->Run(); });
+  } catch (const std::system_error& error) {
+    return R(ErrorCode::INTERNAL_ERROR,
+             std::string("ucx segment server: cannot start its thread: ") + error.what());
+  }
+  spdlog::info("ucx segment server: serving segment '{}' ({} bytes) on {} over {}",
+               server->loop_->segment->name(), server->loop_->segment->size(), server->address_,
+               options.protocol);
+  return server;
+}
+
+UcxSegmentServer::UcxSegmentServer(std::string address, std::unique_ptr<Loop> loop, UniqueFd wake)
+    : address_(std::move(address)), loop_(std::move(loop)), wake_(std::move(wake)) {}
+
+UcxSegmentServer::~UcxSegmentServer() { Stop(); }
+
+void UcxSegmentServer::Run() {
+  Loop& loop = *loop_;
+  while (!stopping_.load(std::memory_order_acquire)) {
+    const int timeout = loop.Waiting() ? kHousekeepingMs : -1;
+    loop.worker->ProgressOrWait(kSpinUs, timeout, wake_.get());
+    // Callbacks only queue work; act on it now that UCX is not inside one.
+    while (!loop.replies.empty() || !loop.to_close.empty()) {
+      loop.SendReplies();
+      loop.CloseMarked();
+      loop.worker->ProgressAll();
+    }
+    loop.CheckHandshakes();
+    loop.CloseMarked();
+    loop.Reap();
+  }
+  loop.Shutdown();
+}
+
+void UcxSegmentServer::Stop() {
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  stopping_.store(true, std::memory_order_release);
+  const uint64_t one = 1;
+  while (::write(wake_.get(), &one, sizeof(one)) < 0 && errno == EINTR) {
+  }
+  if (thread_.joinable()) thread_.join();
+  loop_.reset();  // the listener, then the worker and context
+  spdlog::info("ucx segment server {}: stopped", address_);
+}
+
+}  // namespace tierkv::transport

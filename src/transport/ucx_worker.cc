@@ -1,0 +1,217 @@
+#include "transport/ucx_worker.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+namespace tierkv::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Frees a ucp_config_t on every path.
+struct ConfigDeleter {
+  void operator()(ucp_config_t* config) const { ucp_config_release(config); }
+};
+
+}  // namespace
+
+std::string UcsReason(ucs_status_t status) {
+  return std::string(ucs_status_string(status)) + " (UCS status " +
+         std::to_string(static_cast<int>(status)) + ")";
+}
+
+Result<HostPort> ParseHostPort(const std::string& address, bool allow_zero) {
+  auto invalid = [&address](const std::string& why) {
+    return Status(ErrorCode::INVALID_PARAMS, "ucx address \"" + address + "\": " + why +
+                                                 " (expected host:port, [ipv6]:port)");
+  };
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return invalid("no port");
+  HostPort out;
+  out.host = address.substr(0, colon);
+  if (out.host.size() >= 2 && out.host.front() == '[' && out.host.back() == ']') {
+    out.host = out.host.substr(1, out.host.size() - 2);
+  } else if (out.host.find(':') != std::string::npos) {
+    return invalid("an IPv6 host must be in brackets");
+  }
+  if (out.host.empty()) return invalid("empty host");
+  const std::string port = address.substr(colon + 1);
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos) {
+    return invalid("port \"" + port + "\" is not a number");
+  }
+  out.port = std::stoi(port);
+  if (out.port > 65535 || (out.port == 0 && !allow_zero)) {
+    return invalid("port " + port + " outside " + (allow_zero ? "0" : "1") + "..65535");
+  }
+  return out;
+}
+
+std::string FormatHostPort(const std::string& host, int port) {
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+Result<SocketAddress> ResolveHost(const std::string& host, int port, bool passive,
+                                  ErrorCode code) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+  if (rc != 0) {
+    return Status(code, "ucx: cannot resolve host \"" + host + "\": " + ::gai_strerror(rc));
+  }
+  SocketAddress out;
+  for (addrinfo* it = found; it != nullptr; it = it->ai_next) {
+    if ((it->ai_family == AF_INET || it->ai_family == AF_INET6) &&
+        it->ai_addrlen <= sizeof(out.storage)) {
+      std::memcpy(&out.storage, it->ai_addr, it->ai_addrlen);
+      out.length = it->ai_addrlen;
+      break;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (out.length == 0) {
+    return Status(code, "ucx: host \"" + host + "\" has no IPv4 or IPv6 address");
+  }
+  return out;
+}
+
+int PortOf(const sockaddr_storage& address) {
+  if (address.ss_family == AF_INET) {
+    return ntohs(reinterpret_cast<const sockaddr_in&>(address).sin_port);
+  }
+  if (address.ss_family == AF_INET6) {
+    return ntohs(reinterpret_cast<const sockaddr_in6&>(address).sin6_port);
+  }
+  return -1;
+}
+
+std::string DescribeAddress(const sockaddr_storage& address) {
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* raw = nullptr;
+  if (address.ss_family == AF_INET) {
+    raw = &reinterpret_cast<const sockaddr_in&>(address).sin_addr;
+  } else if (address.ss_family == AF_INET6) {
+    raw = &reinterpret_cast<const sockaddr_in6&>(address).sin6_addr;
+  }
+  if (raw == nullptr || ::inet_ntop(address.ss_family, raw, text, sizeof(text)) == nullptr) {
+    return "?";
+  }
+  return FormatHostPort(text, PortOf(address));
+}
+
+Result<std::unique_ptr<UcxWorker>> UcxWorker::Create(const UcxTransportOptions& options,
+                                                     const std::string& who) {
+  Result<UcxTransportSelection> selection = SelectUcxTransports(options);
+  if (!selection.ok()) return selection.status();
+  auto internal = [&who](const char* call, ucs_status_t status) {
+    return Status(ErrorCode::INTERNAL_ERROR, who + ": " + call + ": " + UcsReason(status));
+  };
+
+  ucp_config_t* raw_config = nullptr;
+  ucs_status_t status = ucp_config_read(nullptr, nullptr, &raw_config);
+  if (status != UCS_OK) return internal("ucp_config_read", status);
+  std::unique_ptr<ucp_config_t, ConfigDeleter> config(raw_config);
+  // The protocol decides the transports, whatever UCX_TLS says in the environment; other UCX_*
+  // variables still tune UCX.
+  status = ucp_config_modify(config.get(), "TLS", selection->transports.c_str());
+  if (status != UCS_OK) return internal("ucp_config_modify TLS", status);
+  status = ucp_config_modify(config.get(), "NET_DEVICES", selection->net_devices.c_str());
+  if (status != UCS_OK) return internal("ucp_config_modify NET_DEVICES", status);
+
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.name = "tierkv";
+  ucp_context_h context = nullptr;
+  status = ucp_init(&params, config.get(), &context);
+  if (status == UCS_ERR_NO_DEVICE || status == UCS_ERR_UNSUPPORTED) {
+    return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
+                  who + ": UCX has no usable device for protocol \"" + options.protocol +
+                      "\" (UCX_TLS=" + selection->transports +
+                      ", UCX_NET_DEVICES=" + selection->net_devices + "): " + UcsReason(status));
+  }
+  if (status != UCS_OK) return internal("ucp_init", status);
+
+  ucp_worker_params_t worker_params{};
+  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  ucp_worker_h worker = nullptr;
+  status = ucp_worker_create(context, &worker_params, &worker);
+  if (status != UCS_OK) {
+    ucp_cleanup(context);
+    return internal("ucp_worker_create", status);
+  }
+  int event_fd = -1;
+  status = ucp_worker_get_efd(worker, &event_fd);
+  if (status != UCS_OK) {
+    ucp_worker_destroy(worker);
+    ucp_cleanup(context);
+    return internal("ucp_worker_get_efd", status);
+  }
+  return std::unique_ptr<UcxWorker>(
+      new UcxWorker(context, worker, event_fd, std::move(selection).value()));
+}
+
+UcxWorker::UcxWorker(ucp_context_h context, ucp_worker_h worker, int event_fd,
+                     UcxTransportSelection selection)
+    : context_(context), worker_(worker), event_fd_(event_fd), selection_(std::move(selection)) {}
+
+UcxWorker::~UcxWorker() {
+  ucp_worker_destroy(worker_);
+  ucp_cleanup(context_);
+}
+
+bool UcxWorker::ProgressAll() {
+  bool any = false;
+  while (ucp_worker_progress(worker_) != 0) any = true;
+  return any;
+}
+
+bool UcxWorker::ProgressOrWait(int spin_us, int timeout_ms, int extra_fd) {
+  if (ProgressAll()) return true;
+  if (spin_us > 0) {
+    const auto until = Clock::now() + std::chrono::microseconds(spin_us);
+    do {
+      if (ProgressAll()) return true;
+    } while (Clock::now() < until);
+  }
+  const ucs_status_t status = ucp_worker_arm(worker_);
+  if (status == UCS_ERR_BUSY) return ProgressAll();
+  pollfd fds[2] = {{event_fd_, POLLIN, 0}, {extra_fd, POLLIN, 0}};
+  const int rc = ::poll(fds, extra_fd >= 0 ? 2 : 1, timeout_ms);
+  (void)rc;  // EINTR and timeouts alike: the caller loops and checks its own deadline
+  return ProgressAll();
+}
+
+ucs_status_t WaitRequest(UcxWorker& worker, ucs_status_ptr_t request, int timeout_ms) {
+  if (request == nullptr) return UCS_OK;
+  if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  ucs_status_t status;
+  while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      ucp_request_free(request);  // UCX releases it when it completes
+      return UCS_ERR_TIMED_OUT;
+    }
+    worker.ProgressOrWait(0, static_cast<int>(std::min<int64_t>(left, 100)));
+  }
+  ucp_request_free(request);
+  return status;
+}
+
+}  // namespace tierkv::transport
