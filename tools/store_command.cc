@@ -9,6 +9,9 @@
 #include <string>
 
 #include "client/embedded_client.h"
+#include "metrics/metrics_registry.h"
+#include "metrics/metrics_server.h"
+#include "metrics/store_collector.h"
 #include "tierkv/config.h"
 
 namespace tierkv::cli {
@@ -23,6 +26,8 @@ struct StoreFlags {
   std::string config_path;
   std::string hostname;
   bool small_pages = false;
+  std::string metrics_host = "127.0.0.1";
+  int metrics_port = 9004;
 };
 
 int RunStore(const StoreFlags& flags) {
@@ -67,15 +72,42 @@ int RunStore(const StoreFlags& flags) {
     return created.code() == ErrorCode::INVALID_CONFIG ? kExitUsage : kExitFailed;
   }
   std::unique_ptr<EmbeddedClient> store = std::move(created).value();
+  std::shared_ptr<MetricsRegistry> registry;
+  std::shared_ptr<StoreCollector> collector;
+  std::unique_ptr<MetricsServer> metrics;
+  if (flags.metrics_port >= 0) {
+    registry = std::make_shared<MetricsRegistry>();
+    EmbeddedClient* s = store.get();
+    collector = std::make_shared<StoreCollector>([s, size = config.global_segment_size] {
+      return StoreFigures{s->mounted_segment_name(), size, s->shm_connections(),
+                          s->master_connected(), s->registrations()};
+    });
+    registry->Add(collector);
+    MetricsServerOptions options;
+    options.host = flags.metrics_host;
+    options.port = flags.metrics_port;
+    auto serving = MetricsServer::Start(options, registry);
+    if (!serving.ok()) {
+      std::cerr << "tierkv store: error: metrics on " << flags.metrics_host << ":"
+                << flags.metrics_port << ": " << serving.status().ToString() << std::endl;
+      return serving.code() == ErrorCode::INVALID_PARAMS ? kExitUsage : kExitFailed;
+    }
+    metrics = std::move(serving).value();
+  }
+  // The first line is what scripts and MasterProcess wait for; the metrics line follows it.
   std::cout << "tierkv store serving segment " << store->mounted_segment_name() << " ("
             << config.global_segment_size << " bytes) on master " << config.master_server_address
             << std::endl;
+  if (metrics != nullptr)
+    std::cout << "tierkv store metrics on " << metrics->address() << std::endl;
 
   int signal_number = 0;
   while (sigwait(&stop_signals, &signal_number) != 0) {
   }
   spdlog::info("tierkv store: {} received, unmounting and stopping",
                signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  metrics.reset();  // stops scrapes before the collector's store goes
+  if (registry) registry->Remove(collector.get());
   store.reset();
   spdlog::info("tierkv store: stopped");
   return 0;
@@ -105,6 +137,15 @@ void AddStoreCommand(CLI::App& app, int* exit_code) {
       ->add_option("--hostname", flags->hostname,
                    "Host name this store registers with (default: local_hostname of the config, "
                    "$TIERKV_LOCAL_HOSTNAME, else gethostname())")
+      ->capture_default_str();
+  store
+      ->add_option("--metrics-host", flags->metrics_host,
+                   "Address the Prometheus endpoint (/metrics, /health) listens on")
+      ->capture_default_str();
+  store
+      ->add_option("--metrics-port", flags->metrics_port,
+                   "Port of /metrics and /health; 0 = a free port, -1 = no metrics server")
+      ->check(CLI::Range(-1, 65535))
       ->capture_default_str();
   store->add_flag("--small-pages", flags->small_pages,
                   "Use 4 KiB pages for the segment (default: 2 MiB pages when available)");

@@ -7,7 +7,8 @@
 // restart), and runs until SIGINT or SIGTERM, then unmounts and stops. Once serving it prints
 // on stdout, flushed: "tierkv store serving segment NAME (BYTES bytes) on master ADDRESS",
 // where NAME is the mounted name (what `preferred_segment` may name, with or without the
-// "@socket" part). Logs go to stderr.
+// "@socket" part); then, unless --metrics-port is -1, "tierkv store metrics on HOST:PORT"
+// (Prometheus /metrics and /health). Logs go to stderr.
 #pragma once
 
 #include <CLI/CLI.hpp>

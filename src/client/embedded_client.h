@@ -62,6 +62,12 @@ class EmbeddedClient final : public Client {
   const std::shared_ptr<InProcessMaster>& TEST_master() const { return master_; }
   // The name this client's segment is mounted under ("" when it contributes none).
   const std::string& mounted_segment_name() const { return mounted_name_; }
+  // Remote mode (CreateRemote), for a store's metrics: same-host requesters holding a mapping
+  // of this client's segment, whether the master answered the last heartbeat, and how often
+  // this client registered. 0 / false in embedded mode.
+  size_t shm_connections() const { return shm_server_ ? shm_server_->open_connections() : 0; }
+  bool master_connected() const { return remote_ && remote_->master().connected(); }
+  uint64_t registrations() const { return remote_ ? remote_->master().registrations() : 0; }
   SegmentId TEST_segment_id() const { return segment_id_; }
   MemorySegment* TEST_segment() const { return segment_.get(); }
   SsdTier* TEST_tier() const { return tier_.get(); }

@@ -50,6 +50,7 @@ class RemoteBackend final : public ClientBackend {
   Status UnmountOwn(SegmentId handle);
 
   RemoteMaster& master() { return *master_; }
+  const RemoteMaster& master() const { return *master_; }
   const std::string& host() const { return host_; }
 
   std::vector<Result<PutStartResult>> PutStart(const std::vector<std::string>& keys,

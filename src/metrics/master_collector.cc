@@ -8,6 +8,7 @@
 
 #include "master/client_registry.h"
 #include "master/master_service.h"
+#include "metrics/families.h"
 
 namespace tierkv {
 namespace {
@@ -15,39 +16,15 @@ namespace {
 constexpr const char* kPrefix = "tierkv_master_";
 
 prometheus::MetricFamily Family(const char* name, const char* help, prometheus::MetricType type) {
-  prometheus::MetricFamily family;
-  family.name = std::string(kPrefix) + name;
-  family.help = help;
-  family.type = type;
-  return family;
+  return MakeFamily(kPrefix, name, help, type);
 }
-
-prometheus::ClientMetric Value(prometheus::MetricType type, double value) {
-  prometheus::ClientMetric metric;
-  if (type == prometheus::MetricType::Counter) {
-    metric.counter.value = value;
-  } else {
-    metric.gauge.value = value;
-  }
-  return metric;
-}
-
-// One family with a single, unlabelled sample.
-void Add(std::vector<prometheus::MetricFamily>& out, const char* name, const char* help,
-         prometheus::MetricType type, uint64_t value) {
-  prometheus::MetricFamily family = Family(name, help, type);
-  family.metric.push_back(Value(type, static_cast<double>(value)));
-  out.push_back(std::move(family));
-}
-
 void Gauge(std::vector<prometheus::MetricFamily>& out, const char* name, const char* help,
            uint64_t value) {
-  Add(out, name, help, prometheus::MetricType::Gauge, value);
+  AddSample(out, kPrefix, name, help, prometheus::MetricType::Gauge, value);
 }
-
 void Counter(std::vector<prometheus::MetricFamily>& out, const char* name, const char* help,
              uint64_t value) {
-  Add(out, name, help, prometheus::MetricType::Counter, value);
+  AddSample(out, kPrefix, name, help, prometheus::MetricType::Counter, value);
 }
 
 }  // namespace
@@ -96,11 +73,11 @@ std::vector<prometheus::MetricFamily> MasterCollector::Collect() const {
     const std::vector<prometheus::ClientMetric::Label> labels = {
         {"segment_id", std::to_string(segment.id)}, {"segment", LabelValue(segment.name)}};
     prometheus::ClientMetric c =
-        Value(prometheus::MetricType::Gauge, static_cast<double>(segment.capacity));
+        SampleOf(prometheus::MetricType::Gauge, static_cast<double>(segment.capacity));
     c.label = labels;
     capacity.metric.push_back(std::move(c));
     prometheus::ClientMetric u =
-        Value(prometheus::MetricType::Gauge, static_cast<double>(segment.used));
+        SampleOf(prometheus::MetricType::Gauge, static_cast<double>(segment.used));
     u.label = labels;
     used.metric.push_back(std::move(u));
   }

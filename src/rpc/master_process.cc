@@ -23,6 +23,7 @@ namespace {
 constexpr std::string_view kListening = "tierkv master listening on ";
 constexpr std::string_view kMetricsOn = "tierkv master metrics on ";
 constexpr std::string_view kStoreServing = "tierkv store serving segment ";
+constexpr std::string_view kStoreMetricsOn = "tierkv store metrics on ";
 
 // "HOST:PORT" (HOST may be a bracketed IPv6 literal) into host (unbracketed) and port.
 bool ParseAddress(const std::string& address, std::string* host, int* port) {
@@ -121,6 +122,16 @@ Result<std::unique_ptr<MasterProcess>> MasterProcess::Start(const MasterProcessO
       if (options.command == "store" && line.rfind(kStoreServing, 0) == 0) {
         const std::string rest = line.substr(kStoreServing.size());
         child->segment_name_ = rest.substr(0, rest.find(' '));
+        if (!options.expect_metrics) return child;
+        waiting_for = "it said where its metrics are";
+        continue;
+      }
+      if (!child->segment_name_.empty() && line.rfind(kStoreMetricsOn, 0) == 0) {
+        std::string metrics_host;
+        if (!ParseAddress(line.substr(kStoreMetricsOn.size()), &metrics_host,
+                          &child->metrics_port_)) {
+          return Status(ErrorCode::INTERNAL_ERROR, "cannot parse the store's line: " + line);
+        }
         return child;
       }
       if (line.rfind(kListening, 0) == 0) {

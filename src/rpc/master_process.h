@@ -32,7 +32,8 @@ struct MasterProcessOptions {
   // Environment variables set (or overridden) in the child; the rest is inherited.
   std::vector<std::pair<std::string, std::string>> env;
   Millis start_timeout{15000};  // for the "listening on" line (and the "metrics on" line)
-  // Also wait for "tierkv master metrics on HOST:PORT" (pass a --metrics-port that is not -1).
+  // Also wait for "tierkv master metrics on HOST:PORT" (a store: "tierkv store metrics on
+  // HOST:PORT"); pass a --metrics-port that is not -1.
   bool expect_metrics = false;
 };
 

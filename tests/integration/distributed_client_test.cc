@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "http_test_util.h"
 #include "rpc/master_process.h"
 #include "tierkv/client.h"
 #include "tierkv/config.h"
@@ -29,6 +30,9 @@
 namespace tierkv {
 namespace {
 
+using http_test::HttpGet;
+using http_test::HttpResponse;
+using http_test::Sample;
 using SteadyClock = std::chrono::steady_clock;
 constexpr size_t kObject = 256 * 1024;
 
@@ -47,7 +51,9 @@ std::unique_ptr<MasterProcess> StartStore(const MasterProcess& master,
   MasterProcessOptions options;
   options.binary = TIERKV_BINARY;
   options.command = "store";
-  options.args = {"--master", master.address(), "--segment-size", size, "--small-pages"};
+  options.args = {"--master", master.address(), "--segment-size",
+                  size,       "--small-pages",  "--metrics-port",
+                  "-1"};
   auto started = MasterProcess::Start(options);
   EXPECT_TRUE(started.ok()) << started.status().ToString();
   return started.ok() ? std::move(started).value() : nullptr;
@@ -309,6 +315,46 @@ TEST(DistributedClientTest, MasterRestartStoresRemountAndRequestersCarryOn) {
   auto desc = client->BatchGetReplicaDesc({"after"});
   ASSERT_TRUE(desc[0].ok());
   EXPECT_EQ(desc[0]->at(0).segment_name, store->segment_name());
+}
+
+TEST(DistributedClientTest, StoreServesMetricsAndHealth) {
+  auto master = StartMaster();
+  ASSERT_NE(master, nullptr);
+  MasterProcessOptions options;
+  options.binary = TIERKV_BINARY;
+  options.command = "store";
+  options.args = {"--master", master->address(), "--segment-size",
+                  "16MiB",    "--small-pages",   "--metrics-port",
+                  "0"};
+  options.expect_metrics = true;
+  auto started = MasterProcess::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  auto store = std::move(started).value();
+  ASSERT_GT(store->metrics_port(), 0);
+  const HttpResponse health = HttpGet(store->metrics_port(), "/health");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.body, "ok\n");
+  std::string text = HttpGet(store->metrics_port(), "/metrics").body;
+  EXPECT_EQ(Sample(text, "tierkv_store_shm_connections"), 0.0) << text;
+  EXPECT_EQ(Sample(text, "tierkv_store_master_connected"), 1.0) << text;
+  EXPECT_EQ(Sample(text, "tierkv_store_registrations_total"), 1.0) << text;
+  EXPECT_NE(text.find("tierkv_store_segment_capacity_bytes{segment=\"" + store->segment_name() +
+                      "\"} 16777216"),
+            std::string::npos)
+      << text;
+  // A requester that reads maps the segment: one open connection.
+  auto client = Requester(RequesterConfig(*master));
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(PutKey(*client, "m", 1), 0);
+  text = HttpGet(store->metrics_port(), "/metrics").body;
+  EXPECT_EQ(Sample(text, "tierkv_store_shm_connections"), 1.0) << text;
+  client.reset();  // unmaps: the connection closes
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return Sample(HttpGet(store->metrics_port(), "/metrics").body,
+                      "tierkv_store_shm_connections") == 0.0;
+      },
+      std::chrono::milliseconds(3000)));
 }
 
 TEST(DistributedClientTest, ConfigurationErrorsAreClear) {

@@ -1,0 +1,38 @@
+// StoreCollector: a `tierkv store`'s figures as Prometheus metrics (tierkv_store_*), read when
+// scraped from a callback the store provides. docs/metrics.md lists every metric.
+//
+// Same-host requesters copy the store's bytes through their own mapping of its segment, so
+// the store never sees those transfers: per-transport transfer bytes are counted by the
+// requesters, not here. What the store's objects use of its segment is the master's
+// tierkv_master_segment_used_bytes.
+// Thread-safety: thread-safe if the callback is.
+#pragma once
+
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tierkv {
+
+struct StoreFigures {
+  std::string segment;            // the mounted name
+  uint64_t segment_bytes = 0;     // capacity contributed
+  uint64_t shm_connections = 0;   // requesters holding a mapping (open handshake connections)
+  bool master_connected = false;  // the last heartbeat was answered
+  uint64_t registrations = 0;     // times registered with a master (1 + re-registrations)
+};
+
+class StoreCollector final : public prometheus::Collectable {
+ public:
+  explicit StoreCollector(std::function<StoreFigures()> figures) : figures_(std::move(figures)) {}
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  const std::function<StoreFigures()> figures_;
+};
+
+}  // namespace tierkv
