@@ -17,8 +17,21 @@
 #include "master/master_service.h"
 #include "memory/segment_access.h"
 #include "ssd/ssd_tier.h"
+#include "transfer/copy.h"
 
 namespace tierkv {
+
+// Byte ranges of segments not mapped in this process (SegmentAccess::mapped() false).
+struct RemoteRead {
+  std::shared_ptr<SegmentAccess> segment;
+  uint64_t offset = 0;
+  std::vector<MutPiece> dst;  // their total is the range's length
+};
+struct RemoteWrite {
+  std::shared_ptr<SegmentAccess> segment;
+  uint64_t offset = 0;
+  std::vector<ConstPiece> src;
+};
 
 class ClientBackend {
  public:
@@ -52,6 +65,18 @@ class ClientBackend {
   virtual std::shared_ptr<SsdTier> FindTier(SegmentId id) = 0;
   // The segment's registered name, or "" when unknown.
   virtual std::string SegmentName(SegmentId id) = 0;
+
+  // Moves the bytes of unmapped segments through the backend's network transport, many
+  // ranges in flight; one Status per op (TRANSFER_FAIL for a failed or unreachable one).
+  // Default: no network transport, every op fails.
+  virtual std::vector<Status> ReadRemote(const std::vector<RemoteRead>& ops) {
+    return std::vector<Status>(
+        ops.size(), Status(ErrorCode::TRANSFER_FAIL, "no network transport in this backend"));
+  }
+  virtual std::vector<Status> WriteRemote(const std::vector<RemoteWrite>& ops) {
+    return std::vector<Status>(
+        ops.size(), Status(ErrorCode::TRANSFER_FAIL, "no network transport in this backend"));
+  }
 };
 
 }  // namespace tierkv

@@ -295,6 +295,28 @@ std::vector<int> EmbeddedClient::CheckBatch(const std::vector<std::string>& keys
   return codes;
 }
 
+void EmbeddedClient::WriteRemoteReplicas(const std::vector<std::vector<RemoteWrite>>& remote,
+                                         std::vector<int>& codes) {
+  std::vector<RemoteWrite> ops;
+  std::vector<size_t> owner;
+  for (size_t j = 0; j < remote.size(); ++j) {
+    if (codes[j] != 0) continue;
+    for (const RemoteWrite& w : remote[j]) {
+      ops.push_back(w);
+      owner.push_back(j);
+    }
+  }
+  if (ops.empty()) return;
+  const std::vector<Status> done = backend_->WriteRemote(ops);
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (!done[k].ok() && codes[owner[k]] == 0) {
+      spdlog::debug("put: replica on segment {} failed: {}", ops[k].segment->name(),
+                    done[k].ToString());
+      codes[owner[k]] = ToInt(ErrorCode::TRANSFER_FAIL);
+    }
+  }
+}
+
 std::vector<int> EmbeddedClient::PutImpl(const std::vector<std::string>& keys,
                                          const std::vector<std::vector<ConstPiece>>& pieces,
                                          const ReplicateConfig& config, bool check_registered) {
@@ -325,20 +347,30 @@ std::vector<int> EmbeddedClient::PutImpl(const std::vector<std::string>& keys,
 
   std::vector<uint64_t> checksums(sub_keys.size(), 0);
   std::vector<int> copy_codes(sub_keys.size(), 0);
+  // Replicas on segments not mapped here go through the backend's transport afterwards.
+  std::vector<std::vector<RemoteWrite>> remote(sub_keys.size());
   pool_.ParallelFor(sub_keys.size(), [&](size_t j) {
     if (!started[j].ok()) return;
     const auto& replicas = started[j]->replicas;
+    bool hashed = false;
     for (size_t r = 0; r < replicas.size(); ++r) {
       auto seg = backend_->FindSegment(replicas[r].segment);
       if (!seg || !seg->alive() || replicas[r].offset + replicas[r].size > seg->size()) {
         copy_codes[j] = ToInt(ErrorCode::TRANSFER_FAIL);
         return;
       }
-      // The checksum is taken from the user's bytes while writing the first replica.
-      const uint64_t sum = GatherCopy(seg->base() + replicas[r].offset, pieces[idx[j]], r == 0);
-      if (r == 0) checksums[j] = sum;
+      if (!seg->mapped()) {
+        remote[j].push_back(RemoteWrite{std::move(seg), replicas[r].offset, pieces[idx[j]]});
+        continue;
+      }
+      // The checksum is taken from the user's bytes while writing the first mapped replica.
+      const uint64_t sum = GatherCopy(seg->base() + replicas[r].offset, pieces[idx[j]], !hashed);
+      if (!hashed) checksums[j] = sum;
+      hashed = true;
     }
+    if (!hashed) checksums[j] = HashPieces(pieces[idx[j]]);
   });
+  WriteRemoteReplicas(remote, copy_codes);
 
   std::vector<std::string> end_keys, revoke_keys;
   std::vector<uint64_t> end_ids, end_sums, revoke_ids;
@@ -395,6 +427,7 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
   const bool verify = config_.verify_checksum;
   std::vector<std::vector<MutPiece>> dsts(sub_keys.size());
   std::vector<uint8_t> wants_disk(sub_keys.size(), 0);  // memory failed, a disk replica exists
+  std::vector<size_t> remote_from(sub_keys.size(), 0);  // 1 + replica to read over the network
 
   pool_.ParallelFor(sub_keys.size(), [&](size_t j) {
     const size_t i = idx[j];
@@ -423,13 +456,18 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
     }
     int64_t code = ToInt(ErrorCode::TRANSFER_FAIL);
     bool has_disk = false;
-    for (const auto& rep : obj.replicas) {
+    for (size_t k = 0; k < obj.replicas.size(); ++k) {
+      const ReplicaLocation& rep = obj.replicas[k];
       if (rep.tier == ReplicaTier::kDisk) {
         has_disk = true;
         continue;
       }
       auto seg = backend_->FindSegment(rep.segment);  // keeps the memory mapped while copying
       if (!seg || !seg->alive() || rep.offset + obj.size > seg->size()) continue;
+      if (!seg->mapped()) {
+        remote_from[j] = k + 1;  // read over the network after this pass, from replica k on
+        return;
+      }
       const uint64_t sum = ScatterCopy(seg->base() + rep.offset, dst, verify);
       if (verify && sum != obj.checksum) {
         spdlog::error("checksum mismatch reading {} from segment {} at offset {}", keys[i],
@@ -453,6 +491,8 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
     }
     results[i] = code;
   });
+
+  ReadRemoteReplicas(replicas, dsts, remote_from, idx, results, wants_disk);
 
   size_t memory_hits = 0;
   uint64_t memory_bytes = 0;
@@ -526,6 +566,79 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
     }
   }
   return results;
+}
+
+void EmbeddedClient::ReadRemoteReplicas(const std::vector<Result<ObjectReplicas>>& replicas,
+                                        const std::vector<std::vector<MutPiece>>& dsts,
+                                        std::vector<size_t>& remote_from,
+                                        const std::vector<size_t>& idx,
+                                        std::vector<int64_t>& results,
+                                        std::vector<uint8_t>& wants_disk) {
+  const Clock* clock = backend_->clock();
+  const bool verify = config_.verify_checksum;
+  // Rounds: each pending key reads its next memory replica (network or mapped); a failed or
+  // corrupt read moves on to the next one.
+  for (;;) {
+    std::vector<RemoteRead> ops;
+    std::vector<size_t> owner;
+    for (size_t j = 0; j < remote_from.size(); ++j) {
+      if (remote_from[j] == 0) continue;
+      const ObjectReplicas& obj = *replicas[j];
+      size_t k = remote_from[j] - 1;
+      remote_from[j] = 0;
+      for (; k < obj.replicas.size(); ++k) {
+        const ReplicaLocation& rep = obj.replicas[k];
+        if (rep.tier != ReplicaTier::kMemory) continue;
+        auto seg = backend_->FindSegment(rep.segment);
+        if (!seg || !seg->alive() || rep.offset + obj.size > seg->size()) continue;
+        if (seg->mapped()) {
+          const uint64_t sum = ScatterCopy(seg->base() + rep.offset, dsts[j], verify);
+          if (verify && sum != obj.checksum) continue;
+          if (clock->Now() > obj.lease_deadline) break;  // LEASE_EXPIRED below
+          results[idx[j]] = static_cast<int64_t>(obj.size);
+          k = obj.replicas.size() + 1;  // done
+          break;
+        }
+        ops.push_back(RemoteRead{std::move(seg), rep.offset, dsts[j]});
+        owner.push_back(j);
+        remote_from[j] = k + 2;  // if this read fails, go on after it
+        break;
+      }
+      if (k == obj.replicas.size() + 1 || remote_from[j] != 0) continue;
+      // No replica left in memory: the disk, or a failure with zeroed bytes.
+      const bool has_disk = std::any_of(obj.replicas.begin(), obj.replicas.end(),
+                                        [](const auto& r) { return r.tier == ReplicaTier::kDisk; });
+      if (has_disk) {
+        wants_disk[j] = 1;
+        continue;
+      }
+      const bool expired = k < obj.replicas.size();
+      results[idx[j]] = ToInt(expired ? ErrorCode::LEASE_EXPIRED : ErrorCode::TRANSFER_FAIL);
+      for (const auto& p : dsts[j]) std::memset(p.ptr, 0, p.size);
+    }
+    if (ops.empty()) return;
+    const std::vector<Status> done = backend_->ReadRemote(ops);
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const size_t j = owner[k];
+      const ObjectReplicas& obj = *replicas[j];
+      bool ok = done[k].ok() && (!verify || HashPieces(dsts[j]) == obj.checksum);
+      if (done[k].ok() && !ok) {
+        spdlog::error("checksum mismatch reading {} bytes from segment {} at offset {}", obj.size,
+                      ops[k].segment->name(), ops[k].offset);
+      }
+      if (ok && clock->Now() > obj.lease_deadline) {
+        results[idx[j]] = ToInt(ErrorCode::LEASE_EXPIRED);  // the space may have been reused
+        for (const auto& p : dsts[j]) std::memset(p.ptr, 0, p.size);
+        remote_from[j] = 0;
+        continue;
+      }
+      if (ok) {
+        results[idx[j]] = static_cast<int64_t>(obj.size);
+        remote_from[j] = 0;
+      }
+      // else remote_from[j] names the next replica to try in the next round
+    }
+  }
 }
 
 void EmbeddedClient::Promote(const std::vector<DiskRead>& reads, const std::vector<size_t>& hits) {

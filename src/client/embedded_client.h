@@ -92,6 +92,17 @@ class EmbeddedClient final : public Client {
                               const std::vector<std::vector<Piece>>& pieces,
                               bool check_registered) const;
 
+  // Writes the replicas on segments not mapped here (remote[j]: key j's) through the
+  // backend's transport; a failed one fails its key (codes[j] = TRANSFER_FAIL).
+  void WriteRemoteReplicas(const std::vector<std::vector<RemoteWrite>>& remote,
+                           std::vector<int>& codes);
+  // Reads the keys whose first reachable memory replica is not mapped here (remote_from[j] =
+  // 1 + that replica), falling back replica by replica, then to the disk (wants_disk).
+  void ReadRemoteReplicas(const std::vector<Result<ObjectReplicas>>& replicas,
+                          const std::vector<std::vector<MutPiece>>& dsts,
+                          std::vector<size_t>& remote_from, const std::vector<size_t>& idx,
+                          std::vector<int64_t>& results, std::vector<uint8_t>& wants_disk);
+
   // enable_offload: opens this process's SSD tier behind its segment (warm restart
   // re-registers what the tier still holds).
   Status OpenTier(const SsdTierOptions& options);

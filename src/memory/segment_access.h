@@ -13,7 +13,10 @@ namespace tierkv {
 class SegmentAccess {
  public:
   virtual ~SegmentAccess() = default;
+  // The bytes, when mapped in this process; null for a segment reached through a network
+  // transport (mapped() false): its bytes move with ClientBackend::ReadRemote/WriteRemote.
   virtual uint8_t* base() const = 0;
+  virtual bool mapped() const { return true; }
   virtual uint64_t size() const = 0;
   virtual const std::string& name() const = 0;
   // False once the owner is known to be gone: its bytes must not be returned to readers.

@@ -74,4 +74,16 @@ void ScatterCopyAt(const uint8_t* src, uint64_t len, const std::vector<MutPiece>
   }
 }
 
+uint64_t HashPieces(const std::vector<ConstPiece>& pieces) {
+  ChecksumStream sum;
+  for (const ConstPiece& p : pieces) sum.Update(p.ptr, p.size);
+  return sum.Digest();
+}
+
+uint64_t HashPieces(const std::vector<MutPiece>& pieces) {
+  ChecksumStream sum;
+  for (const MutPiece& p : pieces) sum.Update(p.ptr, p.size);
+  return sum.Digest();
+}
+
 }  // namespace tierkv

@@ -24,6 +24,11 @@ uint64_t GatherCopy(uint8_t* dst, const std::vector<ConstPiece>& pieces, bool ha
 // bytes (each destination chunk is hashed right after it is written), else 0.
 uint64_t ScatterCopy(const uint8_t* src, const std::vector<MutPiece>& pieces, bool hash);
 
+// The xxh3-64 of the concatenation of `pieces` (no copy): the checksum of an object whose
+// bytes move through a network transport.
+uint64_t HashPieces(const std::vector<ConstPiece>& pieces);
+uint64_t HashPieces(const std::vector<MutPiece>& pieces);
+
 class ChecksumStream;
 // Copies `len` bytes of `src` to bytes [offset, offset + len) of the concatenation of
 // `pieces` (which must be that long), feeding each copied chunk to `sum` when not null:
