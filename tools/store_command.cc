@@ -27,6 +27,7 @@ struct StoreFlags {
   std::string hostname;
   bool small_pages = false;
   std::string metrics_host = "127.0.0.1";
+  std::string data_host = "127.0.0.1";
   int metrics_port = 9004;
 };
 
@@ -63,10 +64,9 @@ int RunStore(const StoreFlags& flags) {
   }
   config.global_segment_size = *size;
   if (!flags.hostname.empty()) config.local_hostname = flags.hostname;
-  if (config.protocol == "tcp") config.protocol = "auto";  // the built-in default: serve shm
   if (flags.small_pages) config.use_huge_pages = false;
 
-  auto created = EmbeddedClient::CreateRemote(config);
+  auto created = EmbeddedClient::CreateRemote(config, flags.data_host);
   if (!created.ok()) {
     std::cerr << "tierkv store: error: " << created.status().ToString() << std::endl;
     return created.code() == ErrorCode::INVALID_CONFIG ? kExitUsage : kExitFailed;
@@ -137,6 +137,12 @@ void AddStoreCommand(CLI::App& app, int* exit_code) {
       ->add_option("--hostname", flags->hostname,
                    "Host name this store registers with (default: local_hostname of the config, "
                    "$TIERKV_LOCAL_HOSTNAME, else gethostname())")
+      ->capture_default_str();
+  store
+      ->add_option("--data-host", flags->data_host,
+                   "Address the network transport (UCX over tcp, or rdma with protocol rdma) "
+                   "listens on and advertises, on a free port; the default serves this host "
+                   "only: use a NIC's address for other hosts. \"\" = shared memory only")
       ->capture_default_str();
   store
       ->add_option("--metrics-host", flags->metrics_host,

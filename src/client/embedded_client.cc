@@ -11,6 +11,8 @@
 
 #include "client/in_process_backend.h"
 #include "common/key.h"
+#include "transport/device_select.h"
+#include "transport/ucx_options.h"
 
 namespace tierkv {
 namespace {
@@ -105,16 +107,25 @@ Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::Create(
   return client;
 }
 
-Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::CreateRemote(const Config& config) {
+Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::CreateRemote(const Config& config,
+                                                                     const std::string& data_host) {
   if (Status st = ValidateConfig(config); !st.ok()) return st;
   if (config.master_server_address.empty()) {
     return Status(ErrorCode::INVALID_CONFIG, "master_server_address is empty: no remote master");
   }
-  if (config.protocol != "shm" && config.protocol != "auto") {
-    return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
-                  "protocol '" + config.protocol +
-                      "': only the same-host shared-memory transport is built so far; set "
-                      "protocol to 'shm' or 'auto' (the tcp and rdma transports come later)");
+  // The network transport's settings, checked now so a bad protocol/NIC fails here.
+  transport::UcxTransportOptions ucx;
+  ucx.protocol = config.protocol == "rdma" ? "rdma" : "tcp";
+  if (!config.device_name.empty()) {
+    auto device = transport::SelectDeviceFromEnv(config.device_name);
+    if (!device.ok()) return device.status();
+    ucx.device = *device;
+  }
+  if (config.protocol != "shm") {
+    if (auto selected = transport::SelectUcxTransports(ucx); !selected.ok()) {
+      return Status(selected.code(),
+                    "protocol '" + config.protocol + "': " + selected.status().message());
+    }
   }
   if (config.enable_offload) {
     return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
@@ -123,8 +134,8 @@ Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::CreateRemote(const Confi
                       "'): tier moves over RPC are not built yet; use embedded mode without "
                       "master_server_address for the SSD tier");
   }
-  auto remote =
-      RemoteBackend::Connect(config.master_server_address, Millis(5000), config.local_hostname);
+  auto remote = RemoteBackend::Connect(config.master_server_address, Millis(5000),
+                                       config.local_hostname, config.protocol, ucx);
   if (!remote.ok()) return remote.status();
   std::unique_ptr<EmbeddedClient> client(new EmbeddedClient(config, nullptr, *remote));
   if (config.mode == Mode::kEmbedded) {
@@ -140,8 +151,16 @@ Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::CreateRemote(const Confi
         client->segment_);
     if (!server.ok()) return server.status();
     client->shm_server_ = std::move(server).value();
+    std::string tcp_address;
+    if (!data_host.empty()) {
+      // Served over the network too, for requesters on other hosts (or protocol tcp).
+      auto ucx_server = transport::UcxSegmentServer::Start(client->segment_, data_host, 0, ucx);
+      if (!ucx_server.ok()) return ucx_server.status();
+      client->ucx_server_ = std::move(ucx_server).value();
+      tcp_address = client->ucx_server_->address();
+    }
     client->mounted_name_ =
-        SegmentEndpointName(client->segment_->name(), client->shm_server_->path());
+        SegmentEndpointName(client->segment_->name(), client->shm_server_->path(), tcp_address);
     auto id = client->remote_->MountOwn(client->segment_, client->mounted_name_);
     if (!id.ok()) return id.status();
     client->segment_id_ = *id;
@@ -231,6 +250,7 @@ EmbeddedClient::~EmbeddedClient() {
       }
     }
     if (shm_server_) shm_server_->Stop();
+    if (ucx_server_) ucx_server_->Stop();
     return;
   }
   if (segment_id_ != 0) {

@@ -20,6 +20,7 @@
 #include "transfer/copy.h"
 #include "transfer/transfer_pool.h"
 #include "transport/shm_segment_server.h"
+#include "transport/ucx_segment_server.h"
 
 namespace tierkv {
 
@@ -33,11 +34,15 @@ class EmbeddedClient final : public Client {
       const std::function<void(SsdTierOptions&)>& tier_hook = nullptr);
   // A requester with a remote master (config.master_server_address): mode
   // standalone-store contributes nothing; mode embedded contributes a segment of
-  // global_segment_size, served to same-host requesters over the shm transport (what
-  // `tierkv store` runs). protocol must be shm or auto; enable_offload is refused (tier moves
-  // over RPC are not built yet): UNAVAILABLE_IN_CURRENT_MODE naming the key. Connection
-  // errors: RPC_FAIL within 5 s.
-  static Result<std::unique_ptr<EmbeddedClient>> CreateRemote(const Config& config);
+  // global_segment_size, served to same-host requesters over the shm transport and, when
+  // `data_host` is not empty, over the UCX network transport on data_host (a free port) —
+  // what `tierkv store` runs. protocol: shm (same-host segments only), tcp or rdma (UCX),
+  // auto (shm on this host, tcp otherwise); rdma without verbs devices, or a device_name this
+  // host lacks: UNAVAILABLE_IN_CURRENT_MODE. enable_offload is refused (tier moves over RPC
+  // are not built yet): UNAVAILABLE_IN_CURRENT_MODE naming the key. Connection errors:
+  // RPC_FAIL within 5 s.
+  static Result<std::unique_ptr<EmbeddedClient>> CreateRemote(const Config& config,
+                                                              const std::string& data_host = "");
   ~EmbeddedClient() override;
 
   Status RegisterBuffer(void* ptr, size_t size) override;
@@ -119,6 +124,7 @@ class EmbeddedClient final : public Client {
   std::shared_ptr<ClientBackend> backend_;  // the data path's master and segments
   std::shared_ptr<RemoteBackend> remote_;   // remote master (CreateRemote), else null
   std::unique_ptr<transport::ShmSegmentServer> shm_server_;  // serves segment_ (remote)
+  std::unique_ptr<transport::UcxSegmentServer> ucx_server_;  // and over the network
   std::string mounted_name_;
   std::shared_ptr<MemorySegment> segment_;
   SegmentId segment_id_ = 0;

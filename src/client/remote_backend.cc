@@ -3,6 +3,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <map>
+
+#include "transport/ucx_segment_client.h"
+
 namespace tierkv {
 namespace {
 
@@ -22,6 +26,21 @@ class MappedAccess final : public SegmentAccess {
   const std::shared_ptr<transport::MappedSegment> m_;
 };
 
+// A segment of another process reached through the UCX transport: no mapping here.
+class UcxAccess final : public SegmentAccess {
+ public:
+  explicit UcxAccess(std::unique_ptr<transport::UcxSegmentClient> c) : c_(std::move(c)) {}
+  uint8_t* base() const override { return nullptr; }
+  bool mapped() const override { return false; }
+  uint64_t size() const override { return c_->size(); }
+  const std::string& name() const override { return c_->segment_name(); }
+  bool alive() const override { return c_->alive(); }
+  transport::UcxSegmentClient& client() const { return *c_; }
+
+ private:
+  const std::unique_ptr<transport::UcxSegmentClient> c_;
+};
+
 std::string ThisHost() {
   char buf[256] = {};
   return gethostname(buf, sizeof(buf) - 1) == 0 ? std::string(buf) : std::string("localhost");
@@ -29,26 +48,34 @@ std::string ThisHost() {
 
 }  // namespace
 
-std::string SegmentEndpointName(const std::string& name, const std::string& socket_path) {
-  return name + "@" + socket_path;
+std::string SegmentEndpointName(const std::string& name, const std::string& socket_path,
+                                const std::string& tcp_address) {
+  return name + "@" + socket_path + (tcp_address.empty() ? "" : "#" + tcp_address);
 }
 
-void SplitSegmentEndpoint(const std::string& mounted, std::string* name, std::string* socket_path) {
+void SplitSegmentEndpoint(const std::string& mounted, std::string* name, std::string* socket_path,
+                          std::string* tcp_address) {
   const size_t at = mounted.find('@');
   *name = at == std::string::npos ? mounted : mounted.substr(0, at);
-  *socket_path = at == std::string::npos ? std::string() : mounted.substr(at + 1);
+  const std::string rest = at == std::string::npos ? std::string() : mounted.substr(at + 1);
+  const size_t hash = rest.find('#');
+  *socket_path = rest.substr(0, hash);
+  if (tcp_address != nullptr) {
+    *tcp_address = hash == std::string::npos ? std::string() : rest.substr(hash + 1);
+  }
 }
 
 std::string SegmentHost(const std::string& name) { return name.substr(0, name.find(':')); }
 
-Result<std::shared_ptr<RemoteBackend>> RemoteBackend::Connect(const std::string& address,
-                                                              Millis timeout,
-                                                              const std::string& host) {
+Result<std::shared_ptr<RemoteBackend>> RemoteBackend::Connect(
+    const std::string& address, Millis timeout, const std::string& host,
+    const std::string& protocol, const transport::UcxTransportOptions& ucx) {
   RemoteMasterOptions options;
   options.host = host.empty() ? ThisHost() : host;
   auto master = RemoteMaster::Connect(address, timeout, options);
   if (!master.ok()) return master.status();
-  return std::shared_ptr<RemoteBackend>(new RemoteBackend(std::move(master).value(), options.host));
+  return std::shared_ptr<RemoteBackend>(
+      new RemoteBackend(std::move(master).value(), options.host, protocol, ucx));
 }
 
 Result<SegmentId> RemoteBackend::MountOwn(std::shared_ptr<MemorySegment> segment,
@@ -120,27 +147,97 @@ std::shared_ptr<SegmentAccess> RemoteBackend::FindSegment(SegmentId id) {
     name_it = names_.find(id);
     if (name_it == names_.end()) return nullptr;  // unmounted meanwhile
   }
-  std::string name, socket_path;
-  SplitSegmentEndpoint(name_it->second, &name, &socket_path);
-  if (socket_path.empty() || SegmentHost(name) != host_) {
-    unreachable_.insert(id);
-    spdlog::warn(
-        "requester on host '{}': segment {} ('{}') is not served on this host, and the "
-        "tcp/rdma transports are not built yet: its replicas cannot be read here",
-        host_, id, name_it->second);
-    return nullptr;
+  return ConnectLocked(id, name_it->second);
+}
+
+std::shared_ptr<SegmentAccess> RemoteBackend::ConnectLocked(SegmentId id,
+                                                            const std::string& mounted) {
+  std::string name, socket_path, tcp_address;
+  SplitSegmentEndpoint(mounted, &name, &socket_path, &tcp_address);
+  const bool same_host = !socket_path.empty() && SegmentHost(name) == host_;
+  const bool use_shm = protocol_ == "shm" || (protocol_ == "auto" && same_host);
+  std::shared_ptr<SegmentAccess> access;
+  if (use_shm) {
+    if (!same_host) {
+      unreachable_.insert(id);
+      spdlog::warn(
+          "requester on host '{}' with protocol shm: segment {} ('{}') is not served on this "
+          "host; its replicas cannot be read here (protocol tcp or auto reaches it)",
+          host_, id, mounted);
+      return nullptr;
+    }
+    // Mapped under the lock: a segment is mapped once, the first time it is needed.
+    auto mapped = mapper_.Map(socket_path, name, kMapTimeout);
+    if (!mapped.ok()) {
+      unreachable_.insert(id);
+      spdlog::warn("requester: mapping segment {} ('{}') failed: {}", id, name,
+                   mapped.status().ToString());
+      return nullptr;
+    }
+    access = std::make_shared<MappedAccess>(std::move(mapped).value());
+  } else {
+    if (tcp_address.empty()) {
+      unreachable_.insert(id);
+      spdlog::warn("requester with protocol {}: segment {} ('{}') is not served over the network",
+                   protocol_, id, mounted);
+      return nullptr;
+    }
+    auto connected = transport::UcxSegmentClient::Connect(tcp_address, name, kMapTimeout, ucx_);
+    if (!connected.ok()) {
+      unreachable_.insert(id);
+      spdlog::warn("requester: connecting to segment {} ('{}') at {} failed: {}", id, name,
+                   tcp_address, connected.status().ToString());
+      return nullptr;
+    }
+    access = std::make_shared<UcxAccess>(std::move(connected).value());
   }
-  // Mapped under the lock: a segment is mapped once, the first time it is needed.
-  auto mapped = mapper_.Map(socket_path, name, kMapTimeout);
-  if (!mapped.ok()) {
-    unreachable_.insert(id);
-    spdlog::warn("requester: mapping segment {} ('{}') failed: {}", id, name,
-                 mapped.status().ToString());
-    return nullptr;
-  }
-  auto access = std::make_shared<MappedAccess>(std::move(mapped).value());
   mapped_.emplace(id, access);
   return access;
+}
+
+std::vector<Status> RemoteBackend::ReadRemote(const std::vector<RemoteRead>& ops) {
+  std::vector<Status> out(ops.size());
+  // One batch per segment, so each connection keeps many requests in flight.
+  std::map<const UcxAccess*, std::vector<size_t>> by_segment;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const auto* ucx = dynamic_cast<const UcxAccess*>(ops[i].segment.get());
+    if (ucx == nullptr) {
+      out[i] = Status(ErrorCode::TRANSFER_FAIL,
+                      "segment " + ops[i].segment->name() + " is not reached through the network");
+      continue;
+    }
+    by_segment[ucx].push_back(i);
+  }
+  for (const auto& [ucx, list] : by_segment) {
+    std::vector<transport::UcxSegmentClient::ReadOp> batch;
+    batch.reserve(list.size());
+    for (size_t i : list) batch.push_back({ops[i].offset, ops[i].dst});
+    std::vector<Status> done = ucx->client().ReadBatch(batch);
+    for (size_t k = 0; k < list.size(); ++k) out[list[k]] = std::move(done[k]);
+  }
+  return out;
+}
+
+std::vector<Status> RemoteBackend::WriteRemote(const std::vector<RemoteWrite>& ops) {
+  std::vector<Status> out(ops.size());
+  std::map<const UcxAccess*, std::vector<size_t>> by_segment;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const auto* ucx = dynamic_cast<const UcxAccess*>(ops[i].segment.get());
+    if (ucx == nullptr) {
+      out[i] = Status(ErrorCode::TRANSFER_FAIL,
+                      "segment " + ops[i].segment->name() + " is not reached through the network");
+      continue;
+    }
+    by_segment[ucx].push_back(i);
+  }
+  for (const auto& [ucx, list] : by_segment) {
+    std::vector<transport::UcxSegmentClient::WriteOp> batch;
+    batch.reserve(list.size());
+    for (size_t i : list) batch.push_back({ops[i].offset, ops[i].src});
+    std::vector<Status> done = ucx->client().WriteBatch(batch);
+    for (size_t k = 0; k < list.size(); ++k) out[list[k]] = std::move(done[k]);
+  }
+  return out;
 }
 
 std::string RemoteBackend::SegmentName(SegmentId id) {

@@ -6,10 +6,11 @@
 // ShmSegmentServer. FindSegment(id) returns this process's own segment directly; another
 // segment's name comes from the master's segment list (fetched on a miss, at most every
 // 100 ms) and, when its host is this host, it is mapped once through the ShmSegmentMapper
-// and cached. A mapping whose owner hung up is dead: FindSegment returns null for it from
-// then on (its replicas fail rather than return bytes of a dead owner), and the master drops
-// them after client_ttl. Segments on other hosts are unreachable until the tcp/rdma
-// transports exist: null, logged once per segment.
+// and cached; otherwise (protocol tcp/rdma, or auto for another host) it connects a
+// UcxSegmentClient to the address after '#' and the bytes move with ReadRemote/WriteRemote.
+// A connection whose owner hung up is dead: FindSegment returns null for it from then on (its
+// replicas fail rather than return bytes of a dead owner), and the master drops them after
+// client_ttl. A segment this protocol cannot reach: null, logged once per segment.
 //
 // Thread-safety: thread-safe.
 #pragma once
@@ -26,22 +27,30 @@
 #include "memory/memory_segment.h"
 #include "rpc/remote_master.h"
 #include "transport/shm_segment_client.h"
+#include "transport/ucx_options.h"
 
 namespace tierkv {
 
-// "<name>@<socket path>": the name a served segment is mounted under.
-std::string SegmentEndpointName(const std::string& name, const std::string& socket_path);
-// Splits a mounted name into name and socket path ("" when the name has no endpoint).
-void SplitSegmentEndpoint(const std::string& mounted, std::string* name, std::string* socket_path);
+// "<name>@<socket path>" (and "#<tcp address>" when the segment is also served over the
+// network transport): the name a served segment is mounted under.
+std::string SegmentEndpointName(const std::string& name, const std::string& socket_path,
+                                const std::string& tcp_address = "");
+// Splits a mounted name into name, socket path and network address ("" when absent).
+void SplitSegmentEndpoint(const std::string& mounted, std::string* name, std::string* socket_path,
+                          std::string* tcp_address = nullptr);
 // The host part of a segment name "<host>:<pid>:<n>" (everything before the first ':').
 std::string SegmentHost(const std::string& name);
 
 class RemoteBackend final : public ClientBackend {
  public:
   // Connects to the master at `address` within `timeout` and registers this process as
-  // `host` ("" = gethostname()). Errors: as RemoteMaster::Connect.
+  // `host` ("" = gethostname()). `protocol`: "shm" (same-host segments only), "tcp" or "rdma"
+  // (every segment through the UCX transport, `ucx` says how), "auto" (shm on this host, the
+  // network otherwise). Errors: as RemoteMaster::Connect.
   static Result<std::shared_ptr<RemoteBackend>> Connect(const std::string& address, Millis timeout,
-                                                        const std::string& host);
+                                                        const std::string& host,
+                                                        const std::string& protocol,
+                                                        const transport::UcxTransportOptions& ucx);
 
   // Mounts this process's own segment on the master under `mounted_name` and serves
   // FindSegment for it directly.
@@ -75,10 +84,18 @@ class RemoteBackend final : public ClientBackend {
   std::shared_ptr<SegmentAccess> FindSegment(SegmentId id) override;
   std::shared_ptr<SsdTier> FindTier(SegmentId) override { return nullptr; }
   std::string SegmentName(SegmentId id) override;
+  std::vector<Status> ReadRemote(const std::vector<RemoteRead>& ops) override;
+  std::vector<Status> WriteRemote(const std::vector<RemoteWrite>& ops) override;
 
  private:
-  RemoteBackend(std::unique_ptr<RemoteMaster> master, std::string host)
-      : master_(std::move(master)), host_(std::move(host)) {}
+  RemoteBackend(std::unique_ptr<RemoteMaster> master, std::string host, std::string protocol,
+                transport::UcxTransportOptions ucx)
+      : master_(std::move(master)),
+        host_(std::move(host)),
+        protocol_(std::move(protocol)),
+        ucx_(std::move(ucx)) {}
+  // Connects segment `id` through the shm or UCX transport. Requires mu_.
+  std::shared_ptr<SegmentAccess> ConnectLocked(SegmentId id, const std::string& mounted);
   // Refreshes names_ from the master's segment list (rate-limited) and drops mappings whose
   // id now names another segment. Requires mu_.
   void RefreshNamesLocked();
@@ -87,6 +104,8 @@ class RemoteBackend final : public ClientBackend {
 
   const std::unique_ptr<RemoteMaster> master_;
   const std::string host_;
+  const std::string protocol_;
+  const transport::UcxTransportOptions ucx_;
   transport::ShmSegmentMapper mapper_;
   std::mutex mu_;
   std::map<SegmentId, std::shared_ptr<MemorySegment>> own_;     // by handle; guarded by mu_

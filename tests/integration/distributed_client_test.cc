@@ -59,12 +59,12 @@ std::unique_ptr<MasterProcess> StartStore(const MasterProcess& master,
   return started.ok() ? std::move(started).value() : nullptr;
 }
 
-Config RequesterConfig(const MasterProcess& master) {
+Config RequesterConfig(const MasterProcess& master, const std::string& protocol = "shm") {
   Config c;
   c.mode = Mode::kStandaloneStore;
   c.global_segment_size = 0;
   c.master_server_address = master.address();
-  c.protocol = "shm";
+  c.protocol = protocol;
   c.require_registered_buffers = false;
   return c;
 }
@@ -108,7 +108,13 @@ bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds tim
   return pred();
 }
 
-TEST(DistributedClientTest, PutOnOneRequesterGetOnAnotherProcess) {
+// The data-path tests, once per transport: shm (the store's segment mapped here) and tcp (UCX
+// over 127.0.0.1 to the store's network endpoint).
+class DistributedTransportTest : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Transports, DistributedTransportTest, ::testing::Values("shm", "tcp"),
+                         [](const auto& test_info) { return test_info.param; });
+
+TEST_P(DistributedTransportTest, PutOnOneRequesterGetOnAnotherProcess) {
   auto master = StartMaster();
   ASSERT_NE(master, nullptr);
   auto store_a = StartStore(*master);
@@ -117,7 +123,7 @@ TEST(DistributedClientTest, PutOnOneRequesterGetOnAnotherProcess) {
   ASSERT_NE(store_b, nullptr);
   // The reading requester process is forked before this process uses gRPC (a child forked
   // after gRPC started cannot use it); it waits on a pipe until the puts are done.
-  const Config reader_config = RequesterConfig(*master);
+  const Config reader_config = RequesterConfig(*master, GetParam());
   int go[2];
   ASSERT_EQ(pipe(go), 0);
   const pid_t child = fork();
@@ -134,7 +140,7 @@ TEST(DistributedClientTest, PutOnOneRequesterGetOnAnotherProcess) {
     _exit(0);
   }
   close(go[0]);
-  auto writer = Requester(RequesterConfig(*master));
+  auto writer = Requester(RequesterConfig(*master, GetParam()));
   if (writer == nullptr) kill(child, SIGKILL);
   ASSERT_NE(writer, nullptr);
   // 40 x 256 KiB over two 32 MiB stores; a batch put too.
@@ -172,7 +178,7 @@ TEST(DistributedClientTest, PutOnOneRequesterGetOnAnotherProcess) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "2: create failed, 3: a get failed or was wrong";
   // And a second requester in this process.
-  auto reader = Requester(RequesterConfig(*master));
+  auto reader = Requester(RequesterConfig(*master, GetParam()));
   ASSERT_NE(reader, nullptr);
   for (int i = 0; i < 40; ++i) EXPECT_EQ(GetKey(*reader, "k" + std::to_string(i), i), kObject);
   EXPECT_EQ(reader->Remove("k0"), ToInt(ErrorCode::OBJECT_HAS_LEASE)) << "just read: leased";
@@ -180,14 +186,14 @@ TEST(DistributedClientTest, PutOnOneRequesterGetOnAnotherProcess) {
   EXPECT_EQ(GetKey(*writer, "k0", 0), ToInt(ErrorCode::OBJECT_NOT_FOUND));
 }
 
-TEST(DistributedClientTest, PreferredSegmentSteersPuts) {
+TEST_P(DistributedTransportTest, PreferredSegmentSteersPuts) {
   auto master = StartMaster();
   ASSERT_NE(master, nullptr);
   auto store_a = StartStore(*master);
   auto store_b = StartStore(*master);
   ASSERT_NE(store_a, nullptr);
   ASSERT_NE(store_b, nullptr);
-  Config c = RequesterConfig(*master);
+  Config c = RequesterConfig(*master, GetParam());
   // The name without its "@socket" part is enough.
   const std::string b = store_b->segment_name();
   c.preferred_segment = b.substr(0, b.find('@'));
@@ -201,14 +207,14 @@ TEST(DistributedClientTest, PreferredSegmentSteersPuts) {
   }
 }
 
-TEST(DistributedClientTest, TwoReplicasOnDistinctStoresSurviveOneStoreDeath) {
+TEST_P(DistributedTransportTest, TwoReplicasOnDistinctStoresSurviveOneStoreDeath) {
   auto master = StartMaster({"--client-ttl-ms", "1000"});
   ASSERT_NE(master, nullptr);
   auto store_a = StartStore(*master);
   auto store_b = StartStore(*master);
   ASSERT_NE(store_a, nullptr);
   ASSERT_NE(store_b, nullptr);
-  auto client = Requester(RequesterConfig(*master));
+  auto client = Requester(RequesterConfig(*master, GetParam()));
   ASSERT_NE(client, nullptr);
   ReplicateConfig two;
   two.replica_num = 2;
@@ -232,14 +238,14 @@ TEST(DistributedClientTest, TwoReplicasOnDistinctStoresSurviveOneStoreDeath) {
   for (int i = 0; i < 10; ++i) EXPECT_EQ(GetKey(*client, "r" + std::to_string(i), i), kObject);
 }
 
-TEST(DistributedClientTest, KilledStoreNeverServesBytesAndItsObjectsGo) {
+TEST_P(DistributedTransportTest, KilledStoreNeverServesBytesAndItsObjectsGo) {
   auto master = StartMaster({"--client-ttl-ms", "1000"});
   ASSERT_NE(master, nullptr);
   auto store_a = StartStore(*master);
   auto store_b = StartStore(*master);
   ASSERT_NE(store_a, nullptr);
   ASSERT_NE(store_b, nullptr);
-  Config c = RequesterConfig(*master);
+  Config c = RequesterConfig(*master, GetParam());
   c.preferred_segment = store_a->segment_name();
   auto client = Requester(c);
   ASSERT_NE(client, nullptr);
@@ -371,10 +377,19 @@ TEST(DistributedClientTest, ConfigurationErrorsAreClear) {
       << bad.status().ToString();
   EXPECT_LT(SteadyClock::now() - start, std::chrono::seconds(8));
 
+  if (access("/sys/class/infiniband", F_OK) != 0) {
+    c.protocol = "rdma";  // no verbs device on this host: said so at once
+    auto rdma = Client::Create(c);
+    EXPECT_EQ(rdma.code(), ErrorCode::UNAVAILABLE_IN_CURRENT_MODE) << rdma.status().ToString();
+    EXPECT_NE(rdma.status().message().find("rdma"), std::string::npos);
+  }
   c.protocol = "tcp";
-  auto tcp = Client::Create(c);
-  EXPECT_EQ(tcp.code(), ErrorCode::UNAVAILABLE_IN_CURRENT_MODE);
-  EXPECT_NE(tcp.status().message().find("protocol"), std::string::npos);
+  c.device_name = "no-such-nic0";
+  auto nic = Client::Create(c);
+  EXPECT_NE(nic.code(), ErrorCode::OK);
+  EXPECT_NE(nic.status().message().find("no-such-nic0"), std::string::npos)
+      << nic.status().ToString();
+  c.device_name.clear();
 
   c.protocol = "shm";
   c.master_server_address.clear();
