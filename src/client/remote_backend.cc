@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <type_traits>
 
 #include "transport/ucx_segment_client.h"
 
@@ -195,9 +196,13 @@ std::shared_ptr<SegmentAccess> RemoteBackend::ConnectLocked(SegmentId id,
   return access;
 }
 
-std::vector<Status> RemoteBackend::ReadRemote(const std::vector<RemoteRead>& ops) {
+namespace {
+
+// Runs `ops` (RemoteRead or RemoteWrite) as one batch per UCX segment, so each connection keeps
+// many requests in flight; `run(client, batch)` is ReadBatch or WriteBatch.
+template <typename Op, typename BatchOp, typename Run>
+std::vector<Status> PerSegment(const std::vector<Op>& ops, const Run& run) {
   std::vector<Status> out(ops.size());
-  // One batch per segment, so each connection keeps many requests in flight.
   std::map<const UcxAccess*, std::vector<size_t>> by_segment;
   for (size_t i = 0; i < ops.size(); ++i) {
     const auto* ucx = dynamic_cast<const UcxAccess*>(ops[i].segment.get());
@@ -209,35 +214,35 @@ std::vector<Status> RemoteBackend::ReadRemote(const std::vector<RemoteRead>& ops
     by_segment[ucx].push_back(i);
   }
   for (const auto& [ucx, list] : by_segment) {
-    std::vector<transport::UcxSegmentClient::ReadOp> batch;
+    std::vector<BatchOp> batch;
     batch.reserve(list.size());
-    for (size_t i : list) batch.push_back({ops[i].offset, ops[i].dst});
-    std::vector<Status> done = ucx->client().ReadBatch(batch);
+    for (size_t i : list) {
+      if constexpr (std::is_same_v<Op, RemoteRead>) {
+        batch.push_back({ops[i].offset, ops[i].dst});
+      } else {
+        batch.push_back({ops[i].offset, ops[i].src});
+      }
+    }
+    std::vector<Status> done = run(ucx->client(), batch);
     for (size_t k = 0; k < list.size(); ++k) out[list[k]] = std::move(done[k]);
   }
   return out;
 }
 
+}  // namespace
+
+std::vector<Status> RemoteBackend::ReadRemote(const std::vector<RemoteRead>& ops) {
+  using Batch = transport::UcxSegmentClient::ReadOp;
+  return PerSegment<RemoteRead, Batch>(
+      ops,
+      [](transport::UcxSegmentClient& c, const std::vector<Batch>& b) { return c.ReadBatch(b); });
+}
+
 std::vector<Status> RemoteBackend::WriteRemote(const std::vector<RemoteWrite>& ops) {
-  std::vector<Status> out(ops.size());
-  std::map<const UcxAccess*, std::vector<size_t>> by_segment;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const auto* ucx = dynamic_cast<const UcxAccess*>(ops[i].segment.get());
-    if (ucx == nullptr) {
-      out[i] = Status(ErrorCode::TRANSFER_FAIL,
-                      "segment " + ops[i].segment->name() + " is not reached through the network");
-      continue;
-    }
-    by_segment[ucx].push_back(i);
-  }
-  for (const auto& [ucx, list] : by_segment) {
-    std::vector<transport::UcxSegmentClient::WriteOp> batch;
-    batch.reserve(list.size());
-    for (size_t i : list) batch.push_back({ops[i].offset, ops[i].src});
-    std::vector<Status> done = ucx->client().WriteBatch(batch);
-    for (size_t k = 0; k < list.size(); ++k) out[list[k]] = std::move(done[k]);
-  }
-  return out;
+  using Batch = transport::UcxSegmentClient::WriteOp;
+  return PerSegment<RemoteWrite, Batch>(
+      ops,
+      [](transport::UcxSegmentClient& c, const std::vector<Batch>& b) { return c.WriteBatch(b); });
 }
 
 std::string RemoteBackend::SegmentName(SegmentId id) {

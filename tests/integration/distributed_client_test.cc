@@ -59,6 +59,21 @@ std::unique_ptr<MasterProcess> StartStore(const MasterProcess& master,
   return started.ok() ? std::move(started).value() : nullptr;
 }
 
+// A master and two stores (32 MiB each).
+struct Cluster {
+  std::unique_ptr<MasterProcess> master, store_a, store_b;
+  bool ok() const { return master && store_a && store_b; }
+};
+
+Cluster StartCluster(std::vector<std::string> master_args = {}) {
+  Cluster c;
+  c.master = StartMaster(std::move(master_args));
+  if (c.master == nullptr) return c;
+  c.store_a = StartStore(*c.master);
+  c.store_b = StartStore(*c.master);
+  return c;
+}
+
 Config RequesterConfig(const MasterProcess& master, const std::string& protocol = "shm") {
   Config c;
   c.mode = Mode::kStandaloneStore;
@@ -115,33 +130,11 @@ INSTANTIATE_TEST_SUITE_P(Transports, DistributedTransportTest, ::testing::Values
                          [](const auto& test_info) { return test_info.param; });
 
 TEST_P(DistributedTransportTest, PutOnOneRequesterGetOnAnotherProcess) {
-  auto master = StartMaster();
-  ASSERT_NE(master, nullptr);
-  auto store_a = StartStore(*master);
-  auto store_b = StartStore(*master);
-  ASSERT_NE(store_a, nullptr);
-  ASSERT_NE(store_b, nullptr);
-  // The reading requester process is forked before this process uses gRPC (a child forked
-  // after gRPC started cannot use it); it waits on a pipe until the puts are done.
-  const Config reader_config = RequesterConfig(*master, GetParam());
-  int go[2];
-  ASSERT_EQ(pipe(go), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    close(go[1]);
-    char byte = 0;
-    if (read(go[0], &byte, 1) != 1) _exit(4);
-    auto reader = Client::Create(reader_config);
-    if (!reader.ok()) _exit(2);
-    for (int i = 0; i < 40; ++i) {
-      if (GetKey(**reader, "k" + std::to_string(i), i) != static_cast<int64_t>(kObject)) _exit(3);
-    }
-    _exit(0);
-  }
-  close(go[0]);
+  Cluster cluster = StartCluster();
+  ASSERT_TRUE(cluster.ok());
+  auto& master = cluster.master;
+  auto& store_a = cluster.store_a;
   auto writer = Requester(RequesterConfig(*master, GetParam()));
-  if (writer == nullptr) kill(child, SIGKILL);
   ASSERT_NE(writer, nullptr);
   // 40 x 256 KiB over two 32 MiB stores; a batch put too.
   for (int i = 0; i < 30; ++i) ASSERT_EQ(PutKey(*writer, "k" + std::to_string(i), i), 0) << i;
@@ -170,13 +163,23 @@ TEST_P(DistributedTransportTest, PutOnOneRequesterGetOnAnotherProcess) {
   EXPECT_EQ(segments.size(), 2u);
   EXPECT_TRUE(segments.count(store_a->segment_name()) == 1) << store_a->segment_name();
 
-  // Another requester process reads every object byte-exact.
-  ASSERT_EQ(write(go[1], "g", 1), 1);
-  close(go[1]);
+  // Another requester process (this test binary again, running ReaderChild: a fresh
+  // process, since a child forked after gRPC started here could not use gRPC) reads every
+  // object byte-exact.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    setenv("TIERKV_TEST_READER_MASTER", master->address().c_str(), 1);
+    setenv("TIERKV_TEST_READER_PROTOCOL", GetParam().c_str(), 1);
+    const std::string self = SelfExecutable();
+    execl(self.c_str(), self.c_str(), "--gtest_filter=DistributedClientChild.ReaderChild",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: create failed, 3: a get failed or was wrong";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the reader process failed (its output is above)";
   // And a second requester in this process.
   auto reader = Requester(RequesterConfig(*master, GetParam()));
   ASSERT_NE(reader, nullptr);
@@ -187,12 +190,10 @@ TEST_P(DistributedTransportTest, PutOnOneRequesterGetOnAnotherProcess) {
 }
 
 TEST_P(DistributedTransportTest, PreferredSegmentSteersPuts) {
-  auto master = StartMaster();
-  ASSERT_NE(master, nullptr);
-  auto store_a = StartStore(*master);
-  auto store_b = StartStore(*master);
-  ASSERT_NE(store_a, nullptr);
-  ASSERT_NE(store_b, nullptr);
+  Cluster cluster = StartCluster();
+  ASSERT_TRUE(cluster.ok());
+  auto& master = cluster.master;
+  auto& store_b = cluster.store_b;
   Config c = RequesterConfig(*master, GetParam());
   // The name without its "@socket" part is enough.
   const std::string b = store_b->segment_name();
@@ -208,12 +209,10 @@ TEST_P(DistributedTransportTest, PreferredSegmentSteersPuts) {
 }
 
 TEST_P(DistributedTransportTest, TwoReplicasOnDistinctStoresSurviveOneStoreDeath) {
-  auto master = StartMaster({"--client-ttl-ms", "1000"});
-  ASSERT_NE(master, nullptr);
-  auto store_a = StartStore(*master);
-  auto store_b = StartStore(*master);
-  ASSERT_NE(store_a, nullptr);
-  ASSERT_NE(store_b, nullptr);
+  Cluster cluster = StartCluster({"--client-ttl-ms", "1000"});
+  ASSERT_TRUE(cluster.ok());
+  auto& master = cluster.master;
+  auto& store_a = cluster.store_a;
   auto client = Requester(RequesterConfig(*master, GetParam()));
   ASSERT_NE(client, nullptr);
   ReplicateConfig two;
@@ -239,12 +238,11 @@ TEST_P(DistributedTransportTest, TwoReplicasOnDistinctStoresSurviveOneStoreDeath
 }
 
 TEST_P(DistributedTransportTest, KilledStoreNeverServesBytesAndItsObjectsGo) {
-  auto master = StartMaster({"--client-ttl-ms", "1000"});
-  ASSERT_NE(master, nullptr);
-  auto store_a = StartStore(*master);
-  auto store_b = StartStore(*master);
-  ASSERT_NE(store_a, nullptr);
-  ASSERT_NE(store_b, nullptr);
+  Cluster cluster = StartCluster({"--client-ttl-ms", "1000"});
+  ASSERT_TRUE(cluster.ok());
+  auto& master = cluster.master;
+  auto& store_a = cluster.store_a;
+  auto& store_b = cluster.store_b;
   Config c = RequesterConfig(*master, GetParam());
   c.preferred_segment = store_a->segment_name();
   auto client = Requester(c);
@@ -279,6 +277,22 @@ TEST_P(DistributedTransportTest, KilledStoreNeverServesBytesAndItsObjectsGo) {
   ASSERT_NE(third, nullptr);
   ASSERT_EQ(PutKey(*third, "on-c", 7), 0);
   EXPECT_EQ(GetKey(*client, "on-c", 7), kObject);
+}
+
+// The reader process of PutOnOneRequesterGetOnAnotherProcess (skipped when run on its own).
+TEST(DistributedClientChild, ReaderChild) {
+  const char* address = std::getenv("TIERKV_TEST_READER_MASTER");
+  const char* protocol = std::getenv("TIERKV_TEST_READER_PROTOCOL");
+  if (address == nullptr || protocol == nullptr) GTEST_SKIP() << "only run as a child process";
+  Config c;
+  c.mode = Mode::kStandaloneStore;
+  c.global_segment_size = 0;
+  c.master_server_address = address;
+  c.protocol = protocol;
+  c.require_registered_buffers = false;
+  auto reader = Requester(c);
+  ASSERT_NE(reader, nullptr);
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(GetKey(*reader, "k" + std::to_string(i), i), kObject);
 }
 
 TEST(DistributedClientTest, StoreStoppedCleanlyUnmountsItsSegment) {
