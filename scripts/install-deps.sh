@@ -34,6 +34,8 @@ PACKAGES=(
   libucx-dev           # the cross-host transport (src/transport/ucx_*): UCX over tcp, or verbs/RDMA
   python3              # scripts/test.sh checks the bench's JSON output with it
   fio                  # tierkv bench disk: the baseline of the SSD tier's raw path
+  libhiredis-dev       # tierkv bench redis: the Redis client (pkg-config hiredis)
+  redis-server         # tierkv bench redis: the baseline server (the bench starts its own)
 )
 
 if [[ "${1:-}" == "--list" ]]; then

@@ -52,6 +52,10 @@ Result<UcxTransportSelection> SelectUcxTransports(const UcxTransportOptions& opt
     return Config("io_timeout must be positive, got " + std::to_string(options.io_timeout.count()) +
                   " ms");
   }
+  if (options.spin.count() < 0 || options.spin > std::chrono::seconds(1)) {
+    return Config("spin must be 0..1000000 us, got " + std::to_string(options.spin.count()) +
+                  " us");
+  }
   const std::filesystem::path root(sysfs_root);
   if (options.protocol == "tcp") {
     if (options.device.empty()) return UcxTransportSelection{"tcp", "all"};
@@ -72,10 +76,10 @@ Result<UcxTransportSelection> SelectUcxTransports(const UcxTransportOptions& opt
     const std::filesystem::path dir = root / "class" / "infiniband";
     const std::vector<std::string> devices = ListDevices(dir);
     if (devices.empty()) {
-      return Unavailable(
-          "protocol \"rdma\" needs an RDMA (verbs) device and this host has none (" +
-          dir.string() + " is missing or empty: no RDMA NIC, or its driver is not loaded); use "
-          "protocol \"tcp\"");
+      return Unavailable("protocol \"rdma\" needs an RDMA (verbs) device and this host has none (" +
+                         dir.string() +
+                         " is missing or empty: no RDMA NIC, or its driver is not loaded); use "
+                         "protocol \"tcp\"");
     }
     if (options.device.empty()) return UcxTransportSelection{"rc,ud", "all"};
     std::string name = options.device;
@@ -84,10 +88,9 @@ Result<UcxTransportSelection> SelectUcxTransports(const UcxTransportOptions& opt
       port = name.substr(colon + 1);
       name.resize(colon);
     }
-    const bool port_ok = !port.empty() && port.size() <= 3 &&
-                         std::all_of(port.begin(), port.end(), [](char c) {
-                           return c >= '0' && c <= '9';
-                         });
+    const bool port_ok =
+        !port.empty() && port.size() <= 3 &&
+        std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (!PlainName(name) || !port_ok) {
       return Config("device \"" + options.device +
                     "\" is not a verbs device name (protocol \"rdma\" takes \"mlx5_0\" or "

@@ -42,7 +42,8 @@ Result<UcxOp> DecodeCommon(const char* what, const void* data, size_t size) {
                              std::to_string(kUcxProtocolVersion));
   }
   const auto op = Get<uint16_t>(bytes, 6);
-  if (op < static_cast<uint16_t>(UcxOp::kHello) || op > static_cast<uint16_t>(UcxOp::kWrite)) return Invalid(what, "unknown op " + std::to_string(op));
+  if (op < static_cast<uint16_t>(UcxOp::kHello) || op > static_cast<uint16_t>(UcxOp::kWrite))
+    return Invalid(what, "unknown op " + std::to_string(op));
   return static_cast<UcxOp>(op);
 }
 

@@ -46,9 +46,10 @@ class UcxSegmentClient {
   // without verbs devices); TRANSFER_FAIL (host does not resolve, nobody listens, the connection
   // broke, or no reply within `timeout`; naming the address and UCX's reason); the server's own
   // code when it refuses (SEGMENT_NOT_FOUND: it serves another segment).
-  static Result<std::unique_ptr<UcxSegmentClient>> Connect(
-      const std::string& address, const std::string& segment_name,
-      std::chrono::milliseconds timeout, const UcxTransportOptions& options = {});
+  static Result<std::unique_ptr<UcxSegmentClient>> Connect(const std::string& address,
+                                                           const std::string& segment_name,
+                                                           std::chrono::milliseconds timeout,
+                                                           const UcxTransportOptions& options = {});
   ~UcxSegmentClient();  // closes the connection (waits up to a second for the server to see it)
   UcxSegmentClient(const UcxSegmentClient&) = delete;
   UcxSegmentClient& operator=(const UcxSegmentClient&) = delete;

@@ -24,9 +24,6 @@ constexpr std::chrono::milliseconds kShutdownGrace{1000};
 // While anything waits on a clock (a handshake deadline, a closing endpoint) the loop wakes at
 // least this often.
 constexpr int kHousekeepingMs = 50;
-// After the last event the loop keeps polling this long before it sleeps: a requester's next
-// request usually follows within microseconds, and waking a sleeping thread costs ~30 us.
-constexpr int kSpinUs = 50;
 // Connections beyond this are rejected at the listener.
 constexpr size_t kMaxConnections = 4096;
 
@@ -72,7 +69,12 @@ struct UcxSegmentServer::Loop {
   std::vector<std::unique_ptr<Connection>> connections;
   std::unordered_map<ucp_ep_h, Connection*> by_ep;  // open endpoints only
   std::vector<PendingReply> replies;
-  std::vector<std::pair<Connection*, std::string>> to_close;  // with the reason, for logs
+  struct ToClose {
+    Connection* connection;
+    std::string reason;  // for the log
+    bool broke_protocol;
+  };
+  std::vector<ToClose> to_close;
 
   ~Loop() {
     if (listener != nullptr) ucp_listener_destroy(listener);
@@ -83,12 +85,17 @@ struct UcxSegmentServer::Loop {
   }
 
   // Marks `connection` for closing after the current UCX callback; further messages from it are
-  // dropped. `reason` is logged.
-  void Drop(Connection* connection, std::string reason) {
+  // dropped. `reason` is logged: as a warning for a peer that broke the protocol, else as info.
+  void Drop(Connection* connection, std::string reason, bool broke_protocol = false) {
     if (connection->closing) return;
     connection->closing = true;
     by_ep.erase(connection->ep);
-    to_close.emplace_back(connection, std::move(reason));
+    to_close.push_back({connection, std::move(reason), broke_protocol});
+  }
+
+  // Closes `connection` for a message that breaks the protocol.
+  void Reject(Connection* connection, std::string reason) {
+    Drop(connection, std::move(reason), /*broke_protocol=*/true);
   }
 
   void Reply(Connection* connection, UcxOp op, uint64_t id, ErrorCode status, uint64_t value,
@@ -109,8 +116,8 @@ struct UcxSegmentServer::Loop {
   static void OnReceiveDone(void* request, ucs_status_t status, size_t length, void* user_data);
 
   void Accept(ucp_conn_request_h request);
-  void HandleRequest(Connection* connection, const UcxRequest& request, void* data,
-                     size_t length, bool rendezvous);
+  void HandleRequest(Connection* connection, const UcxRequest& request, void* data, size_t length,
+                     bool rendezvous);
   void SendReplies();
   void CloseMarked();
   void CheckHandshakes();
@@ -160,11 +167,11 @@ void UcxSegmentServer::Loop::Accept(ucp_conn_request_h request) {
 
 void UcxSegmentServer::Loop::OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   auto* connection = static_cast<Connection*>(arg);
-  connection->loop->Drop(connection, "endpoint error: " + UcsReason(status));
+  connection->loop->Drop(connection, "disconnected: " + UcsReason(status));
 }
 
-ucs_status_t UcxSegmentServer::Loop::OnRequest(void* arg, const void* header,
-                                               size_t header_length, void* data, size_t length,
+ucs_status_t UcxSegmentServer::Loop::OnRequest(void* arg, const void* header, size_t header_length,
+                                               void* data, size_t length,
                                                const ucp_am_recv_param_t* param) {
   Loop* loop = static_cast<Loop*>(arg);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0 || param->reply_ep == nullptr) {
@@ -177,7 +184,7 @@ ucs_status_t UcxSegmentServer::Loop::OnRequest(void* arg, const void* header,
   Connection* connection = it->second;
   Result<UcxRequest> request = DecodeUcxRequest(header, header_length);
   if (!request.ok()) {
-    loop->Drop(connection, request.status().message());
+    loop->Reject(connection, request.status().message());
     return UCS_OK;
   }
   loop->HandleRequest(connection, *request, data, length,
@@ -190,11 +197,11 @@ void UcxSegmentServer::Loop::HandleRequest(Connection* connection, const UcxRequ
   const uint64_t size = segment->size();
   switch (request.op) {
     case UcxOp::kHello: {
-      if (connection->established) return Drop(connection, "a second hello");
+      if (connection->established) return Reject(connection, "a second hello");
       if (rendezvous || length != request.length || length == 0 || length > kUcxMaxNameLength) {
-        return Drop(connection, "hello with a name of " + std::to_string(length) +
-                                    " bytes (announced " + std::to_string(request.length) +
-                                    ", allowed 1.." + std::to_string(kUcxMaxNameLength) + ")");
+        return Reject(connection, "hello with a name of " + std::to_string(length) +
+                                      " bytes (announced " + std::to_string(request.length) +
+                                      ", allowed 1.." + std::to_string(kUcxMaxNameLength) + ")");
       }
       const std::string name(static_cast<const char*>(data), length);
       if (name != segment->name()) {
@@ -206,9 +213,9 @@ void UcxSegmentServer::Loop::HandleRequest(Connection* connection, const UcxRequ
       return Reply(connection, request.op, request.id, ErrorCode::OK, size);
     }
     case UcxOp::kRead: {
-      if (!connection->established) return Drop(connection, "a read before the hello");
+      if (!connection->established) return Reject(connection, "a read before the hello");
       if (length != 0) {
-        return Drop(connection, "a read carrying " + std::to_string(length) + " data bytes");
+        return Reject(connection, "a read carrying " + std::to_string(length) + " data bytes");
       }
       if (!InBounds(request.offset, request.length)) {
         return Reply(connection, request.op, request.id, ErrorCode::INVALID_PARAMS, 0);
@@ -217,10 +224,10 @@ void UcxSegmentServer::Loop::HandleRequest(Connection* connection, const UcxRequ
                    segment->base() + request.offset, request.length);
     }
     case UcxOp::kWrite: {
-      if (!connection->established) return Drop(connection, "a write before the hello");
+      if (!connection->established) return Reject(connection, "a write before the hello");
       if (length != request.length) {
-        return Drop(connection, "a write announcing " + std::to_string(request.length) +
-                                    " bytes and carrying " + std::to_string(length));
+        return Reject(connection, "a write announcing " + std::to_string(request.length) +
+                                      " bytes and carrying " + std::to_string(length));
       }
       if (!InBounds(request.offset, request.length)) {
         // Returning UCS_OK drops a rendezvous without fetching its bytes.
@@ -235,6 +242,7 @@ void UcxSegmentServer::Loop::HandleRequest(Connection* connection, const UcxRequ
       op->connection = connection;
       op->reply.op = request.op;
       op->reply.id = request.id;
+      op->reply.value = length;
       ucp_request_param_t param{};
       param.op_attr_mask =
           UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
@@ -248,8 +256,7 @@ void UcxSegmentServer::Loop::HandleRequest(Connection* connection, const UcxRequ
       }
       if (UCS_PTR_IS_ERR(started)) {
         delete op;
-        return Drop(connection,
-                    "receiving a write: " + UcsReason(UCS_PTR_STATUS(started)));
+        return Drop(connection, "receiving a write: " + UcsReason(UCS_PTR_STATUS(started)));
       }
       ++connection->in_flight;
       return;
@@ -264,7 +271,8 @@ void UcxSegmentServer::Loop::OnReceiveDone(void* request, ucs_status_t status, s
   --connection->in_flight;
   if (!connection->closing) {
     if (status == UCS_OK) {
-      connection->loop->Reply(connection, op->reply.op, op->reply.id, ErrorCode::OK, 0);
+      connection->loop->Reply(connection, op->reply.op, op->reply.id, ErrorCode::OK,
+                              op->reply.value);
     } else {
       connection->loop->Drop(connection, "receiving a write: " + UcsReason(status));
     }
@@ -300,9 +308,9 @@ void UcxSegmentServer::Loop::SendReplies() {
     param.cb.send = &Loop::OnSendDone;
     param.user_data = op;
     param.datatype = ucp_dt_make_contig(1);
-    ucs_status_ptr_t sent = ucp_am_send_nbx(connection->ep, kUcxReplyAmId, op->header.data(),
-                                            op->header.size(), pending.data, pending.length,
-                                            &param);
+    ucs_status_ptr_t sent =
+        ucp_am_send_nbx(connection->ep, kUcxReplyAmId, op->header.data(), op->header.size(),
+                        pending.data, pending.length, &param);
     if (sent == nullptr) {
       delete op;
     } else if (UCS_PTR_IS_ERR(sent)) {
@@ -315,11 +323,12 @@ void UcxSegmentServer::Loop::SendReplies() {
 }
 
 void UcxSegmentServer::Loop::CloseMarked() {
-  std::vector<std::pair<Connection*, std::string>> batch;
+  std::vector<ToClose> batch;
   batch.swap(to_close);
-  for (auto& [connection, reason] : batch) {
-    spdlog::info("ucx segment server {}: closing the endpoint of {}: {}", address,
-                 connection->peer, reason);
+  for (const auto& [connection, reason, broke_protocol] : batch) {
+    spdlog::log(broke_protocol ? spdlog::level::warn : spdlog::level::info,
+                "ucx segment server {}: closing the endpoint of {}: {}", address, connection->peer,
+                reason);
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
@@ -334,8 +343,8 @@ void UcxSegmentServer::Loop::CheckHandshakes() {
   for (const auto& connection : connections) {
     if (!connection->established && !connection->closing &&
         now - connection->accepted > options.io_timeout) {
-      Drop(connection.get(), "no hello within " + std::to_string(options.io_timeout.count()) +
-                                 " ms");
+      Drop(connection.get(),
+           "no hello within " + std::to_string(options.io_timeout.count()) + " ms");
     }
   }
 }
@@ -392,7 +401,9 @@ Result<std::unique_ptr<UcxSegmentServer>> UcxSegmentServer::Start(
   }
   const std::string wanted = FormatHostPort(host, port);
   Result<SocketAddress> listen_at = ResolveHost(host, port, true, ErrorCode::TRANSFER_FAIL);
-  if (!listen_at.ok()) return listen_at.status();
+  if (!listen_at.ok()) {
+    return R(listen_at.code(), "ucx segment server: " + listen_at.status().message());
+  }
 
   auto loop = std::make_unique<Loop>();
   loop->segment = std::move(segment);
@@ -431,8 +442,8 @@ Result<std::unique_ptr<UcxSegmentServer>> UcxSegmentServer::Start(
   attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
   status = ucp_listener_query(loop->listener, &attr);
   if (status != UCS_OK || PortOf(attr.sockaddr) <= 0) {
-    return R(ErrorCode::INTERNAL_ERROR, "ucx segment server: ucp_listener_query on " + wanted +
-                                            ": " + UcsReason(status));
+    return R(ErrorCode::INTERNAL_ERROR,
+             "ucx segment server: ucp_listener_query on " + wanted + ": " + UcsReason(status));
   }
   loop->address = FormatHostPort(host, PortOf(attr.sockaddr));
 
@@ -466,7 +477,7 @@ void UcxSegmentServer::Run() {
   Loop& loop = *loop_;
   while (!stopping_.load(std::memory_order_acquire)) {
     const int timeout = loop.Waiting() ? kHousekeepingMs : -1;
-    loop.worker->ProgressOrWait(kSpinUs, timeout, wake_.get());
+    loop.worker->ProgressOrWait(static_cast<int>(loop.options.spin.count()), timeout, wake_.get());
     // Callbacks only queue work; act on it now that UCX is not inside one.
     while (!loop.replies.empty() || !loop.to_close.empty()) {
       loop.SendReplies();

@@ -329,11 +329,19 @@ TEST_F(ClientTest, LargeBatchOfTinyAndOddObjects) {
   EXPECT_EQ(std::count(exist.begin(), exist.end(), 1), kKeys);
 }
 
-TEST(ClientCreate, RejectsModesNotBuiltAndBadConfig) {
+TEST(ClientCreate, RejectsWhatItCannotRunAndBadConfig) {
+  // A remote master with an SSD tier is refused before any connection is tried.
   Config c = SmallConfig();
-  c.master_server_address = "127.0.0.1:50051";
+  c.master_server_address = "127.0.0.1:1";
+  c.enable_offload = true;
+  c.offload_paths = {"/tmp/tierkv-never-created.tier"};
   auto r = Client::Create(c);
-  EXPECT_EQ(r.code(), ErrorCode::UNAVAILABLE_IN_CURRENT_MODE);
+  EXPECT_EQ(r.code(), ErrorCode::UNAVAILABLE_IN_CURRENT_MODE) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("enable_offload"), std::string::npos);
+  Config requester = SmallConfig();
+  requester.mode = Mode::kStandaloneStore;
+  requester.global_segment_size = 0;  // and no master_server_address
+  EXPECT_EQ(Client::Create(requester).code(), ErrorCode::INVALID_CONFIG);
   Config bad = SmallConfig();
   bad.global_segment_size = 0;
   EXPECT_EQ(Client::Create(bad).code(), ErrorCode::INVALID_CONFIG);
