@@ -6,14 +6,13 @@
 //
 // Splitting: a batch is cut, in order, into parts whose staging need (StagingNeed(size) per
 // object: align_up(size, 4096) + 8192) fits in half of usable_ratio x the tier's staging
-// budget and in kPipelinePart (an object too big for that still gets a part of its own up to
-// the whole usable budget). Within a part, each object is copied out by a copy thread as
-// soon as its own read completes, while the other reads are still in flight; the next part
-// is staged as soon as this part's reads are done, while its last copies finish. An object whose
-// need exceeds usable_ratio x budget is streamed alone, in pieces of the largest length that fits,
-// hashed as it streams and checked at the end. A part that fails as a whole (no staging space, IO
-// error) fails exactly its keys; a key is reported complete only after all its bytes were copied
-// and verified. Failed keys get their destination zeroed.
+// budget and in kPipelinePart, so two parts can be in flight: the next part is staged while
+// the current one is copied out (an object too big for that still gets a part of its own up
+// to the whole usable budget). An object whose need exceeds usable_ratio x budget is streamed
+// alone, in pieces of the largest length that fits, hashed as it streams and checked at the end. A
+// part that fails as a whole (no staging space, IO error) fails exactly its keys; a key is reported
+// complete only after all its bytes were copied and verified. Failed keys get their destination
+// zeroed.
 //
 // Thread-safety: Load() may be called concurrently (each call has its own state).
 #pragma once
@@ -47,9 +46,9 @@ struct StagedLoadStats {
 
 class StagedLoader {
  public:
-  // Largest staging need of one part: 8 objects of 2 MiB (8 reads in flight, the depth fio
-  // matches in the disk bench). Bounded so one call never holds the whole staging budget
-  // while other requesters wait; the next part is staged as soon as this one's reads are done.
+  // Staging need of one pipelined part: 8 objects of 2 MiB. Enough reads in flight to keep
+  // the drive busy while the previous part is copied out, and small enough that the copy of
+  // a call's last part (which nothing overlaps) stays short; 8 measured better than 16.
   static constexpr uint64_t kPipelinePart = uint64_t{8} * ((2u << 20) + 8192);
 
   StagedLoader(double usable_ratio, TransferPool* pool)
@@ -62,13 +61,7 @@ class StagedLoader {
   uint64_t PartBudget(uint64_t capacity) const;
 
  private:
-  struct PartRun;
   void LoadFromTier(SsdTier& tier, std::vector<DiskRead*>& reads, StagedLoadStats& stats) const;
-  // Stages a part, its pieces copied out by copy threads as their reads complete; returns
-  // once every read is done (copies may still run).
-  std::unique_ptr<PartRun> StartPart(SsdTier& tier, std::vector<DiskRead*>& part) const;
-  // Waits for the part's copies, then releases its staging space.
-  void FinishPart(SsdTier& tier, PartRun& run) const;
   void Stream(SsdTier& tier, DiskRead& read, uint64_t budget) const;
 
   const double usable_ratio_;
