@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
       "remote",
       "Batched put/get from a requester to a `tierkv store` (with a `tierkv master`; child "
       "processes on 127.0.0.1), per transport: shm against a single-thread memcpy, tcp against a "
-      "raw loopback TCP stream between two processes (null while tcp is not built)");
+      "raw loopback TCP stream between two processes (null if the tcp requester is refused)");
   AddCommonFlags(remote, &remote_options.common);
   remote
       ->add_option("--working-set", remote_working_set,

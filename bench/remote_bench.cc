@@ -1,0 +1,730 @@
+#include "remote_bench.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rpc/master_process.h"
+#include "tierkv/client.h"
+
+namespace tierkv::bench {
+namespace {
+
+constexpr uint8_t kPoison = 0xA5;
+constexpr size_t kSpotBytes = 64;               // checked at each end of every object
+constexpr uint64_t kSegmentMargin = 64 * kMiB;  // on top of 2x the working set
+
+Status Failed(std::string message) { return Status(ErrorCode::INTERNAL_ERROR, std::move(message)); }
+
+double Rounded(double value) { return std::round(value * 1000.0) / 1000.0; }
+
+// A JSON number, or null when the figure does not exist (a transport not built).
+nlohmann::ordered_json OrNull(const std::optional<double>& value) {
+  return value ? nlohmann::ordered_json(Rounded(*value)) : nlohmann::ordered_json(nullptr);
+}
+
+void EmitJson(const nlohmann::ordered_json& line) {
+  std::cout << line.dump() << '\n' << std::flush;
+}
+
+std::vector<size_t> PieceSizes(uint64_t size, size_t pieces) {
+  std::vector<size_t> out(pieces, size / pieces);
+  out.back() += size % pieces;
+  return out;
+}
+
+// ---- Raw TCP baseline ---------------------------------------------------------------------
+
+// Writes all of [data, data+size); false on an error or a closed peer.
+bool WriteAll(int fd, const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t n = ::send(fd, p, size, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Reads exactly `size` bytes; false on an error or EOF first.
+bool ReadAll(int fd, void* data, size_t size) {
+  auto* p = static_cast<uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t n = ::recv(fd, p, size, MSG_WAITALL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// What the parent asks the child for: `objects` objects of `object_bytes` from the start of
+// its pattern buffer, one send() loop per object; objects == 0 means exit.
+struct StreamRequest {
+  uint64_t object_bytes;
+  uint64_t objects;
+};
+
+// The child's body: connect, build the pattern, say ready, serve requests. Never returns.
+[[noreturn]] void RunStreamChild(uint16_t port, uint64_t buffer_bytes) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) _exit(10);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) _exit(11);
+  Result<AlignedBuffer> buffer = AlignedBuffer::Allocate(buffer_bytes);
+  if (!buffer.ok()) _exit(12);
+  FillPattern(buffer->data(), buffer->size(), kRemotePatternSeed);
+  const char ready = 'r';
+  if (!WriteAll(fd, &ready, 1)) _exit(13);
+  for (;;) {
+    StreamRequest request{};
+    if (!ReadAll(fd, &request, sizeof(request))) _exit(14);
+    if (request.objects == 0) _exit(0);
+    if (request.objects * request.object_bytes > buffer->size()) _exit(15);
+    for (uint64_t i = 0; i < request.objects; ++i) {
+      if (!WriteAll(fd, buffer->data() + i * request.object_bytes, request.object_bytes)) {
+        _exit(16);
+      }
+    }
+  }
+}
+
+// A forked child process that streams the source pattern to this process over one loopback
+// TCP connection. It must be started before this process uses gRPC (a child forked after
+// that could not use gRPC; this one never does, but the rule keeps it simple: fork first).
+// The child dies with this process (PR_SET_PDEATHSIG); the destructor kills and reaps it.
+class TcpStream {
+ public:
+  static Result<std::unique_ptr<TcpStream>> Start(uint64_t buffer_bytes) {
+    std::unique_ptr<TcpStream> stream(new TcpStream());
+    const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listener < 0) return Failed(std::string("socket: ") + std::strerror(errno));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = 0;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::listen(listener, 1) != 0 ||
+        ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      const std::string error = std::strerror(errno);
+      ::close(listener);
+      return Failed("raw TCP baseline: cannot listen on 127.0.0.1: " + error);
+    }
+    const uint16_t port = ntohs(addr.sin_port);
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      ::close(listener);
+      return Failed(std::string("raw TCP baseline: fork: ") + std::strerror(errno));
+    }
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) _exit(9);
+      ::close(listener);
+      RunStreamChild(port, buffer_bytes);
+    }
+    stream->pid_ = pid;
+    pollfd accept_poll{listener, POLLIN, 0};
+    const int ready = ::poll(&accept_poll, 1, 10000);
+    stream->fd_ = ready == 1 ? ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC) : -1;
+    ::close(listener);
+    if (stream->fd_ < 0) return Failed("raw TCP baseline: the child did not connect within 10 s");
+    // The child allocates, pre-faults and fills its buffer, then says it is ready.
+    pollfd ready_poll{stream->fd_, POLLIN, 0};
+    char byte = 0;
+    if (::poll(&ready_poll, 1, 60000) != 1 || !ReadAll(stream->fd_, &byte, 1) || byte != 'r') {
+      return Failed("raw TCP baseline: the child did not get ready (allocating " +
+                    FormatBytes(buffer_bytes) + ")");
+    }
+    return stream;
+  }
+
+  ~TcpStream() {
+    if (fd_ >= 0) ::close(fd_);
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+
+  // The child sends the workload's objects, in order; each lands in its dst slot with one
+  // receive loop. Poisoned before, checked after; returns the seconds from request to the
+  // last byte.
+  Result<double> Receive(TransferWorkload& workload, int rep) {
+    workload.Poison(rep);
+    const StreamRequest request{workload.object_bytes(), workload.objects()};
+    Stopwatch watch;
+    if (!WriteAll(fd_, &request, sizeof(request))) return Failed("raw TCP baseline: send failed");
+    for (size_t i = 0; i < workload.objects(); ++i) {
+      if (!ReadAll(fd_, workload.dst_object(i), workload.object_bytes())) {
+        return Failed("raw TCP baseline: the child's stream ended early (object " +
+                      std::to_string(i) + ")");
+      }
+    }
+    const double seconds = watch.Seconds();
+    if (Status s = workload.CheckBytes(rep, "raw TCP stream"); !s.ok()) return s;
+    return seconds;
+  }
+
+  // Asks the child to exit and reaps it; INTERNAL_ERROR unless it exits 0.
+  Status Stop() {
+    const StreamRequest bye{0, 0};
+    const bool sent = WriteAll(fd_, &bye, sizeof(bye));
+    int wstatus = 0;
+    pid_t reaped = -1;
+    while ((reaped = ::waitpid(pid_, &wstatus, 0)) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    if (!sent || reaped < 0 || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+      return Failed("raw TCP baseline: the child did not exit cleanly (status " +
+                    std::to_string(wstatus) + ")");
+    }
+    return Status::Ok();
+  }
+
+ private:
+  TcpStream() = default;
+  pid_t pid_ = -1;
+  int fd_ = -1;
+};
+
+// ---- The bench ----------------------------------------------------------------------------
+
+// Medians of one object size; nullopt where the transport could not run.
+struct SizeResult {
+  uint64_t object_bytes = 0;
+  size_t objects = 0;
+  double shm_put_gbps = 0, shm_get_gbps = 0, memcpy_gbps = 0, tcp_raw_gbps = 0;
+  std::optional<double> tcp_put_gbps, tcp_get_gbps;
+  double shm_put_ratio() const { return memcpy_gbps > 0 ? shm_put_gbps / memcpy_gbps : 0; }
+  double shm_get_ratio() const { return memcpy_gbps > 0 ? shm_get_gbps / memcpy_gbps : 0; }
+  std::optional<double> tcp_ratio(const std::optional<double>& gbps) const {
+    if (!gbps || tcp_raw_gbps <= 0) return std::nullopt;
+    return *gbps / tcp_raw_gbps;
+  }
+};
+
+std::string Optional(const std::optional<double>& value, const char* format) {
+  if (!value) return "n/a";
+  char text[32];
+  std::snprintf(text, sizeof(text), format, *value);
+  return text;
+}
+
+void PrintHuman(std::ostream& out, const RemoteBenchOptions& options, const Config& config,
+                uint64_t segment_bytes, const std::vector<SizeResult>& results,
+                const SizeResult& summary, const std::string& tcp_status) {
+  char line[256];
+  out << "tierkv bench remote: master + store processes on 127.0.0.1 (store segment "
+      << FormatBytes(segment_bytes) << (options.small_pages ? ", 4 KiB pages" : "") << "), "
+      << FormatBytes(options.working_set_bytes) << " working set per size, batch " << options.batch
+      << ", " << options.pieces << " buffers per object, median of " << options.common.reps
+      << " rep" << (options.common.reps == 1 ? "" : "s") << ", checksum verify "
+      << (config.verify_checksum ? "on" : "off") << "\n";
+  std::snprintf(line, sizeof(line), "  %-4s %-4s %10s %8s %9s %-9s %9s %7s\n", "tr", "op", "object",
+                "objects", "GB/s", "baseline", "GB/s", "ratio");
+  out << line;
+  for (const SizeResult& r : results) {
+    for (const char* op : {"put", "get"}) {
+      const bool put = op[0] == 'p';
+      std::snprintf(line, sizeof(line), "  %-4s %-4s %10s %8zu %9.2f %-9s %9.2f %7.2f\n", "shm", op,
+                    FormatBytes(r.object_bytes).c_str(), r.objects,
+                    put ? r.shm_put_gbps : r.shm_get_gbps, "memcpy", r.memcpy_gbps,
+                    put ? r.shm_put_ratio() : r.shm_get_ratio());
+      out << line;
+    }
+    for (const char* op : {"put", "get"}) {
+      const std::optional<double>& gbps = op[0] == 'p' ? r.tcp_put_gbps : r.tcp_get_gbps;
+      std::snprintf(line, sizeof(line), "  %-4s %-4s %10s %8zu %9s %-9s %9.2f %7s\n", "tcp", op,
+                    FormatBytes(r.object_bytes).c_str(), r.objects, Optional(gbps, "%.2f").c_str(),
+                    "raw TCP", r.tcp_raw_gbps, Optional(r.tcp_ratio(gbps), "%.2f").c_str());
+      out << line;
+    }
+  }
+  if (!tcp_status.empty()) out << "  tcp transport: " << tcp_status << "\n";
+  std::snprintf(
+      line, sizeof(line),
+      "%s objects: shm get %.2f GB/s = %.2f x memcpy (target >= %.2f: %s); tcp get %s "
+      "(raw TCP %.2f GB/s)\n",
+      FormatBytes(summary.object_bytes).c_str(), summary.shm_get_gbps, summary.shm_get_ratio(),
+      kShmGetRatioTarget, summary.shm_get_ratio() >= kShmGetRatioTarget ? "PASS" : "FAIL",
+      summary.tcp_get_gbps ? Optional(summary.tcp_get_gbps, "%.2f GB/s").c_str() : "not available",
+      summary.tcp_raw_gbps);
+  out << line << std::flush;
+}
+
+// One timed put + get + RemoveAll through `client`; appends GB/s.
+Status ClientRep(Client& client, TransferWorkload& workload, int rep, std::vector<double>* put,
+                 std::vector<double>* get) {
+  Result<double> put_seconds = workload.Put(client);
+  if (!put_seconds.ok()) return put_seconds.status();
+  Result<double> get_seconds = workload.Get(client, rep);
+  if (!get_seconds.ok()) return get_seconds.status();
+  put->push_back(Gbps(workload.total_bytes(), *put_seconds));
+  get->push_back(Gbps(workload.total_bytes(), *get_seconds));
+  return workload.RemoveAll(client);
+}
+
+}  // namespace
+
+// ---- Shared helpers -----------------------------------------------------------------------
+
+size_t ObjectsFor(uint64_t working_set_bytes, uint64_t object_bytes) {
+  return std::max<size_t>(1, working_set_bytes / object_bytes);
+}
+
+uint64_t LargestWorkingSet(uint64_t working_set_bytes, const std::vector<uint64_t>& object_sizes) {
+  uint64_t largest = 0;
+  for (uint64_t size : object_sizes) {
+    largest = std::max<uint64_t>(largest, ObjectsFor(working_set_bytes, size) * size);
+  }
+  return largest;
+}
+
+uint64_t StoreSegmentBytes(uint64_t working_set) { return 2 * working_set + kSegmentMargin; }
+
+Status ValidateTransferOptions(const CommonOptions& common, uint64_t working_set_bytes,
+                               const std::vector<uint64_t>& object_sizes, size_t batch,
+                               size_t pieces) {
+  auto bad = [](std::string m) { return Status(ErrorCode::INVALID_PARAMS, std::move(m)); };
+  if (common.reps < 1) return bad("--reps must be >= 1");
+  if (batch < 1) return bad("--batch must be >= 1");
+  if (pieces < 1) return bad("--pieces must be >= 1");
+  if (object_sizes.empty()) return bad("--sizes is empty");
+  for (uint64_t size : object_sizes) {
+    if (size < pieces || size < 2 * kSpotBytes) {
+      return bad("object size " + std::to_string(size) + " is too small (minimum " +
+                 std::to_string(std::max<uint64_t>(pieces, 2 * kSpotBytes)) + " bytes)");
+    }
+    if (size > (uint64_t{1} << 31) - 1) {
+      return bad("object size " + FormatBytes(size) + " is above 2 GiB - 1");
+    }
+  }
+  if (working_set_bytes == 0) return bad("--working-set must be > 0");
+  return Status::Ok();
+}
+
+Config RequesterConfig(Config base, const std::string& master_address,
+                       const std::string& protocol) {
+  base.mode = Mode::kStandaloneStore;
+  base.global_segment_size = 0;
+  base.master_server_address = master_address;
+  base.protocol = protocol;
+  return base;
+}
+
+Status WarmUpRequester(Client& client) {
+  const std::string key = "bench-remote@warm-up";
+  std::vector<uint8_t> value(4096, 0x5A);
+  std::vector<uint8_t> back(value.size());
+  if (int rc = client.Put(key, value.data(), value.size()); rc != 0) {
+    return Failed("warm-up put: " + CodeString(rc));
+  }
+  const int64_t got = client.Get(key, back.data(), back.size());
+  if (got != static_cast<int64_t>(value.size()) || back != value) {
+    return Failed("warm-up get: " + (got < 0 ? CodeString(got) : "wrong bytes"));
+  }
+  if (int rc = client.Remove(key, /*force=*/true); rc != 0) {
+    return Failed("warm-up remove: " + CodeString(rc));
+  }
+  return Status::Ok();
+}
+
+// ---- TransferWorkload ---------------------------------------------------------------------
+
+TransferWorkload::TransferWorkload(std::string name, uint64_t object_bytes, size_t objects,
+                                   size_t batch, size_t pieces, const AlignedBuffer& src,
+                                   const AlignedBuffer& dst)
+    : name_(std::move(name)), object_bytes_(object_bytes), objects_(objects), src_(src), dst_(dst) {
+  const std::vector<size_t> piece_sizes = PieceSizes(object_bytes, pieces);
+  for (size_t i = 0; i < objects_; ++i) {
+    keys_.push_back("bench-" + name_ + "@size:" + std::to_string(object_bytes) + "@" +
+                    HexHash64(i));
+  }
+  for (size_t first = 0; first < objects_; first += batch) {
+    Batch b;
+    for (size_t i = first; i < std::min(objects_, first + batch); ++i) {
+      b.keys.push_back(keys_[i]);
+      b.objects.push_back(i);
+      std::vector<void*> src_ptrs, dst_ptrs;
+      size_t offset = i * object_bytes_;
+      for (size_t piece : piece_sizes) {
+        src_ptrs.push_back(src_.data() + offset);
+        dst_ptrs.push_back(dst_.data() + offset);
+        copies_.push_back({src_.data() + offset, dst_.data() + offset, piece});
+        offset += piece;
+      }
+      b.src_ptrs.push_back(std::move(src_ptrs));
+      b.dst_ptrs.push_back(std::move(dst_ptrs));
+      b.piece_sizes.push_back(piece_sizes);
+    }
+    batches_.push_back(std::move(b));
+  }
+}
+
+Result<double> TransferWorkload::Put(Client& client) {
+  std::vector<std::vector<int>> codes(batches_.size());
+  Stopwatch watch;
+  for (size_t b = 0; b < batches_.size(); ++b) {
+    const Batch& batch = batches_[b];
+    codes[b] = client.BatchPutFromMultiBuffers(batch.keys, batch.src_ptrs, batch.piece_sizes);
+  }
+  const double seconds = watch.Seconds();
+  FailureLog failures;
+  for (size_t b = 0; b < batches_.size(); ++b) {
+    const Batch& batch = batches_[b];
+    if (codes[b].size() != batch.keys.size()) {
+      failures.Add("batch put returned " + std::to_string(codes[b].size()) + " results for " +
+                   std::to_string(batch.keys.size()) + " keys");
+      continue;
+    }
+    for (size_t k = 0; k < batch.keys.size(); ++k) {
+      if (codes[b][k] != 0)
+        failures.Add("put of " + batch.keys[k] + ": " + CodeString(codes[b][k]));
+    }
+  }
+  if (!failures.empty())
+    return failures.ToStatus(name_ + " " + FormatBytes(object_bytes_) + " put");
+  return seconds;
+}
+
+Result<double> TransferWorkload::Get(Client& client, int rep) {
+  Poison(rep);
+  std::vector<std::vector<int64_t>> codes(batches_.size());
+  Stopwatch watch;
+  for (size_t b = 0; b < batches_.size(); ++b) {
+    const Batch& batch = batches_[b];
+    codes[b] = client.BatchGetIntoMultiBuffers(batch.keys, batch.dst_ptrs, batch.piece_sizes);
+  }
+  const double seconds = watch.Seconds();
+  FailureLog failures;
+  for (size_t b = 0; b < batches_.size(); ++b) {
+    const Batch& batch = batches_[b];
+    if (codes[b].size() != batch.keys.size()) {
+      failures.Add("batch get returned " + std::to_string(codes[b].size()) + " results for " +
+                   std::to_string(batch.keys.size()) + " keys");
+      continue;
+    }
+    for (size_t k = 0; k < batch.keys.size(); ++k) {
+      const int64_t code = codes[b][k];
+      if (code < 0) {
+        failures.Add("get of " + batch.keys[k] + ": " + CodeString(code));
+      } else if (static_cast<uint64_t>(code) != object_bytes_) {
+        failures.Add("get of " + batch.keys[k] + " returned " + std::to_string(code) +
+                     " bytes, expected " + std::to_string(object_bytes_));
+      }
+    }
+  }
+  const std::string context = name_ + " " + FormatBytes(object_bytes_) + " get";
+  if (!failures.empty()) return failures.ToStatus(context);
+  if (Status s = CheckBytes(rep, context); !s.ok()) return s;
+  return seconds;
+}
+
+Result<double> TransferWorkload::Memcpy(int rep) {
+  Poison(rep);
+  const double seconds = TimedMemcpy(copies_);
+  if (Status s = CheckBytes(rep, "memcpy baseline"); !s.ok()) return s;
+  return seconds;
+}
+
+Status TransferWorkload::RemoveAll(Client& client) {
+  const int64_t removed = client.RemoveAll(/*force=*/true);
+  if (removed < 0) return Failed("RemoveAll failed: " + CodeString(removed));
+  if (static_cast<uint64_t>(removed) != objects_) {
+    return Failed("RemoveAll removed " + std::to_string(removed) + " objects, expected " +
+                  std::to_string(objects_));
+  }
+  return Status::Ok();
+}
+
+size_t TransferWorkload::FullCheckObject(size_t b, int rep) const {
+  const Batch& batch = batches_[b];
+  return batch.objects[(b + static_cast<size_t>(rep)) % batch.objects.size()];
+}
+
+void TransferWorkload::Poison(int rep) {
+  for (size_t i = 0; i < objects_; ++i) {
+    std::memset(dst_object(i), kPoison, kSpotBytes);
+    std::memset(dst_object(i) + object_bytes_ - kSpotBytes, kPoison, kSpotBytes);
+  }
+  for (size_t b = 0; b < batches_.size(); ++b) {
+    std::memset(dst_object(FullCheckObject(b, rep)), kPoison, object_bytes_);
+  }
+}
+
+Status TransferWorkload::CheckBytes(int rep, const std::string& what) const {
+  FailureLog failures;
+  auto differs = [&](size_t offset, size_t bytes) {
+    return std::memcmp(dst_.data() + offset, src_.data() + offset, bytes) != 0;
+  };
+  for (size_t i = 0; i < objects_; ++i) {
+    const size_t base = i * object_bytes_;
+    if (differs(base, kSpotBytes)) failures.Add(keys_[i] + ": wrong bytes at its start");
+    if (differs(base + object_bytes_ - kSpotBytes, kSpotBytes)) {
+      failures.Add(keys_[i] + ": wrong bytes at its end");
+    }
+  }
+  for (size_t b = 0; b < batches_.size(); ++b) {
+    const size_t i = FullCheckObject(b, rep);
+    const uint8_t* got = dst_object(i);
+    const uint8_t* want = src_object(i);
+    if (std::memcmp(got, want, object_bytes_) != 0) {
+      size_t at = 0;
+      while (at < object_bytes_ && got[at] == want[at]) ++at;
+      failures.Add(keys_[i] + ": wrong byte at offset " + std::to_string(at));
+    }
+  }
+  return failures.ToStatus(what);
+}
+
+// ---- LocalCluster -------------------------------------------------------------------------
+
+Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(uint64_t segment_bytes,
+                                                          bool small_pages) {
+  const std::string self = SelfExecutable();
+  if (self.empty()) return Failed("cannot read /proc/self/exe");
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster());
+  cluster->segment_bytes_ = segment_bytes;
+  MasterProcessOptions master;
+  master.binary = self;
+  master.args = {"--host", "127.0.0.1", "--port", "0", "--metrics-port", "-1"};
+  if (std::getenv("TIERKV_LOG_LEVEL") == nullptr) master.env = {{"TIERKV_LOG_LEVEL", "warn"}};
+  Result<std::unique_ptr<MasterProcess>> started = MasterProcess::Start(master);
+  if (!started.ok()) return started.status();
+  cluster->master_ = std::move(started).value();
+
+  MasterProcessOptions store = master;
+  store.command = "store";
+  // The segment is served over shm and over the network transport on 127.0.0.1; no metrics
+  // server (its fixed default port would collide between concurrent runs).
+  store.args = {"--master",       cluster->master_->address(),
+                "--segment-size", std::to_string(segment_bytes),
+                "--data-host",    "127.0.0.1",
+                "--metrics-port", "-1"};
+  if (small_pages) store.args.push_back("--small-pages");
+  // Pre-faulting a large segment takes a while on 4 KiB pages.
+  store.start_timeout = Millis(60000);
+  started = MasterProcess::Start(store);
+  if (!started.ok()) return started.status();
+  cluster->store_ = std::move(started).value();
+  return cluster;
+}
+
+LocalCluster::~LocalCluster() = default;  // MasterProcess kills and reaps what still runs
+
+std::string LocalCluster::master_address() const { return master_->address(); }
+
+Status LocalCluster::Stop() {
+  std::string failed;
+  for (auto [process, name] :
+       {std::pair{store_.get(), "store"}, std::pair{master_.get(), "master"}}) {
+    if (process == nullptr || !process->running()) continue;
+    const std::optional<int> status = process->Stop();
+    if (!status || !WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+      failed += std::string(failed.empty() ? "" : ", ") + "tierkv " + name;
+    }
+  }
+  if (!failed.empty()) return Failed(failed + " did not exit cleanly on SIGTERM");
+  return Status::Ok();
+}
+
+// ---- RunRemoteBench -----------------------------------------------------------------------
+
+Status RunRemoteBench(const RemoteBenchOptions& options) {
+  if (Status s = ValidateTransferOptions(options.common, options.working_set_bytes,
+                                         options.object_sizes, options.batch, options.pieces);
+      !s.ok()) {
+    return s;
+  }
+  Result<Config> loaded = LoadConfig(options.common.config_path);
+  if (!loaded.ok()) return loaded.status();
+  const Config base = std::move(loaded).value();
+  const uint64_t largest = LargestWorkingSet(options.working_set_bytes, options.object_sizes);
+  const uint64_t segment_bytes = StoreSegmentBytes(largest);
+
+  Progress progress("remote", options.common.progress);
+  // First of all, before anything in this process touches gRPC: fork the raw TCP sender.
+  progress.Update("starting the raw TCP sender (a forked child)");
+  Result<std::unique_ptr<TcpStream>> stream_started = TcpStream::Start(largest);
+  if (!stream_started.ok()) return stream_started.status();
+  std::unique_ptr<TcpStream> stream = std::move(stream_started).value();
+
+  progress.Update("allocating and pre-faulting 2 x " + FormatBytes(largest) + " of buffers");
+  Result<AlignedBuffer> src = AlignedBuffer::Allocate(largest);
+  if (!src.ok()) return src.status();
+  Result<AlignedBuffer> dst = AlignedBuffer::Allocate(largest);
+  if (!dst.ok()) return dst.status();
+  FillPattern(src->data(), src->size(), kRemotePatternSeed);
+
+  progress.Update("starting tierkv master and tierkv store (segment " + FormatBytes(segment_bytes) +
+                  ")");
+  Result<std::unique_ptr<LocalCluster>> cluster_started =
+      LocalCluster::Start(segment_bytes, options.small_pages);
+  if (!cluster_started.ok()) return cluster_started.status();
+  std::unique_ptr<LocalCluster> cluster = std::move(cluster_started).value();
+
+  // The clients are declared after the processes, so they go first on every return.
+  progress.Update("connecting the shm requester");
+  Result<std::unique_ptr<Client>> shm_created =
+      Client::Create(RequesterConfig(base, cluster->master_address(), "shm"));
+  if (!shm_created.ok()) return shm_created.status();
+  std::unique_ptr<Client> shm = std::move(shm_created).value();
+  if (Status s = shm->RegisterBuffer(src->data(), src->size()); !s.ok()) return s;
+  if (Status s = shm->RegisterBuffer(dst->data(), dst->size()); !s.ok()) return s;
+  if (Status s = WarmUpRequester(*shm); !s.ok()) return s;
+
+  // The tcp transport: measured when Client::Create accepts it, else reported as refused.
+  std::string tcp_status;
+  std::unique_ptr<Client> tcp;
+  {
+    Result<std::unique_ptr<Client>> tcp_created =
+        Client::Create(RequesterConfig(base, cluster->master_address(), "tcp"));
+    if (tcp_created.ok()) {
+      tcp = std::move(tcp_created).value();
+      if (Status s = tcp->RegisterBuffer(src->data(), src->size()); !s.ok()) return s;
+      if (Status s = tcp->RegisterBuffer(dst->data(), dst->size()); !s.ok()) return s;
+      if (Status s = WarmUpRequester(*tcp); !s.ok()) return s;
+    } else {
+      tcp_status = tcp_created.status().ToString();
+    }
+  }
+
+  std::vector<SizeResult> results;
+  const int reps = options.common.reps;
+  for (uint64_t size : options.object_sizes) {
+    TransferWorkload workload("remote", size, ObjectsFor(options.working_set_bytes, size),
+                              options.batch, options.pieces, *src, *dst);
+    std::vector<double> shm_put, shm_get, tcp_put, tcp_get, memcpy_gbps, raw_gbps;
+    for (int rep = 0; rep < reps; ++rep) {
+      const std::string where = FormatBytes(size) + " x " + std::to_string(workload.objects()) +
+                                ", rep " + std::to_string(rep + 1) + "/" + std::to_string(reps);
+      progress.Update(where + ": shm put, get");
+      if (Status s = ClientRep(*shm, workload, rep, &shm_put, &shm_get); !s.ok()) return s;
+      if (tcp != nullptr) {
+        progress.Update(where + ": tcp put, get");
+        if (Status s = ClientRep(*tcp, workload, rep, &tcp_put, &tcp_get); !s.ok()) return s;
+      }
+      progress.Update(where + ": memcpy");
+      Result<double> copy = workload.Memcpy(rep);
+      if (!copy.ok()) return copy.status();
+      memcpy_gbps.push_back(Gbps(workload.total_bytes(), *copy));
+      progress.Update(where + ": raw TCP stream");
+      Result<double> raw = stream->Receive(workload, rep);
+      if (!raw.ok()) return raw.status();
+      raw_gbps.push_back(Gbps(workload.total_bytes(), *raw));
+    }
+    SizeResult r;
+    r.object_bytes = size;
+    r.objects = workload.objects();
+    r.shm_put_gbps = Median(shm_put);
+    r.shm_get_gbps = Median(shm_get);
+    r.memcpy_gbps = Median(memcpy_gbps);
+    r.tcp_raw_gbps = Median(raw_gbps);
+    if (tcp != nullptr) {
+      r.tcp_put_gbps = Median(tcp_put);
+      r.tcp_get_gbps = Median(tcp_get);
+    }
+    results.push_back(r);
+    if (options.common.json) {
+      for (const char* transport : {"shm", "tcp"}) {
+        for (const char* op : {"put", "get"}) {
+          const bool shm_row = transport[0] == 's';
+          const bool put = op[0] == 'p';
+          const std::optional<double> gbps =
+              shm_row ? std::optional<double>(put ? r.shm_put_gbps : r.shm_get_gbps)
+                      : (put ? r.tcp_put_gbps : r.tcp_get_gbps);
+          nlohmann::ordered_json line;
+          line["bench"] = "remote";
+          line["transport"] = transport;
+          line["op"] = op;
+          line["object_bytes"] = r.object_bytes;
+          line["batch"] = options.batch;
+          line["objects"] = r.objects;
+          line["pieces"] = options.pieces;
+          line["reps"] = reps;
+          line["checksum"] = base.verify_checksum;
+          line["gbps"] = OrNull(gbps);
+          line["baseline"] = shm_row ? "memcpy" : "tcp_raw";
+          line["baseline_gbps"] = Rounded(shm_row ? r.memcpy_gbps : r.tcp_raw_gbps);
+          line["ratio"] =
+              OrNull(shm_row ? std::optional<double>(put ? r.shm_put_ratio() : r.shm_get_ratio())
+                             : r.tcp_ratio(gbps));
+          if (!shm_row && !tcp_status.empty()) line["status"] = tcp_status;
+          EmitJson(line);
+        }
+      }
+    }
+  }
+
+  progress.Update("stopping the requesters, the store, the master and the TCP sender");
+  (void)shm->UnregisterBuffer(src->data());
+  (void)shm->UnregisterBuffer(dst->data());
+  shm.reset();
+  if (tcp != nullptr) {
+    (void)tcp->UnregisterBuffer(src->data());
+    (void)tcp->UnregisterBuffer(dst->data());
+    tcp.reset();
+  }
+  const Status cluster_stopped = cluster->Stop();
+  const Status stream_stopped = stream->Stop();
+  progress.Done();
+  if (!cluster_stopped.ok()) return cluster_stopped;
+  if (!stream_stopped.ok()) return stream_stopped;
+
+  // The summary is for 2 MiB objects, or the first size when 2 MiB was not run.
+  SizeResult summary = results.front();
+  for (const SizeResult& r : results) {
+    if (r.object_bytes == 2 * kMiB) summary = r;
+  }
+  if (options.common.json) {
+    nlohmann::ordered_json line;
+    line["bench"] = "remote";
+    line["object_bytes"] = summary.object_bytes;
+    line["shm_get_ratio"] = Rounded(summary.shm_get_ratio());
+    line["tcp_get_ratio"] = OrNull(summary.tcp_ratio(summary.tcp_get_gbps));
+    line["shm_get_gbps"] = Rounded(summary.shm_get_gbps);
+    line["tcp_get_gbps"] = OrNull(summary.tcp_get_gbps);
+    line["memcpy_gbps"] = Rounded(summary.memcpy_gbps);
+    line["tcp_raw_gbps"] = Rounded(summary.tcp_raw_gbps);
+    line["shm_put_ratio"] = Rounded(summary.shm_put_ratio());
+    line["tcp_put_ratio"] = OrNull(summary.tcp_ratio(summary.tcp_put_gbps));
+    line["shm_put_gbps"] = Rounded(summary.shm_put_gbps);
+    line["tcp_put_gbps"] = OrNull(summary.tcp_put_gbps);
+    line["tcp_status"] = tcp_status.empty() ? "OK" : tcp_status;
+    line["shm_get_target"] = kShmGetRatioTarget;
+    line["store_segment_bytes"] = segment_bytes;
+    EmitJson(line);
+  }
+  PrintHuman(options.common.json ? std::cerr : std::cout, options, base, segment_bytes, results,
+             summary, tcp_status);
+  return Status::Ok();
+}
+
+}  // namespace tierkv::bench
