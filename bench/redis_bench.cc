@@ -584,28 +584,11 @@ Status RunRedisBench(const RedisBenchOptions& options) {
       LocalCluster::Start(segment_bytes, options.small_pages);
   if (!cluster_started.ok()) return cluster_started.status();
   std::unique_ptr<LocalCluster> cluster = std::move(cluster_started).value();
-  Result<std::unique_ptr<Client> > shm_created =
-      Client::Create(RequesterConfig(base, cluster->master_address(), "shm"));
-  if (!shm_created.ok()) return shm_created.status();
-  std::unique_ptr<Client> shm = std::move(shm_created).value();
-  if (Status s = shm->RegisterBuffer(src->data(), src->size()); !s.ok()) return s;
-  if (Status s = shm->RegisterBuffer(dst->data(), dst->size()); !s.ok()) return s;
-  if (Status s = WarmUpRequester(*shm); !s.ok()) return s;
-  // The tcp transport is measured once Client::Create accepts it; until then, its refusal.
-  std::string tcp_status;
-  std::unique_ptr<Client> tcp;
-  {
-    Result<std::unique_ptr<Client> > created =
-        Client::Create(RequesterConfig(base, cluster->master_address(), "tcp"));
-    if (created.ok()) {
-      tcp = std::move(created).value();
-      if (Status s = tcp->RegisterBuffer(src->data(), src->size()); !s.ok()) return s;
-      if (Status s = tcp->RegisterBuffer(dst->data(), dst->size()); !s.ok()) return s;
-      if (Status s = WarmUpRequester(*tcp); !s.ok()) return s;
-    } else {
-      tcp_status = created.status().ToString();
-    }
-  }
+  Result<Requesters> connected = ConnectRequesters(base, cluster->master_address(), *src, *dst);
+  if (!connected.ok()) return connected.status();
+  std::unique_ptr<Client> shm = std::move(connected->shm);
+  std::unique_ptr<Client> tcp = std::move(connected->tcp);
+  const std::string tcp_status = connected->tcp_status;
 
   std::vector<SizeResult> results;
   const int reps = options.common.reps;

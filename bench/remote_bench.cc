@@ -339,6 +339,26 @@ Config RequesterConfig(Config base, const std::string& master_address,
   return base;
 }
 
+Result<Requesters> ConnectRequesters(const Config& base, const std::string& master_address,
+                                     const AlignedBuffer& src, const AlignedBuffer& dst) {
+  Requesters r;
+  for (const char* protocol : {"shm", "tcp"}) {
+    Result<std::unique_ptr<Client>> created =
+        Client::Create(RequesterConfig(base, master_address, protocol));
+    if (!created.ok()) {
+      if (std::string(protocol) == "shm") return created.status();
+      r.tcp_status = created.status().ToString();  // measured once Create accepts it
+      continue;
+    }
+    std::unique_ptr<Client> client = std::move(created).value();
+    if (Status s = client->RegisterBuffer(src.data(), src.size()); !s.ok()) return s;
+    if (Status s = client->RegisterBuffer(dst.data(), dst.size()); !s.ok()) return s;
+    if (Status s = WarmUpRequester(*client); !s.ok()) return s;
+    (std::string(protocol) == "shm" ? r.shm : r.tcp) = std::move(client);
+  }
+  return r;
+}
+
 Status WarmUpRequester(Client& client) {
   const std::string key = "bench-remote@warm-up";
   std::vector<uint8_t> value(4096, 0x5A);
@@ -591,30 +611,12 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
   std::unique_ptr<LocalCluster> cluster = std::move(cluster_started).value();
 
   // The clients are declared after the processes, so they go first on every return.
-  progress.Update("connecting the shm requester");
-  Result<std::unique_ptr<Client>> shm_created =
-      Client::Create(RequesterConfig(base, cluster->master_address(), "shm"));
-  if (!shm_created.ok()) return shm_created.status();
-  std::unique_ptr<Client> shm = std::move(shm_created).value();
-  if (Status s = shm->RegisterBuffer(src->data(), src->size()); !s.ok()) return s;
-  if (Status s = shm->RegisterBuffer(dst->data(), dst->size()); !s.ok()) return s;
-  if (Status s = WarmUpRequester(*shm); !s.ok()) return s;
-
-  // The tcp transport: measured when Client::Create accepts it, else reported as refused.
-  std::string tcp_status;
-  std::unique_ptr<Client> tcp;
-  {
-    Result<std::unique_ptr<Client>> tcp_created =
-        Client::Create(RequesterConfig(base, cluster->master_address(), "tcp"));
-    if (tcp_created.ok()) {
-      tcp = std::move(tcp_created).value();
-      if (Status s = tcp->RegisterBuffer(src->data(), src->size()); !s.ok()) return s;
-      if (Status s = tcp->RegisterBuffer(dst->data(), dst->size()); !s.ok()) return s;
-      if (Status s = WarmUpRequester(*tcp); !s.ok()) return s;
-    } else {
-      tcp_status = tcp_created.status().ToString();
-    }
-  }
+  progress.Update("connecting the requesters");
+  Result<Requesters> connected = ConnectRequesters(base, cluster->master_address(), *src, *dst);
+  if (!connected.ok()) return connected.status();
+  std::unique_ptr<Client> shm = std::move(connected->shm);
+  std::unique_ptr<Client> tcp = std::move(connected->tcp);
+  const std::string tcp_status = connected->tcp_status;
 
   std::vector<SizeResult> results;
   const int reps = options.common.reps;

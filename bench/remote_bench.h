@@ -81,6 +81,16 @@ Config RequesterConfig(Config base, const std::string& master_address, const std
 // the store's segment or setting up the first RPCs. INTERNAL_ERROR naming the step.
 Status WarmUpRequester(Client& client);
 
+// The requesters of a run: `shm` always; `tcp` when Client::Create accepts protocol tcp (else
+// null, and `tcp_status` says why). Both have `src` and `dst` registered and are warmed up.
+struct Requesters {
+  std::unique_ptr<Client> shm;
+  std::unique_ptr<Client> tcp;
+  std::string tcp_status;
+};
+Result<Requesters> ConnectRequesters(const Config& base, const std::string& master_address,
+                                     const AlignedBuffer& src, const AlignedBuffer& dst);
+
 // Objects i = 0..objects-1 of one size, object i at offset i x object_bytes of `src` (the
 // pattern) and `dst` (where gets land), in `pieces` pieces each, keys in batches of `batch`.
 class TransferWorkload {

@@ -31,22 +31,7 @@ bool CheckLength(const char* field, size_t got, size_t keys, rpc::CallStatus* st
 
 // Client-supplied text (hosts, segment names) as a log-safe string: non-printable bytes become
 // \xNN, and long text is cut.
-std::string Printable(std::string_view text, size_t max = 128) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < text.size() && i < max; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out += "\\x";
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  if (text.size() > max) out += "...";
-  return out;
-}
+std::string Printable(std::string_view text) { return LabelValue(std::string(text)); }
 
 std::string JoinSegments(const std::vector<SegmentId>& segments) {
   std::string out;
