@@ -638,10 +638,16 @@ void EmbeddedClient::ReadRemoteReplicas(const std::vector<Result<ObjectReplicas>
     }
     if (ops.empty()) return;
     const std::vector<Status> done = backend_->ReadRemote(ops);
+    // The checksums of what arrived, on the transfer pool's threads (a pass over the bytes).
+    std::vector<uint8_t> intact(ops.size(), 0);
+    pool_.ParallelFor(ops.size(), [&](size_t k) {
+      intact[k] =
+          done[k].ok() && (!verify || HashPieces(dsts[owner[k]]) == replicas[owner[k]]->checksum);
+    });
     for (size_t k = 0; k < ops.size(); ++k) {
       const size_t j = owner[k];
       const ObjectReplicas& obj = *replicas[j];
-      bool ok = done[k].ok() && (!verify || HashPieces(dsts[j]) == obj.checksum);
+      bool ok = intact[k] != 0;
       if (done[k].ok() && !ok) {
         spdlog::error("checksum mismatch reading {} bytes from segment {} at offset {}", obj.size,
                       ops[k].segment->name(), ops[k].offset);
