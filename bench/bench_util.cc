@@ -1,5 +1,7 @@
 #include "bench_util.h"
 
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,7 +10,10 @@
 #include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <utility>
+
+extern char** environ;
 
 namespace tierkv::bench {
 double Median(std::vector<double> values) {
@@ -158,6 +163,54 @@ std::string HexHash64(uint64_t value) {
     }
   }
   return out;
+}
+
+bool OnPath(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    // Built with append(): GCC 12 at -O3 warns (-Wrestrict, a known false
+    // positive) on `dir + "/" + program`.
+    std::string candidate = dir.empty() ? std::string(".") : dir;
+    candidate.append("/").append(program);
+    if (access(candidate.c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+void AptInstall(const std::string& package, const std::string& log_prefix) {
+  std::vector<std::string> prefix;
+  if (geteuid() != 0) prefix = {"sudo", "-n"};
+  // Runs one apt-get command with its stdout on stderr (stdout carries results only).
+  auto apt = [&](std::vector<std::string> args) {
+    std::vector<std::string> words = prefix;
+    words.insert(words.end(), {"env", "DEBIAN_FRONTEND=noninteractive", "apt-get"});
+    words.insert(words.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& w : words) argv.push_back(w.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+    pid_t pid = 0;
+    const int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) {
+      std::cerr << log_prefix << ": cannot start " << words[0] << ": " << std::strerror(rc)
+                << std::endl;
+      return false;
+    }
+    int wstatus = 0;
+    while (waitpid(pid, &wstatus, 0) < 0) {
+      if (errno != EINTR) return false;
+    }
+    return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+  };
+  if (!apt({"install", "-y", "--no-install-recommends", package})) {
+    (void)apt({"update"});
+    (void)apt({"install", "-y", "--no-install-recommends", package});
+  }
 }
 
 }  // namespace tierkv::bench

@@ -174,6 +174,14 @@ class FailureLog {
 // 64 lower-case hex characters derived from `value` (a stand-in for a SHA-256
 // chunk hash), deterministic across runs.
 std::string HexHash64(uint64_t value);
+
+// True if `program` is an executable in a $PATH directory.
+bool OnPath(const std::string& program);
+// `apt-get install -y --no-install-recommends <package>` (as root, else through `sudo -n`),
+// running `apt-get update` and retrying once if the first install fails (a fresh machine may
+// have no package lists). The commands' output goes to stderr, failures are logged there
+// with `log_prefix`. The caller checks the result itself (e.g. OnPath).
+void AptInstall(const std::string& package, const std::string& log_prefix);
 // splitmix64: a cheap, well-mixed 64-bit hash.
 uint64_t Mix64(uint64_t x);
 

@@ -220,20 +220,6 @@ int Spawn(const std::vector<std::string>& args, const std::string& stdout_path,
   return WEXITSTATUS(wstatus);
 }
 
-bool OnPath(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    // Built with append(): GCC 12 at -O3 warns (-Wrestrict, a known false
-    // positive) on `dir + "/" + program`.
-    std::string candidate = dir.empty() ? std::string(".") : dir;
-    candidate.append("/").append(program);
-    if (access(candidate.c_str(), X_OK) == 0) return true;
-  }
-  return false;
-}
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
@@ -247,22 +233,7 @@ Status EnsureFio(Progress* progress) {
   progress->Update("fio is missing: apt-get install -y fio");
   std::cerr << "tierkv bench disk: fio not found on PATH; trying apt-get install -y fio"
             << std::endl;
-  std::vector<std::string> prefix;
-  if (geteuid() != 0) prefix = {"sudo", "-n"};
-  auto apt = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = prefix;
-    argv.insert(argv.end(), {"env", "DEBIAN_FRONTEND=noninteractive", "apt-get"});
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::string error;
-    const int rc = Spawn(argv, "", "", &error);
-    if (rc < 0) std::cerr << "tierkv bench disk: " << error << std::endl;
-    return rc == 0;
-  };
-  // A fresh machine may have no package lists yet: update, then retry once.
-  if (!apt({"install", "-y", "--no-install-recommends", "fio"})) {
-    (void)apt({"update"});
-    (void)apt({"install", "-y", "--no-install-recommends", "fio"});
-  }
+  AptInstall("fio", "tierkv bench disk");
   if (!OnPath("fio")) {
     return Failed(
         "fio is not installed and `apt-get install -y fio` failed; install fio "

@@ -65,42 +65,6 @@ nlohmann::ordered_json OrNull(const std::optional<double>& value) {
 
 // ---- Installing redis-server --------------------------------------------------------------
 
-bool OnPath(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    std::string candidate = dir.empty() ? std::string(".") : dir;
-    candidate.append("/").append(program);
-    if (access(candidate.c_str(), X_OK) == 0) return true;
-  }
-  return false;
-}
-
-// Runs argv (searched on PATH) with its stdout sent to stderr (stdout carries results only)
-// and returns its exit status, or -1 when it could not run to an exit.
-int Spawn(const std::vector<std::string>& args) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
-  std::vector<char*> argv;
-  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    std::cerr << "tierkv bench redis: cannot start " << args[0] << ": " << std::strerror(rc)
-              << std::endl;
-    return -1;
-  }
-  int wstatus = 0;
-  while (waitpid(pid, &wstatus, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
-}
-
 // redis-server on PATH, or installed with apt-get (as root, else through `sudo -n`).
 Status EnsureRedisServer(Progress* progress) {
   if (OnPath("redis-server")) return Status::Ok();
@@ -108,27 +72,13 @@ Status EnsureRedisServer(Progress* progress) {
   std::cerr << "tierkv bench redis: redis-server not found on PATH; trying apt-get install -y "
                "redis-server"
             << std::endl;
-  std::vector<std::string> prefix;
-  if (geteuid() != 0) {
-    if (!OnPath("sudo")) {
-      return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
-                    "redis-server is not installed, and this process is not root and has no "
-                    "sudo to install it; install redis-server (scripts/install-deps.sh lists "
-                    "it) and run again");
-    }
-    prefix = {"sudo", "-n"};
+  if (geteuid() != 0 && !OnPath("sudo")) {
+    return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
+                  "redis-server is not installed, and this process is not root and has no "
+                  "sudo to install it; install redis-server (scripts/install-deps.sh lists "
+                  "it) and run again");
   }
-  auto apt = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = prefix;
-    argv.insert(argv.end(), {"env", "DEBIAN_FRONTEND=noninteractive", "apt-get"});
-    argv.insert(argv.end(), args.begin(), args.end());
-    return Spawn(argv) == 0;
-  };
-  // A fresh machine may have no package lists yet: update, then retry once.
-  if (!apt({"install", "-y", "--no-install-recommends", "redis-server"})) {
-    (void)apt({"update"});
-    (void)apt({"install", "-y", "--no-install-recommends", "redis-server"});
-  }
+  AptInstall("redis-server", "tierkv bench redis");
   if (!OnPath("redis-server")) {
     return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
                   "redis-server is not installed and `apt-get install -y redis-server` failed; "
