@@ -180,6 +180,7 @@ Status RemoteMaster::Register(Millis timeout) {
                       "malformed RegisterClient response from " + address_ + ": client id 0");
       }
       client_id_.store(response.client_id());
+      master_client_ttl_ms_.store(response.client_ttl_ms());
       registrations_.fetch_add(1);
       connected_.store(true);
       spdlog::debug("registered with the tierkv master at {} as client {}", address_,
@@ -249,7 +250,7 @@ Status RemoteMaster::Beat() {
   request.set_client_id(id);
   rpc::HeartbeatResponse response;
   grpc::ClientContext context;
-  const Millis interval = options_.heartbeat_interval;
+  const Millis interval = HeartbeatInterval();
   const Millis timeout = interval.count() > 0
                              ? std::min(options_.rpc_timeout, std::max(2 * interval, Millis(500)))
                              : options_.rpc_timeout;
@@ -282,10 +283,19 @@ void RemoteMaster::Kick() {
   beat_cv_.notify_all();
 }
 
+Millis RemoteMaster::HeartbeatInterval() const {
+  // A master whose client_ttl is not well above our interval would expire us between two
+  // healthy beats (one late beat under load is enough): beat at least 3 times per TTL.
+  const Millis configured = options_.heartbeat_interval;
+  const auto ttl = static_cast<int64_t>(master_client_ttl_ms_.load());
+  if (ttl <= 0 || configured.count() <= 0) return configured;
+  return std::min(configured, Millis(std::max<int64_t>(ttl / 3, 10)));
+}
+
 void RemoteMaster::HeartbeatLoop() {
   std::unique_lock lock(beat_mu_);
   while (!stop_) {
-    beat_cv_.wait_for(lock, options_.heartbeat_interval, [this] { return stop_ || kicked_; });
+    beat_cv_.wait_for(lock, HeartbeatInterval(), [this] { return stop_ || kicked_; });
     if (stop_) break;
     if (kicked_) {
       // A failed call: beat soon, but at most ~20 times a second while calls keep failing.

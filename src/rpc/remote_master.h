@@ -9,9 +9,10 @@
 // errors.
 //
 // Liveness: Connect registers this client (naming its host) and a background thread heartbeats
-// every `heartbeat_interval` (default 1 s). When the master answers that it does not know the
-// client — it restarted, or expired the client after client_ttl of silence — the thread
-// registers again and re-mounts every segment this client mounted, so its owner carries on.
+// every `heartbeat_interval` (default 1 s), or every client_ttl / 3 when the master's TTL (sent
+// in the RegisterClient answer) is shorter than 3 intervals. When the master answers that it does
+// not know the client — it restarted, or expired the client after client_ttl of silence — the
+// thread registers again and re-mounts every segment this client mounted, so its owner carries on.
 // A failed call also wakes the thread early. Segment handles returned by MountSegment stay
 // valid across such re-mounts: UnmountSegment, DropDiskReplicas and AddDiskReplicas translate
 // them to the master's current segment id (CurrentSegmentId). Replica locations in answers
@@ -143,6 +144,7 @@ class RemoteMaster {
   void RemountPendingLocked();
   Status Beat();
   void HeartbeatLoop();
+  Millis HeartbeatInterval() const;  // options_.heartbeat_interval, shortened for a short TTL
   void Kick();
   // RPC_FAIL naming the call, the address and gRPC's reason; wakes the heartbeat.
   Status RpcFailure(const char* rpc, const grpc::Status& status);
@@ -153,6 +155,7 @@ class RemoteMaster {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Stub> stub_;
   std::atomic<uint64_t> client_id_{0};
+  std::atomic<uint64_t> master_client_ttl_ms_{0};  // from RegisterClient; 0 = not told
   std::atomic<uint64_t> registrations_{0};
   std::atomic<bool> connected_{true};
 

@@ -328,6 +328,22 @@ TEST(MasterProcessTest, SilentClientExpiresAndItsObjectsGo) {
   EXPECT_EQ(stats->segments, 2u);
 }
 
+// A TTL shorter than the configured heartbeat interval: the client learns the TTL when it
+// registers and beats 3 times per TTL, so it is never expired while alive.
+TEST(MasterProcessTest, ShortTtlShortensTheHeartbeat) {
+  auto master = StartMaster(0, {"--client-ttl-ms", "600"});
+  ASSERT_NE(master, nullptr);
+  auto client = ConnectTo(*master, Millis(1000), "short-ttl-host");  // 1 s > 600 ms TTL
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->MountSegment("short-ttl-seg", 16 * kMiB).ok());
+  std::this_thread::sleep_for(Millis(2500));  // 4 TTLs
+  Result<MasterProcessStats> stats = client->ProcessStats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->expired_clients, 0u);
+  EXPECT_EQ(stats->segments, 1u);
+  EXPECT_EQ(client->registrations(), 1u);
+}
+
 TEST(MasterProcessTest, MasterRestartReRegistersAndRemounts) {
   auto master = StartMaster();
   ASSERT_NE(master, nullptr);
