@@ -634,8 +634,15 @@ uint64_t MasterService::FinishDemotion(uint32_t shard, SegmentId segment,
     for (size_t k = 0; k < items.size(); ++k) {
       const auto& [item, put_id] = items[k];
       auto it = s.objects.find(item.key);
-      // Removed, or removed and put again, while it was written: the record is orphaned.
-      if (it == s.objects.end() || it->second.put_id != put_id) continue;
+      // Removed, or removed and put again, while it was written: the record is orphaned, and
+      // the memory the mover read can be freed now.
+      if (it == s.objects.end() || it->second.put_id != put_id) {
+        if (auto parked = s.parked.find(put_id); parked != s.parked.end()) {
+          dropped.push_back(std::move(parked->second));
+          s.parked.erase(parked);
+        }
+        continue;
+      }
       ObjectMeta& meta = it->second;
       meta.demoting = false;
       if (!written[k].ok()) {

@@ -36,6 +36,11 @@ ObjectMeta ObjectTable::EraseLocked(Shard& shard, ObjectMap::iterator it) {
     }
   }
   shard.objects.erase(it);
+  if (meta.demoting) {
+    const uint64_t put_id = meta.put_id;
+    shard.parked.insert_or_assign(put_id, std::move(meta));
+    return ObjectMeta();
+  }
   return meta;
 }
 

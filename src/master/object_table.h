@@ -129,6 +129,10 @@ struct Shard {
   ObjectMap objects;           // guarded by mu
   KeyMap<GroupMeta> groups;    // groups homed here, guarded by mu
   KeyMap<uint32_t> redirects;  // key -> home shard, for grouped keys, guarded by mu
+  // Objects removed while a tier move was reading their memory, by put id: they keep their
+  // ranges allocated (so no new put is written there under the mover's reads) until the move
+  // finishes (MasterService::FinishDemotion). Guarded by mu.
+  std::unordered_map<uint64_t, ObjectMeta> parked;
 };
 
 class ObjectTable {
@@ -167,6 +171,8 @@ class ObjectTable {
   // Erases `key` from `shard` (which the caller has locked) and its group
   // membership; returns the ObjectMeta so the caller can drop it (freeing its
   // space) after deciding what else to clean up.
+  // An object that is `demoting` is parked in shard.parked instead (its replicas stay
+  // allocated) and an empty ObjectMeta is returned.
   ObjectMeta EraseLocked(Shard& shard, ObjectMap::iterator it);
 
   // Removes the redirect of `key` if it points to `home` and the object is no

@@ -159,12 +159,32 @@ TEST_F(MasterDemotionTest, ReaderLeasingDuringDemotionKeepsTheMemoryReplica) {
 
 TEST_F(MasterDemotionTest, RemovedWhileDemotingIsNotResurrected) {
   Put("k");
-  mover_->during = [&](const DemoteItem&) {
+  mover_->during = [&](const DemoteItem& item) {
     EXPECT_TRUE(master_->Remove("k", /*force=*/true).ok());
+    // The mover is still reading the range: it stays allocated, so no new put lands on it.
+    EXPECT_EQ(Used(), kMiB);
+    auto r = master_->PutStart({"other"}, {kMiB}, {});
+    ASSERT_TRUE(r[0].ok());
+    EXPECT_NE(r[0]->replicas[0].offset, item.offset);
+    ASSERT_TRUE(master_->PutRevoke({"other"}, {r[0]->put_id})[0].ok());
   };
   master_->EvictFromSegment(seg_, kMiB);
   EXPECT_EQ(master_->Exists({"k"}), (std::vector<int>{0}));
   EXPECT_EQ(master_->Stats().objects, 0u);
+  EXPECT_EQ(Used(), 0u);  // freed once the move finished
+}
+
+TEST_F(MasterDemotionTest, RemoveAllWhileDemotingKeepsTheRangeUntilTheMoveEnds) {
+  Put("a");
+  Put("b");
+  mover_->during = [&](const DemoteItem&) {
+    if (master_->Stats().objects == 0) return;
+    EXPECT_EQ(master_->RemoveAll(/*force=*/true), 2u);
+    EXPECT_GE(Used(), kMiB);  // the range being demoted is still held
+  };
+  master_->EvictFromSegment(seg_, kMiB);
+  EXPECT_EQ(master_->Stats().objects, 0u);
+  EXPECT_EQ(Used(), 0u);
 }
 
 TEST_F(MasterDemotionTest, ReputWhileDemotingKeepsTheNewObject) {
