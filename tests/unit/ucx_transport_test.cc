@@ -569,6 +569,53 @@ TEST(UcxLargeRangeTest, RangesLargerThanOneRequestAreSplitAndByteExact) {
   (*server)->Stop();
 }
 
+TEST(UcxLargeRangeTest, ManySmallPiecesGoThroughBounceBuffersByteExact) {
+  // Runs of small pieces are gathered into (scattered out of) bounce buffers, of which a
+  // connection has only a few: 24 ops of 2 MiB in 32 KiB pieces, with a large piece (sent on
+  // its own) in the middle of some, keep every buffer busy and wait for them.
+  constexpr uint64_t kSize = uint64_t{64} << 20;
+  constexpr uint64_t kOp = uint64_t{2} << 20;
+  constexpr int kOps = 24;
+  std::shared_ptr<MemorySegment> segment = MakeSegment(kSize, 5);
+  auto server = UcxSegmentServer::Start(segment, "127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto client = UcxSegmentClient::Connect((*server)->address(), kSegmentName, kTimeout);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+
+  std::vector<uint8_t> source(kOps * kOp), target(kOps * kOp, 0);
+  for (uint64_t i = 0; i < source.size(); ++i) source[i] = Pattern(i, 77);
+  // Op k: pieces of 32 KiB, except (for odd k) one of 1 MiB after the first 256 KiB.
+  auto cut = [&](uint8_t* base, int k, auto piece_type) {
+    using Piece = decltype(piece_type);
+    std::vector<Piece> pieces;
+    uint64_t done = 0;
+    while (done < kOp) {
+      uint64_t size = (k % 2 == 1 && done == (256 << 10)) ? (1 << 20) : (32 << 10);
+      size = std::min(size, kOp - done);
+      pieces.push_back(Piece{base + k * kOp + done, size});
+      done += size;
+    }
+    return pieces;
+  };
+  std::vector<WriteOp> writes;
+  std::vector<ReadOp> reads;
+  for (int k = 0; k < kOps; ++k) {
+    // Ops land at scattered offsets, in reverse order.
+    const uint64_t offset = (kOps - 1 - k) * (kOp + 4096) + 7;
+    writes.push_back({offset, cut(source.data(), k, ConstPiece{})});
+    reads.push_back({offset, cut(target.data(), k, MutPiece{})});
+  }
+  for (const Status& st : (*client)->WriteBatch(writes)) ASSERT_TRUE(st.ok()) << st.ToString();
+  for (int k = 0; k < kOps; ++k) {
+    ASSERT_EQ(std::memcmp(segment->base() + writes[k].offset, source.data() + k * kOp, kOp), 0)
+        << "op " << k << " landed wrong";
+  }
+  for (const Status& st : (*client)->ReadBatch(reads)) ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(target == source);
+  (*client).reset();
+  (*server)->Stop();
+}
+
 // ---- A bare UCX peer: what UcxSegmentClient never sends -----------------------------------------
 
 class RawPeer {
