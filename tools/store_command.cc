@@ -79,8 +79,9 @@ int RunStore(const StoreFlags& flags) {
     registry = std::make_shared<MetricsRegistry>();
     EmbeddedClient* s = store.get();
     collector = std::make_shared<StoreCollector>([s, size = config.global_segment_size] {
-      return StoreFigures{s->mounted_segment_name(), size, s->shm_connections(),
-                          s->master_connected(), s->registrations()};
+      return StoreFigures{s->mounted_segment_name(), size,
+                          s->shm_connections(),      s->master_connected(),
+                          s->registrations(),        s->served_transfers()};
     });
     registry->Add(collector);
     MetricsServerOptions options;

@@ -18,6 +18,7 @@
 #include "memory/segment_access.h"
 #include "ssd/ssd_tier.h"
 #include "transfer/copy.h"
+#include "transfer/transfer_counters.h"
 
 namespace tierkv {
 
@@ -77,6 +78,12 @@ class ClientBackend {
     return std::vector<Status>(
         ops.size(), Status(ErrorCode::TRANSFER_FAIL, "no network transport in this backend"));
   }
+
+  // The bytes this client moved, per transport (the client's data path counts them).
+  TransferCounters& transfers() { return *transfers_; }
+
+ protected:
+  std::shared_ptr<TransferCounters> transfers_ = std::make_shared<TransferCounters>();
 };
 
 }  // namespace tierkv

@@ -315,6 +315,12 @@ std::vector<int> EmbeddedClient::CheckBatch(const std::vector<std::string>& keys
   return codes;
 }
 
+std::vector<TransferCount> EmbeddedClient::served_transfers() const {
+  if (!ucx_server_) return {};
+  return {TransferCount{ucx_server_->protocol(), ucx_server_->read_bytes(),
+                        ucx_server_->written_bytes()}};
+}
+
 void EmbeddedClient::WriteRemoteReplicas(const std::vector<std::vector<RemoteWrite>>& remote,
                                          std::vector<int>& codes) {
   std::vector<RemoteWrite> ops;
@@ -329,6 +335,11 @@ void EmbeddedClient::WriteRemoteReplicas(const std::vector<std::vector<RemoteWri
   if (ops.empty()) return;
   const std::vector<Status> done = backend_->WriteRemote(ops);
   for (size_t k = 0; k < ops.size(); ++k) {
+    if (done[k].ok()) {
+      uint64_t bytes = 0;
+      for (const ConstPiece& p : ops[k].src) bytes += p.size;
+      backend_->transfers().AddWritten(ops[k].segment->transport(), bytes);
+    }
     if (!done[k].ok() && codes[owner[k]] == 0) {
       spdlog::debug("put: replica on segment {} failed: {}", ops[k].segment->name(),
                     done[k].ToString());
@@ -385,6 +396,7 @@ std::vector<int> EmbeddedClient::PutImpl(const std::vector<std::string>& keys,
       }
       // The checksum is taken from the user's bytes while writing the first mapped replica.
       const uint64_t sum = GatherCopy(seg->base() + replicas[r].offset, pieces[idx[j]], !hashed);
+      backend_->transfers().AddWritten(seg->transport(), replicas[r].size);
       if (!hashed) checksums[j] = sum;
       hashed = true;
     }
@@ -476,6 +488,7 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
     }
     int64_t code = ToInt(ErrorCode::TRANSFER_FAIL);
     bool has_disk = false;
+    Transport moved_by = Transport::kLocal;
     for (size_t k = 0; k < obj.replicas.size(); ++k) {
       const ReplicaLocation& rep = obj.replicas[k];
       if (rep.tier == ReplicaTier::kDisk) {
@@ -496,12 +509,14 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
         continue;  // another replica may be intact
       }
       code = static_cast<int64_t>(obj.size);
+      moved_by = seg->transport();
       break;
     }
     if (code >= 0 && clock->Now() > obj.lease_deadline) {
       // The lease ran out mid-copy: the space may have been reused; discard.
       code = ToInt(ErrorCode::LEASE_EXPIRED);
     }
+    if (code >= 0) backend_->transfers().AddRead(moved_by, obj.size);
     if (code < 0 && has_disk) {
       wants_disk[j] = 1;  // the staged load fills (or zeroes) the destination
       return;
@@ -616,6 +631,7 @@ void EmbeddedClient::ReadRemoteReplicas(const std::vector<Result<ObjectReplicas>
           if (verify && sum != obj.checksum) continue;
           if (clock->Now() > obj.lease_deadline) break;  // LEASE_EXPIRED below
           results[idx[j]] = static_cast<int64_t>(obj.size);
+          backend_->transfers().AddRead(seg->transport(), obj.size);
           k = obj.replicas.size() + 1;  // done
           break;
         }
@@ -660,6 +676,7 @@ void EmbeddedClient::ReadRemoteReplicas(const std::vector<Result<ObjectReplicas>
       }
       if (ok) {
         results[idx[j]] = static_cast<int64_t>(obj.size);
+        backend_->transfers().AddRead(ops[k].segment->transport(), obj.size);
         remote_from[j] = 0;
       }
       // else remote_from[j] names the next replica to try in the next round

@@ -73,6 +73,11 @@ class EmbeddedClient final : public Client {
   size_t shm_connections() const { return shm_server_ ? shm_server_->open_connections() : 0; }
   bool master_connected() const { return remote_ && remote_->master().connected(); }
   uint64_t registrations() const { return remote_ ? remote_->master().registrations() : 0; }
+  // The bytes requesters moved through this client's network segment server (read from the
+  // segment, written into it); empty without one.
+  std::vector<TransferCount> served_transfers() const;
+  // The bytes this client moved between its callers' buffers and segments, per transport.
+  std::vector<TransferCount> transfer_counts() const { return backend_->transfers().Snapshot(); }
   SegmentId TEST_segment_id() const { return segment_id_; }
   MemorySegment* TEST_segment() const { return segment_.get(); }
   SsdTier* TEST_tier() const { return tier_.get(); }

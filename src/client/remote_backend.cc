@@ -22,6 +22,7 @@ class MappedAccess final : public SegmentAccess {
   uint64_t size() const override { return m_->size(); }
   const std::string& name() const override { return m_->name(); }
   bool alive() const override { return m_->alive(); }
+  Transport transport() const override { return Transport::kShm; }
 
  private:
   const std::shared_ptr<transport::MappedSegment> m_;
@@ -30,16 +31,19 @@ class MappedAccess final : public SegmentAccess {
 // A segment of another process reached through the UCX transport: no mapping here.
 class UcxAccess final : public SegmentAccess {
  public:
-  explicit UcxAccess(std::unique_ptr<transport::UcxSegmentClient> c) : c_(std::move(c)) {}
+  UcxAccess(std::unique_ptr<transport::UcxSegmentClient> c, Transport t)
+      : c_(std::move(c)), transport_(t) {}
   uint8_t* base() const override { return nullptr; }
   bool mapped() const override { return false; }
   uint64_t size() const override { return c_->size(); }
   const std::string& name() const override { return c_->segment_name(); }
   bool alive() const override { return c_->alive(); }
+  Transport transport() const override { return transport_; }
   transport::UcxSegmentClient& client() const { return *c_; }
 
  private:
   const std::unique_ptr<transport::UcxSegmentClient> c_;
+  const Transport transport_;
 };
 
 std::string ThisHost() {
@@ -73,10 +77,15 @@ Result<std::shared_ptr<RemoteBackend>> RemoteBackend::Connect(
     const std::string& protocol, const transport::UcxTransportOptions& ucx) {
   RemoteMasterOptions options;
   options.host = host.empty() ? ThisHost() : host;
+  // Every heartbeat reports this client's transfer bytes (the master's metrics sum them).
+  auto counters = std::make_shared<TransferCounters>();
+  options.transfer_counts = [counters] { return counters->Snapshot(); };
   auto master = RemoteMaster::Connect(address, timeout, options);
   if (!master.ok()) return master.status();
-  return std::shared_ptr<RemoteBackend>(
+  std::shared_ptr<RemoteBackend> backend(
       new RemoteBackend(std::move(master).value(), options.host, protocol, ucx));
+  backend->transfers_ = std::move(counters);
+  return backend;
 }
 
 Result<SegmentId> RemoteBackend::MountOwn(std::shared_ptr<MemorySegment> segment,
@@ -190,7 +199,8 @@ std::shared_ptr<SegmentAccess> RemoteBackend::ConnectLocked(SegmentId id,
                    tcp_address, connected.status().ToString());
       return nullptr;
     }
-    access = std::make_shared<UcxAccess>(std::move(connected).value());
+    access = std::make_shared<UcxAccess>(std::move(connected).value(),
+                                         protocol_ == "rdma" ? Transport::kRdma : Transport::kTcp);
   }
   mapped_.emplace(id, access);
   return access;

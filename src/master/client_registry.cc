@@ -51,13 +51,34 @@ std::optional<std::vector<SegmentId>> ClientRegistry::Unregister(ClientId id) {
   return segments;
 }
 
-bool ClientRegistry::Heartbeat(ClientId id) {
+bool ClientRegistry::Heartbeat(ClientId id, const std::vector<TransferCount>& transfers) {
   const SteadyTime now = clock_->Now();
   std::lock_guard lock(mu_);
   auto it = clients_.find(id);
   if (it == clients_.end()) return false;
   it->second.last_seen = std::max(it->second.last_seen, now);
+  for (const TransferCount& count : transfers) {
+    const std::optional<Transport> t = TransportFromName(count.transport);
+    if (!t) continue;
+    auto& [last_read, last_written] = it->second.reported[static_cast<size_t>(*t)];
+    auto& [total_read, total_written] = totals_[static_cast<size_t>(*t)];
+    // Growth since the last report (a lower count: the counter started again from 0).
+    total_read += count.read_bytes >= last_read ? count.read_bytes - last_read : count.read_bytes;
+    total_written += count.written_bytes >= last_written ? count.written_bytes - last_written
+                                                         : count.written_bytes;
+    last_read = count.read_bytes;
+    last_written = count.written_bytes;
+  }
   return true;
+}
+
+std::vector<TransferCount> ClientRegistry::TransferTotals() const {
+  std::lock_guard lock(mu_);
+  std::vector<TransferCount> out;
+  for (size_t i = 0; i < kTransportNames.size(); ++i) {
+    out.push_back({std::string(kTransportNames[i]), totals_[i].first, totals_[i].second});
+  }
+  return out;
 }
 
 bool ClientRegistry::Known(ClientId id) const {

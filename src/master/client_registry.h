@@ -10,18 +10,25 @@
 // Ids start at a random base (`id_base`, default random) so that the ids of a restarted master
 // never collide with those of the previous one. The registry does not touch the master: it is
 // a plain class, unit-tested with a ManualClock. Thread-safety: thread-safe.
+//
+// Transfer bytes: a heartbeat may carry the client's cumulative bytes per transport; the
+// registry adds what each one grew by since that client's last report to master-wide totals
+// (TransferTotals), which therefore only grow, and survive the client's expiry.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
 #include "master/segment_registry.h"
 #include "tierkv/status.h"
+#include "transfer/transfer_counters.h"
 
 namespace tierkv {
 
@@ -33,6 +40,8 @@ struct ClientInfo {
   SteadyTime registered{};
   SteadyTime last_seen{};
   std::vector<SegmentId> segments;  // in mount order
+  // The last transfer bytes it reported, per Transport: read, written.
+  std::array<std::pair<uint64_t, uint64_t>, kTransportNames.size()> reported{};
 };
 
 // A client expired by ExpireSilent.
@@ -54,7 +63,9 @@ class ClientRegistry {
   // unknown.
   std::optional<std::vector<SegmentId>> Unregister(ClientId id);
   // Records a heartbeat. False if the id is unknown (the client must register again).
-  bool Heartbeat(ClientId id);
+  // `transfers`: the client's cumulative bytes per transport; entries naming an unknown
+  // transport are ignored. A count lower than the last one is taken as a restart from 0.
+  bool Heartbeat(ClientId id, const std::vector<TransferCount>& transfers = {});
   bool Known(ClientId id) const;
 
   // Records that `client` owns `segment`. INVALID_PARAMS (unknown client) if the client is
@@ -75,16 +86,20 @@ class ClientRegistry {
   std::optional<ClientInfo> Find(ClientId id) const;
   size_t size() const;
   uint64_t expired_total() const;
+  // Bytes moved by every client since this registry started, per transport (all four, in
+  // kTransportNames order).
+  std::vector<TransferCount> TransferTotals() const;
   Millis ttl() const { return ttl_; }
 
  private:
   const Clock* const clock_;
   const Millis ttl_;
   mutable std::mutex mu_;
-  ClientId next_id_;                        // guarded by mu_
-  std::map<ClientId, ClientInfo> clients_;  // guarded by mu_
-  std::map<SegmentId, ClientId> owners_;    // guarded by mu_
-  uint64_t expired_total_ = 0;              // guarded by mu_
+  ClientId next_id_;                                                            // guarded by mu_
+  std::map<ClientId, ClientInfo> clients_;                                      // guarded by mu_
+  std::map<SegmentId, ClientId> owners_;                                        // guarded by mu_
+  uint64_t expired_total_ = 0;                                                  // guarded by mu_
+  std::array<std::pair<uint64_t, uint64_t>, kTransportNames.size()> totals_{};  // guarded by mu_
 };
 
 }  // namespace tierkv

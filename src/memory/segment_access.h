@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "transfer/transfer_counters.h"
+
 namespace tierkv {
 
 class SegmentAccess {
@@ -21,6 +23,8 @@ class SegmentAccess {
   virtual const std::string& name() const = 0;
   // False once the owner is known to be gone: its bytes must not be returned to readers.
   virtual bool alive() const { return true; }
+  // How its bytes move: kLocal (this process's memory), kShm, kTcp or kRdma.
+  virtual Transport transport() const { return Transport::kLocal; }
 };
 
 }  // namespace tierkv

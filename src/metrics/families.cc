@@ -31,4 +31,20 @@ void AddSample(std::vector<prometheus::MetricFamily>& out, const char* prefix, c
   out.push_back(std::move(family));
 }
 
+void AddTransferBytes(std::vector<prometheus::MetricFamily>& out, const char* prefix,
+                      const char* help, const std::vector<TransferCount>& counts) {
+  prometheus::MetricFamily family =
+      MakeFamily(prefix, "transfer_bytes_total", help, prometheus::MetricType::Counter);
+  for (const TransferCount& count : counts) {
+    for (const auto& [direction, bytes] :
+         {std::pair{"read", count.read_bytes}, std::pair{"write", count.written_bytes}}) {
+      prometheus::ClientMetric sample =
+          SampleOf(prometheus::MetricType::Counter, static_cast<double>(bytes));
+      sample.label = {{"transport", count.transport}, {"direction", direction}};
+      family.metric.push_back(std::move(sample));
+    }
+  }
+  out.push_back(std::move(family));
+}
+
 }  // namespace tierkv

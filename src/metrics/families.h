@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "transfer/transfer_counters.h"
+
 namespace tierkv {
 
 // An empty family named `prefix` + `name`.
@@ -19,5 +21,9 @@ prometheus::ClientMetric SampleOf(prometheus::MetricType type, double value);
 // Appends a family with a single, unlabelled sample.
 void AddSample(std::vector<prometheus::MetricFamily>& out, const char* prefix, const char* name,
                const char* help, prometheus::MetricType type, uint64_t value);
+// Appends `prefix`transfer_bytes_total: a counter per transport and direction ("read": segment
+// to requester, "write": requester to segment).
+void AddTransferBytes(std::vector<prometheus::MetricFamily>& out, const char* prefix,
+                      const char* help, const std::vector<TransferCount>& counts);
 
 }  // namespace tierkv

@@ -114,6 +114,10 @@ std::vector<prometheus::MetricFamily> MasterCollector::Collect() const {
     Gauge(out, "clients", "Registered clients (requesters and stores)", clients_->size());
     Counter(out, "expired_clients_total", "Clients expired for missing their heartbeats",
             clients_->expired_total());
+    AddTransferBytes(out, kPrefix,
+                     "Bytes clients moved between their buffers and DRAM segments, per transport "
+                     "and direction, as they report them with their heartbeats",
+                     clients_->TransferTotals());
   }
   return out;
 }

@@ -27,6 +27,10 @@ std::vector<prometheus::MetricFamily> StoreCollector::Collect() const {
   AddSample(out, kPrefix, "registrations_total",
             "Times this store registered with a master (re-registrations follow master restarts)",
             prometheus::MetricType::Counter, f.registrations);
+  AddTransferBytes(out, kPrefix,
+                   "Bytes requesters moved over the network transport: read from the segment, "
+                   "written into it",
+                   f.transfers);
   return out;
 }
 

@@ -2,9 +2,9 @@
 // scraped from a callback the store provides. docs/metrics.md lists every metric.
 //
 // Same-host requesters copy the store's bytes through their own mapping of its segment, so
-// the store never sees those transfers: per-transport transfer bytes are counted by the
-// requesters, not here. What the store's objects use of its segment is the master's
-// tierkv_master_segment_used_bytes.
+// the store never sees those transfers: its transfer bytes are those of its network transport;
+// requesters report theirs, shm included, to the master (tierkv_master_transfer_bytes_total).
+// What the store's objects use of its segment is the master's tierkv_master_segment_used_bytes.
 // Thread-safety: thread-safe if the callback is.
 #pragma once
 
@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "transfer/transfer_counters.h"
+
 namespace tierkv {
 
 struct StoreFigures {
@@ -24,6 +26,7 @@ struct StoreFigures {
   uint64_t shm_connections = 0;   // requesters holding a mapping (open handshake connections)
   bool master_connected = false;  // the last heartbeat was answered
   uint64_t registrations = 0;     // times registered with a master (1 + re-registrations)
+  std::vector<TransferCount> transfers;  // bytes moved by the store's network transport
 };
 
 class StoreCollector final : public prometheus::Collectable {

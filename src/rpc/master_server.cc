@@ -92,7 +92,13 @@ void MasterRpcHandler::RegisterClient(const rpc::RegisterClientRequest& request,
 
 void MasterRpcHandler::Heartbeat(const rpc::HeartbeatRequest& request,
                                  rpc::HeartbeatResponse* response) {
-  response->set_known(clients_.Heartbeat(request.client_id()));
+  std::vector<TransferCount> transfers;
+  // Bounded: at most one entry per transport counts; more is a broken client.
+  for (int i = 0; i < request.transfers_size() && i < 16; ++i) {
+    const rpc::TransferCount& count = request.transfers(i);
+    transfers.push_back({count.transport(), count.read_bytes(), count.written_bytes()});
+  }
+  response->set_known(clients_.Heartbeat(request.client_id(), transfers));
   response->set_master_incarnation(incarnation_);
 }
 

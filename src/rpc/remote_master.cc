@@ -248,6 +248,14 @@ Status RemoteMaster::Beat() {
   const uint64_t id = client_id_.load();
   rpc::HeartbeatRequest request;
   request.set_client_id(id);
+  if (options_.transfer_counts) {
+    for (const TransferCount& count : options_.transfer_counts()) {
+      rpc::TransferCount* out = request.add_transfers();
+      out->set_transport(count.transport);
+      out->set_read_bytes(count.read_bytes);
+      out->set_written_bytes(count.written_bytes);
+    }
+  }
   rpc::HeartbeatResponse response;
   grpc::ClientContext context;
   const Millis interval = HeartbeatInterval();

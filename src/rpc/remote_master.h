@@ -25,6 +25,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,6 +35,7 @@
 #include "master/master_service.h"
 #include "tierkv/status.h"
 #include "tierkv/types.h"
+#include "transfer/transfer_counters.h"
 
 namespace grpc {
 class Channel;
@@ -46,6 +48,8 @@ struct RemoteMasterOptions {
   Millis rpc_timeout{10000};        // deadline of each call
   Millis heartbeat_interval{1000};  // 0 = no heartbeat thread (tests: a silent client)
   std::string host;                 // this client's host name; "" = gethostname()
+  // Called at each heartbeat: the client's cumulative transfer bytes, reported to the master.
+  std::function<std::vector<TransferCount>()> transfer_counts;
 };
 
 // What the master process reports beyond MasterStats.

@@ -63,6 +63,8 @@ struct UcxSegmentServer::Loop {
   UcxTransportOptions options;
   std::string address;
   std::atomic<size_t>* open_endpoints = nullptr;
+  std::atomic<uint64_t>* read_bytes = nullptr;     // served to requesters
+  std::atomic<uint64_t>* written_bytes = nullptr;  // written into the segment
   std::unique_ptr<UcxWorker> worker;
   ucp_listener_h listener = nullptr;
 
@@ -220,6 +222,7 @@ void UcxSegmentServer::Loop::HandleRequest(Connection* connection, const UcxRequ
       if (!InBounds(request.offset, request.length)) {
         return Reply(connection, request.op, request.id, ErrorCode::INVALID_PARAMS, 0);
       }
+      read_bytes->fetch_add(request.length, std::memory_order_relaxed);
       return Reply(connection, request.op, request.id, ErrorCode::OK, request.length,
                    segment->base() + request.offset, request.length);
     }
@@ -236,6 +239,7 @@ void UcxSegmentServer::Loop::HandleRequest(Connection* connection, const UcxRequ
       uint8_t* target = segment->base() + request.offset;
       if (!rendezvous) {
         if (length != 0) std::memcpy(target, data, length);
+        written_bytes->fetch_add(length, std::memory_order_relaxed);
         return Reply(connection, request.op, request.id, ErrorCode::OK, length);
       }
       auto* op = new Op;
@@ -252,6 +256,7 @@ void UcxSegmentServer::Loop::HandleRequest(Connection* connection, const UcxRequ
       ucs_status_ptr_t started = ucp_am_recv_data_nbx(worker->get(), data, target, length, &param);
       if (started == nullptr) {
         delete op;
+        written_bytes->fetch_add(length, std::memory_order_relaxed);
         return Reply(connection, request.op, request.id, ErrorCode::OK, length);
       }
       if (UCS_PTR_IS_ERR(started)) {
@@ -271,6 +276,7 @@ void UcxSegmentServer::Loop::OnReceiveDone(void* request, ucs_status_t status, s
   --connection->in_flight;
   if (!connection->closing) {
     if (status == UCS_OK) {
+      connection->loop->written_bytes->fetch_add(op->reply.value, std::memory_order_relaxed);
       connection->loop->Reply(connection, op->reply.op, op->reply.id, ErrorCode::OK,
                               op->reply.value);
     } else {
@@ -456,6 +462,9 @@ Result<std::unique_ptr<UcxSegmentServer>> UcxSegmentServer::Start(
   std::unique_ptr<UcxSegmentServer> server(
       new UcxSegmentServer(std::move(address), std::move(loop), std::move(wake)));
   server->loop_->open_endpoints = &server->open_endpoints_;
+  server->loop_->read_bytes = &server->read_bytes_;
+  server->loop_->written_bytes = &server->written_bytes_;
+  server->protocol_ = options.protocol;
   try {
     server->thread_ = std::thread([raw = server.get()] { raw->Run(); });
   } catch (const std::system_error& error) {

@@ -50,6 +50,11 @@ class UcxSegmentServer {
 
   // Endpoints currently open (handshaking or established). For tests and metrics.
   size_t open_endpoints() const { return open_endpoints_.load(std::memory_order_relaxed); }
+  // Bytes requesters read from the segment (replies sent) and wrote into it, since Start.
+  uint64_t read_bytes() const { return read_bytes_.load(std::memory_order_relaxed); }
+  uint64_t written_bytes() const { return written_bytes_.load(std::memory_order_relaxed); }
+  // "tcp" or "rdma".
+  const std::string& protocol() const { return protocol_; }
 
   // Stops serving: closes the listener and every endpoint (requesters' calls fail with
   // TRANSFER_FAIL and their alive() turns false), waits up to a second for transfers in flight
@@ -65,6 +70,9 @@ class UcxSegmentServer {
   std::unique_ptr<Loop> loop_;  // used by thread_ only; destroyed by Stop after the join
   UniqueFd wake_;               // eventfd; Stop writes it to end the loop
   std::atomic<size_t> open_endpoints_{0};
+  std::atomic<uint64_t> read_bytes_{0};
+  std::atomic<uint64_t> written_bytes_{0};
+  std::string protocol_;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 

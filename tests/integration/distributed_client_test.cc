@@ -377,6 +377,63 @@ TEST(DistributedClientTest, StoreServesMetricsAndHealth) {
       std::chrono::milliseconds(3000)));
 }
 
+// Transfer bytes per transport: requesters report theirs (shm included, which no store sees)
+// with their heartbeats to the master; a store counts what its network transport moved.
+TEST(DistributedClientTest, TransferBytesPerTransportAreInTheMetrics) {
+  MasterProcessOptions master_options;
+  master_options.binary = TIERKV_BINARY;
+  master_options.args = {"--host", "127.0.0.1", "--port", "0", "--metrics-port", "0"};
+  master_options.expect_metrics = true;
+  auto master_started = MasterProcess::Start(master_options);
+  ASSERT_TRUE(master_started.ok()) << master_started.status().ToString();
+  auto master = std::move(master_started).value();
+  MasterProcessOptions options;
+  options.binary = TIERKV_BINARY;
+  options.command = "store";
+  options.args = {"--master", master->address(), "--segment-size",
+                  "16MiB",    "--small-pages",   "--metrics-port",
+                  "0"};
+  options.expect_metrics = true;
+  auto started = MasterProcess::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  auto store = std::move(started).value();
+
+  auto tcp = Requester(RequesterConfig(*master, "tcp"));
+  auto shm = Requester(RequesterConfig(*master, "shm"));
+  ASSERT_TRUE(tcp && shm);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(PutKey(*tcp, "t" + std::to_string(i), i), 0);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(GetKey(*tcp, "t" + std::to_string(i), i), kObject);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(GetKey(*shm, "t" + std::to_string(i), i), kObject);
+
+  const double three = 3.0 * kObject;
+  const std::string store_text = HttpGet(store->metrics_port(), "/metrics").body;
+  EXPECT_EQ(Sample(store_text,
+                   "tierkv_store_transfer_bytes_total{transport=\"tcp\",direction=\"write\"}"),
+            three)
+      << store_text;
+  EXPECT_EQ(
+      Sample(store_text, "tierkv_store_transfer_bytes_total{transport=\"tcp\",direction=\"read\"}"),
+      three)
+      << store_text;
+  // The requesters report within a heartbeat (1 s).
+  std::string text;
+  auto series = [&](const char* transport, const char* direction) {
+    return Sample(text, std::string("tierkv_master_transfer_bytes_total{transport=\"") + transport +
+                            "\",direction=\"" + direction + "\"}")
+        .value_or(-1);
+  };
+  EXPECT_TRUE(Eventually(
+      [&] {
+        text = HttpGet(master->metrics_port(), "/metrics").body;
+        return series("tcp", "write") == three && series("tcp", "read") == three &&
+               series("shm", "read") == 2.0 * kObject;
+      },
+      std::chrono::milliseconds(5000)))
+      << text;
+  EXPECT_EQ(series("shm", "write"), 0.0) << text;
+  EXPECT_EQ(series("rdma", "read"), 0.0) << text;
+}
+
 TEST(DistributedClientTest, ConfigurationErrorsAreClear) {
   // Nothing listens there: RPC_FAIL within the 5 s connect timeout.
   Config c;

@@ -125,5 +125,39 @@ TEST_F(ClientRegistryTest, ReRegisteringGivesANewId) {
   EXPECT_FALSE(registry_.Heartbeat(first));
 }
 
+// The bytes of one transport in the registry's totals.
+TransferCount TotalOf(const ClientRegistry& registry, const std::string& transport) {
+  for (const TransferCount& c : registry.TransferTotals()) {
+    if (c.transport == transport) return c;
+  }
+  return {};
+}
+
+TEST_F(ClientRegistryTest, TransferTotalsAddWhatEachClientsCountsGrewBy) {
+  const ClientId a = registry_.Register("a");
+  const ClientId b = registry_.Register("b");
+  EXPECT_EQ(registry_.TransferTotals().size(), kTransportNames.size());  // all, zero
+  EXPECT_EQ(TotalOf(registry_, "tcp").read_bytes, 0u);
+  ASSERT_TRUE(registry_.Heartbeat(a, {{"tcp", 100, 10}, {"shm", 5, 0}}));
+  ASSERT_TRUE(registry_.Heartbeat(b, {{"tcp", 50, 0}}));
+  ASSERT_TRUE(registry_.Heartbeat(a, {{"tcp", 160, 10}, {"shm", 5, 7}}));  // cumulative
+  EXPECT_EQ(TotalOf(registry_, "tcp").read_bytes, 210u);
+  EXPECT_EQ(TotalOf(registry_, "tcp").written_bytes, 10u);
+  EXPECT_EQ(TotalOf(registry_, "shm").read_bytes, 5u);
+  EXPECT_EQ(TotalOf(registry_, "shm").written_bytes, 7u);
+  // Unknown transports are ignored, not new labels; an unknown client adds nothing.
+  ASSERT_TRUE(registry_.Heartbeat(a, {{"carrier-pigeon", 1000, 1000}}));
+  EXPECT_EQ(registry_.TransferTotals().size(), kTransportNames.size());
+  EXPECT_FALSE(registry_.Heartbeat(999, {{"tcp", 1000, 0}}));
+  EXPECT_EQ(TotalOf(registry_, "tcp").read_bytes, 210u);
+  // A count that went down started again from 0: all of it is new.
+  ASSERT_TRUE(registry_.Heartbeat(b, {{"tcp", 20, 0}}));
+  EXPECT_EQ(TotalOf(registry_, "tcp").read_bytes, 230u);
+  // The totals outlive the clients.
+  clock_.Advance(kTtl);
+  EXPECT_EQ(registry_.ExpireSilent().size(), 2u);
+  EXPECT_EQ(TotalOf(registry_, "tcp").read_bytes, 230u);
+}
+
 }  // namespace
 }  // namespace tierkv
