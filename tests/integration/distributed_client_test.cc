@@ -36,24 +36,28 @@ using http_test::Sample;
 using SteadyClock = std::chrono::steady_clock;
 constexpr size_t kObject = 256 * 1024;
 
-std::unique_ptr<MasterProcess> StartMaster(std::vector<std::string> extra = {}, int port = 0) {
+// `metrics`: serve /metrics on a free port (metrics_port() says which); else none.
+std::unique_ptr<MasterProcess> StartMaster(std::vector<std::string> extra = {}, int port = 0,
+                                           bool metrics = false) {
   MasterProcessOptions options;
   options.binary = TIERKV_BINARY;
-  options.args = {"--host", "127.0.0.1", "--port", std::to_string(port), "--metrics-port", "-1"};
+  options.args = {"--host",         "127.0.0.1",         "--port", std::to_string(port),
+                  "--metrics-port", metrics ? "0" : "-1"};
   options.args.insert(options.args.end(), extra.begin(), extra.end());
+  options.expect_metrics = metrics;
   auto started = MasterProcess::Start(options);
   EXPECT_TRUE(started.ok()) << started.status().ToString();
   return started.ok() ? std::move(started).value() : nullptr;
 }
 
 std::unique_ptr<MasterProcess> StartStore(const MasterProcess& master,
-                                          const std::string& size = "32MiB") {
+                                          const std::string& size = "32MiB", bool metrics = false) {
   MasterProcessOptions options;
   options.binary = TIERKV_BINARY;
   options.command = "store";
-  options.args = {"--master", master.address(), "--segment-size",
-                  size,       "--small-pages",  "--metrics-port",
-                  "-1"};
+  options.args = {"--master",      master.address(), "--segment-size",    size,
+                  "--small-pages", "--metrics-port", metrics ? "0" : "-1"};
+  options.expect_metrics = metrics;
   auto started = MasterProcess::Start(options);
   EXPECT_TRUE(started.ok()) << started.status().ToString();
   return started.ok() ? std::move(started).value() : nullptr;
@@ -340,16 +344,8 @@ TEST(DistributedClientTest, MasterRestartStoresRemountAndRequestersCarryOn) {
 TEST(DistributedClientTest, StoreServesMetricsAndHealth) {
   auto master = StartMaster();
   ASSERT_NE(master, nullptr);
-  MasterProcessOptions options;
-  options.binary = TIERKV_BINARY;
-  options.command = "store";
-  options.args = {"--master", master->address(), "--segment-size",
-                  "16MiB",    "--small-pages",   "--metrics-port",
-                  "0"};
-  options.expect_metrics = true;
-  auto started = MasterProcess::Start(options);
-  ASSERT_TRUE(started.ok()) << started.status().ToString();
-  auto store = std::move(started).value();
+  auto store = StartStore(*master, "16MiB", /*metrics=*/true);
+  ASSERT_NE(store, nullptr);
   ASSERT_GT(store->metrics_port(), 0);
   const HttpResponse health = HttpGet(store->metrics_port(), "/health");
   EXPECT_EQ(health.status, 200);
@@ -380,23 +376,10 @@ TEST(DistributedClientTest, StoreServesMetricsAndHealth) {
 // Transfer bytes per transport: requesters report theirs (shm included, which no store sees)
 // with their heartbeats to the master; a store counts what its network transport moved.
 TEST(DistributedClientTest, TransferBytesPerTransportAreInTheMetrics) {
-  MasterProcessOptions master_options;
-  master_options.binary = TIERKV_BINARY;
-  master_options.args = {"--host", "127.0.0.1", "--port", "0", "--metrics-port", "0"};
-  master_options.expect_metrics = true;
-  auto master_started = MasterProcess::Start(master_options);
-  ASSERT_TRUE(master_started.ok()) << master_started.status().ToString();
-  auto master = std::move(master_started).value();
-  MasterProcessOptions options;
-  options.binary = TIERKV_BINARY;
-  options.command = "store";
-  options.args = {"--master", master->address(), "--segment-size",
-                  "16MiB",    "--small-pages",   "--metrics-port",
-                  "0"};
-  options.expect_metrics = true;
-  auto started = MasterProcess::Start(options);
-  ASSERT_TRUE(started.ok()) << started.status().ToString();
-  auto store = std::move(started).value();
+  auto master = StartMaster({}, 0, /*metrics=*/true);
+  ASSERT_NE(master, nullptr);
+  auto store = StartStore(*master, "16MiB", /*metrics=*/true);
+  ASSERT_NE(store, nullptr);
 
   auto tcp = Requester(RequesterConfig(*master, "tcp"));
   auto shm = Requester(RequesterConfig(*master, "shm"));
