@@ -271,11 +271,13 @@ void PrintHuman(std::ostream& out, const RemoteBenchOptions& options, const Conf
   std::snprintf(
       line, sizeof(line),
       "%s objects: shm get %.2f GB/s = %.2f x memcpy (target >= %.2f: %s); tcp get %s "
-      "(raw TCP %.2f GB/s)\n",
+      "= %s x raw TCP %.2f GB/s (target >= %.2f: %s)\n",
       FormatBytes(summary.object_bytes).c_str(), summary.shm_get_gbps, summary.shm_get_ratio(),
       kShmGetRatioTarget, summary.shm_get_ratio() >= kShmGetRatioTarget ? "PASS" : "FAIL",
       summary.tcp_get_gbps ? Optional(summary.tcp_get_gbps, "%.2f GB/s").c_str() : "not available",
-      summary.tcp_raw_gbps);
+      Optional(summary.tcp_ratio(summary.tcp_get_gbps), "%.2f").c_str(), summary.tcp_raw_gbps,
+      kTcpGetRatioTarget,
+      summary.tcp_ratio(summary.tcp_get_gbps).value_or(0) >= kTcpGetRatioTarget ? "PASS" : "FAIL");
   out << line << std::flush;
 }
 
@@ -721,6 +723,7 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
     line["tcp_put_gbps"] = OrNull(summary.tcp_put_gbps);
     line["tcp_status"] = tcp_status.empty() ? "OK" : tcp_status;
     line["shm_get_target"] = kShmGetRatioTarget;
+    line["tcp_get_target"] = kTcpGetRatioTarget;
     line["store_segment_bytes"] = segment_bytes;
     EmitJson(line);
   }

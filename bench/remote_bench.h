@@ -48,8 +48,9 @@ struct RemoteBenchOptions {
   bool small_pages = false;  // the store's segment on 4 KiB pages (`tierkv store --small-pages`)
 };
 
-// Target, printed as PASS/FAIL in the human summary (never the exit code).
+// Targets, printed as PASS/FAIL in the human summary (never the exit code).
 inline constexpr double kShmGetRatioTarget = 0.85;
+inline constexpr double kTcpGetRatioTarget = 0.8;
 
 // Runs the bench and prints its results (JSON lines on stdout with --json, a table
 // otherwise). Fails on bad options (INVALID_PARAMS), a process or client that cannot start,
