@@ -95,6 +95,15 @@ void PrintText(const std::string& address, const MasterProcessStats& p) {
             << ", promoted: " << s.promoted_objects
             << ", disk replicas dropped: " << s.disk_replicas_dropped << "\n";
   std::cout << "clients: " << p.clients << " (" << p.expired_clients << " expired since start)\n";
+  std::cout << "transfers (as clients report them):";
+  bool any = false;
+  for (const TransferCount& t : p.transfers) {
+    if (t.read_bytes == 0 && t.written_bytes == 0) continue;
+    std::cout << (any ? ";" : "") << " " << t.transport << " " << Bytes(t.read_bytes) << " read, "
+              << Bytes(t.written_bytes) << " written";
+    any = true;
+  }
+  std::cout << (any ? "" : " none") << "\n";
 }
 
 void PrintJson(const std::string& address, const MasterProcessStats& p) {
@@ -106,6 +115,10 @@ void PrintJson(const std::string& address, const MasterProcessStats& p) {
                         {"capacity", segment.capacity},
                         {"used", segment.used},
                         {"used_ratio", UsedRatio(segment)}});
+  }
+  nlohmann::json transfers = nlohmann::json::object();
+  for (const TransferCount& t : p.transfers) {
+    transfers[t.transport] = {{"read_bytes", t.read_bytes}, {"written_bytes", t.written_bytes}};
   }
   const std::optional<double> rate = HitRate(s);
   nlohmann::json out = {
@@ -135,6 +148,7 @@ void PrintJson(const std::string& address, const MasterProcessStats& p) {
       {"disk_replicas_dropped", s.disk_replicas_dropped},
       {"clients", p.clients},
       {"expired_clients", p.expired_clients},
+      {"transfers", transfers},
   };
   // Segment names are client bytes: invalid UTF-8 becomes U+FFFD instead of an exception.
   std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
@@ -163,7 +177,8 @@ void AddStatCommand(CLI::App& app, int* exit_code) {
   CLI::App* stat = app.add_subcommand(
       "stat",
       "Show what a running `tierkv master` holds: segment usage, objects, memory and disk "
-      "replicas, hit rate, evictions, demotions, clients (one Stats RPC; not a client)");
+      "replicas, hit rate, evictions, demotions, clients, transfer bytes per transport (one Stats "
+      "RPC; not a client)");
   stat->add_option("--master", flags->master, "The master's gRPC address, HOST:PORT")->required();
   stat->add_flag("--json", flags->json, "One JSON object on stdout instead of the summary");
   stat->add_option("--timeout-ms", flags->timeout_ms,

@@ -312,6 +312,12 @@ void MasterRpcHandler::Stats(const rpc::StatsRequest& /*request*/, rpc::StatsRes
   response->set_segments(master_.segments().Count());
   response->set_expired_clients(clients_.expired_total());
   response->set_master_incarnation(incarnation_);
+  for (const TransferCount& count : clients_.TransferTotals()) {
+    rpc::TransferCount* out = response->add_transfers();
+    out->set_transport(count.transport);
+    out->set_read_bytes(count.read_bytes);
+    out->set_written_bytes(count.written_bytes);
+  }
   for (const SegmentUsage& usage : master_.segments().Usage()) {
     rpc::SegmentUsage* out = response->add_segment_usage();
     out->set_id(usage.id);

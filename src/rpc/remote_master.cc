@@ -78,6 +78,9 @@ MasterProcessStats DecodeProcessStats(const rpc::StatsResponse& response) {
   out.segments = response.segments();
   out.expired_clients = response.expired_clients();
   out.incarnation = response.master_incarnation();
+  for (const rpc::TransferCount& count : response.transfers()) {
+    out.transfers.push_back({count.transport(), count.read_bytes(), count.written_bytes()});
+  }
   out.segment_usage.reserve(static_cast<size_t>(response.segment_usage_size()));
   for (const rpc::SegmentUsage& usage : response.segment_usage()) {
     out.segment_usage.push_back(

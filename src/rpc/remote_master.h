@@ -60,6 +60,7 @@ struct MasterProcessStats {
   uint64_t expired_clients = 0;             // since the master started
   uint64_t incarnation = 0;                 // random per master process
   std::vector<SegmentUsage> segment_usage;  // every mounted segment, by id (empty: old master)
+  std::vector<TransferCount> transfers;     // bytes clients reported, per transport (empty: old)
 };
 
 class RemoteMaster {

@@ -19,6 +19,7 @@
 
 #include "http_test_util.h"
 #include "rpc/master_process.h"
+#include "rpc/remote_master.h"
 #include "tierkv/client.h"
 #include "tierkv/config.h"
 #include "tierkv/status.h"
@@ -509,6 +510,20 @@ TEST(DistributedClientTest, TransferBytesPerTransportAreInTheMetrics) {
       << text;
   EXPECT_EQ(series("shm", "write"), 0.0) << text;
   EXPECT_EQ(series("rdma", "read"), 0.0) << text;
+  // The same totals in the Stats RPC (what `tierkv stat` prints).
+  Result<MasterProcessStats> stats = RemoteMaster::QueryStats(master->address(), Millis(5000));
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  bool seen_shm = false;
+  for (const TransferCount& t : stats->transfers) {
+    if (t.transport == "shm") {
+      seen_shm = true;
+      EXPECT_EQ(t.read_bytes, 2 * kObject);
+    }
+    if (t.transport == "tcp") {
+      EXPECT_EQ(t.written_bytes, 3 * kObject);
+    }
+  }
+  EXPECT_TRUE(seen_shm);
 }
 
 TEST(DistributedClientTest, ConfigurationErrorsAreClear) {

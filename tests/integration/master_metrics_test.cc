@@ -286,6 +286,8 @@ TEST(MasterMetricsTest, StatShowsTheNumbers) {
   EXPECT_NE(run.out.find("evictions: 0 objects"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("demotions: 0 objects"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("clients: 1 (0 expired since start)"), std::string::npos) << run.out;
+  // Metadata only here: no client moved bytes.
+  EXPECT_NE(run.out.find("transfers (as clients report them): none"), std::string::npos) << run.out;
 
   run = RunTierkv({"stat", "--master", master->address(), "--json"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -304,6 +306,8 @@ TEST(MasterMetricsTest, StatShowsTheNumbers) {
   EXPECT_EQ(json["evicted_objects"], 0);
   EXPECT_EQ(json["demoted_objects"], 0);
   EXPECT_EQ(json["clients"], 1);
+  EXPECT_EQ(json["transfers"]["tcp"]["read_bytes"], 0);
+  EXPECT_EQ(json["transfers"]["shm"]["written_bytes"], 0);
   ASSERT_EQ(json["segments"].size(), 1u);
   EXPECT_EQ(json["segments"][0]["name"], "stat-seg");
   EXPECT_EQ(json["segments"][0]["capacity"], 16 * kMiB);
