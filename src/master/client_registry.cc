@@ -62,10 +62,14 @@ bool ClientRegistry::Heartbeat(ClientId id, const std::vector<TransferCount>& tr
     if (!t) continue;
     auto& [last_read, last_written] = it->second.reported[static_cast<size_t>(*t)];
     auto& [total_read, total_written] = totals_[static_cast<size_t>(*t)];
-    // Growth since the last report (a lower count: the counter started again from 0).
-    total_read += count.read_bytes >= last_read ? count.read_bytes - last_read : count.read_bytes;
-    total_written += count.written_bytes >= last_written ? count.written_bytes - last_written
-                                                         : count.written_bytes;
+    // Growth since the last report (a lower count: the counter started again from 0),
+    // saturating: a client reporting nonsense cannot wrap the totals around.
+    auto add = [](uint64_t& total, uint64_t reported, uint64_t last) {
+      const uint64_t grew = reported >= last ? reported - last : reported;
+      total = grew > UINT64_MAX - total ? UINT64_MAX : total + grew;
+    };
+    add(total_read, count.read_bytes, last_read);
+    add(total_written, count.written_bytes, last_written);
     last_read = count.read_bytes;
     last_written = count.written_bytes;
   }

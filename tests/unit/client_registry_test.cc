@@ -153,6 +153,10 @@ TEST_F(ClientRegistryTest, TransferTotalsAddWhatEachClientsCountsGrewBy) {
   // A count that went down started again from 0: all of it is new.
   ASSERT_TRUE(registry_.Heartbeat(b, {{"tcp", 20, 0}}));
   EXPECT_EQ(TotalOf(registry_, "tcp").read_bytes, 230u);
+  // Nonsense counts saturate instead of wrapping the totals around.
+  ASSERT_TRUE(registry_.Heartbeat(a, {{"rdma", UINT64_MAX, 0}}));
+  ASSERT_TRUE(registry_.Heartbeat(b, {{"rdma", UINT64_MAX - 1, 0}}));
+  EXPECT_EQ(TotalOf(registry_, "rdma").read_bytes, UINT64_MAX);
   // The totals outlive the clients.
   clock_.Advance(kTtl);
   EXPECT_EQ(registry_.ExpireSilent().size(), 2u);
