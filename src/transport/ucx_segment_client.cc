@@ -458,8 +458,8 @@ void UcxSegmentClient::Impl::AddOp(std::vector<Pending>& out, UcxOp op, size_t i
     return;
   }
   // Parts, as (from, length) within the op: a piece of kContiguousPieceBytes or more goes as
-  // requests of its own (contiguous), a run of smaller pieces as one (an iov); none is larger
-  // than kMaxRequestBytes.
+  // requests of its own (none over kMaxRequestBytes), a run of smaller neighbours (up to
+  // kBounceBytes) as one, through a bounce buffer when it has more than one piece.
   struct Part {
     uint64_t from, length;
     bool bounced;
