@@ -102,6 +102,16 @@ void Progress::Done() {
   last_len_ = 0;
 }
 
+Result<TransferBuffers> AllocateTransferBuffers(uint64_t bytes, uint64_t seed, Progress& progress) {
+  progress.Update("allocating and pre-faulting 2 x " + FormatBytes(bytes) + " of buffers");
+  Result<AlignedBuffer> src = AlignedBuffer::Allocate(bytes);
+  if (!src.ok()) return src.status();
+  Result<AlignedBuffer> dst = AlignedBuffer::Allocate(bytes);
+  if (!dst.ok()) return dst.status();
+  FillPattern(src->data(), src->size(), seed);
+  return TransferBuffers{std::move(src).value(), std::move(dst).value()};
+}
+
 void FillPattern(uint8_t* data, size_t size, uint64_t seed) {
   const uint64_t base = Mix64(seed);
   const size_t words = size / sizeof(uint64_t);

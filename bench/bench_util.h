@@ -135,6 +135,14 @@ using AlignedBuffer = IoBuffer;
 // position of every 8-byte word, so misplaced or stale bytes are detected.
 void FillPattern(uint8_t* data, size_t size, uint64_t seed);
 
+// The two buffers of a transfer bench, `bytes` each and pre-faulted: `src` filled with the
+// pattern of `seed` (FillPattern), `dst` where gets land. Says so on `progress`.
+struct TransferBuffers {
+  AlignedBuffer src;
+  AlignedBuffer dst;
+};
+Result<TransferBuffers> AllocateTransferBuffers(uint64_t bytes, uint64_t seed, Progress& progress);
+
 // ---- Baseline ---------------------------------------------------------------
 
 // One contiguous copy: `bytes` from `src` to `dst`.

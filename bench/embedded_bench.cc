@@ -332,12 +332,10 @@ Status RunEmbeddedBench(const EmbeddedBenchOptions& options) {
   config.global_segment_size = std::max(config.global_segment_size, 2 * largest + kSegmentMargin);
 
   Progress progress("embedded", options.common.progress);
-  progress.Update("allocating and pre-faulting 2 x " + FormatBytes(largest) + " of buffers");
-  Result<AlignedBuffer> src = AlignedBuffer::Allocate(largest);
-  if (!src.ok()) return src.status();
-  Result<AlignedBuffer> dst = AlignedBuffer::Allocate(largest);
-  if (!dst.ok()) return dst.status();
-  FillPattern(src->data(), src->size(), kPatternSeed);
+  Result<TransferBuffers> buffers = AllocateTransferBuffers(largest, kPatternSeed, progress);
+  if (!buffers.ok()) return buffers.status();
+  AlignedBuffer* src = &buffers->src;
+  AlignedBuffer* dst = &buffers->dst;
 
   progress.Update("starting the embedded client (segment " +
                   FormatBytes(config.global_segment_size) + ")");

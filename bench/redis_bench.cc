@@ -499,12 +499,10 @@ Status RunRedisBench(const RedisBenchOptions& options) {
   Progress progress("redis", options.common.progress);
   if (Status s = EnsureRedisServer(&progress); !s.ok()) return s;
 
-  progress.Update("allocating and pre-faulting 2 x " + FormatBytes(largest) + " of buffers");
-  Result<AlignedBuffer> src = AlignedBuffer::Allocate(largest);
-  if (!src.ok()) return src.status();
-  Result<AlignedBuffer> dst = AlignedBuffer::Allocate(largest);
-  if (!dst.ok()) return dst.status();
-  FillPattern(src->data(), src->size(), kRemotePatternSeed);
+  Result<TransferBuffers> buffers = AllocateTransferBuffers(largest, kRemotePatternSeed, progress);
+  if (!buffers.ok()) return buffers.status();
+  AlignedBuffer* src = &buffers->src;
+  AlignedBuffer* dst = &buffers->dst;
 
   progress.Update("starting redis-server");
   Result<std::unique_ptr<RedisServer> > redis_started = RedisServer::Start();
@@ -530,15 +528,13 @@ Status RunRedisBench(const RedisBenchOptions& options) {
 
   progress.Update("starting tierkv master and tierkv store (segment " + FormatBytes(segment_bytes) +
                   ")");
-  Result<std::unique_ptr<LocalCluster> > cluster_started =
-      LocalCluster::Start(segment_bytes, options.small_pages);
-  if (!cluster_started.ok()) return cluster_started.status();
-  std::unique_ptr<LocalCluster> cluster = std::move(cluster_started).value();
-  Result<Requesters> connected = ConnectRequesters(base, cluster->master_address(), *src, *dst);
-  if (!connected.ok()) return connected.status();
-  std::unique_ptr<Client> shm = std::move(connected->shm);
-  std::unique_ptr<Client> tcp = std::move(connected->tcp);
-  const std::string tcp_status = connected->tcp_status;
+  Result<RemoteRun> started =
+      RemoteRun::Start(base, segment_bytes, options.small_pages, *src, *dst);
+  if (!started.ok()) return started.status();
+  RemoteRun run = std::move(started).value();
+  Client* const shm = run.clients.shm.get();
+  Client* const tcp = run.clients.tcp.get();
+  const std::string tcp_status = run.clients.tcp_status;
 
   std::vector<SizeResult> results;
   const int reps = options.common.reps;
@@ -558,22 +554,10 @@ Status RunRedisBench(const RedisBenchOptions& options) {
       const std::string where = FormatBytes(size) + " x " + std::to_string(n) + ", rep " +
                                 std::to_string(rep + 1) + "/" + std::to_string(reps);
       progress.Update(where + ": tierkv shm put, get");
-      Result<double> put = workload.Put(*shm);
-      if (!put.ok()) return put.status();
-      Result<double> get = workload.Get(*shm, rep);
-      if (!get.ok()) return get.status();
-      shm_put.push_back(Gbps(workload.total_bytes(), *put));
-      shm_get.push_back(Gbps(workload.total_bytes(), *get));
-      if (Status s = workload.RemoveAll(*shm); !s.ok()) return s;
+      if (Status s = ClientRep(*shm, workload, rep, &shm_put, &shm_get); !s.ok()) return s;
       if (tcp != nullptr) {
         progress.Update(where + ": tierkv tcp put, get");
-        Result<double> tput = workload.Put(*tcp);
-        if (!tput.ok()) return tput.status();
-        Result<double> tget = workload.Get(*tcp, rep);
-        if (!tget.ok()) return tget.status();
-        tcp_put.push_back(Gbps(workload.total_bytes(), *tput));
-        tcp_get.push_back(Gbps(workload.total_bytes(), *tget));
-        if (Status s = workload.RemoveAll(*tcp); !s.ok()) return s;
+        if (Status s = ClientRep(*tcp, workload, rep, &tcp_put, &tcp_get); !s.ok()) return s;
       }
       progress.Update(where + ": memcpy");
       Result<double> copy = workload.Memcpy(rep);
@@ -617,9 +601,7 @@ Status RunRedisBench(const RedisBenchOptions& options) {
   }
 
   progress.Update("stopping tierkv and redis-server");
-  shm.reset();
-  tcp.reset();
-  const Status cluster_stopped = cluster->Stop();
+  const Status cluster_stopped = run.Stop(*src, *dst);
   for (Reader& reader : readers) reader.connection.reset();
   loader->reset();
   redis->Stop();

@@ -281,18 +281,6 @@ void PrintHuman(std::ostream& out, const RemoteBenchOptions& options, const Conf
   out << line << std::flush;
 }
 
-// One timed put + get + RemoveAll through `client`; appends GB/s.
-Status ClientRep(Client& client, TransferWorkload& workload, int rep, std::vector<double>* put,
-                 std::vector<double>* get) {
-  Result<double> put_seconds = workload.Put(client);
-  if (!put_seconds.ok()) return put_seconds.status();
-  Result<double> get_seconds = workload.Get(client, rep);
-  if (!get_seconds.ok()) return get_seconds.status();
-  put->push_back(Gbps(workload.total_bytes(), *put_seconds));
-  get->push_back(Gbps(workload.total_bytes(), *get_seconds));
-  return workload.RemoveAll(client);
-}
-
 }  // namespace
 
 // ---- Shared helpers -----------------------------------------------------------------------
@@ -376,6 +364,39 @@ Status WarmUpRequester(Client& client) {
     return Failed("warm-up remove: " + CodeString(rc));
   }
   return Status::Ok();
+}
+
+Status ClientRep(Client& client, TransferWorkload& workload, int rep, std::vector<double>* put,
+                 std::vector<double>* get) {
+  Result<double> put_seconds = workload.Put(client);
+  if (!put_seconds.ok()) return put_seconds.status();
+  Result<double> get_seconds = workload.Get(client, rep);
+  if (!get_seconds.ok()) return get_seconds.status();
+  put->push_back(Gbps(workload.total_bytes(), *put_seconds));
+  get->push_back(Gbps(workload.total_bytes(), *get_seconds));
+  return workload.RemoveAll(client);
+}
+
+Result<RemoteRun> RemoteRun::Start(const Config& base, uint64_t segment_bytes, bool small_pages,
+                                   const AlignedBuffer& src, const AlignedBuffer& dst) {
+  RemoteRun run;
+  Result<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(segment_bytes, small_pages);
+  if (!cluster.ok()) return cluster.status();
+  run.cluster = std::move(cluster).value();
+  Result<Requesters> clients = ConnectRequesters(base, run.cluster->master_address(), src, dst);
+  if (!clients.ok()) return clients.status();
+  run.clients = std::move(clients).value();
+  return run;
+}
+
+Status RemoteRun::Stop(const AlignedBuffer& src, const AlignedBuffer& dst) {
+  for (std::unique_ptr<Client>* client : {&clients.shm, &clients.tcp}) {
+    if (*client == nullptr) continue;
+    (void)(*client)->UnregisterBuffer(src.data());
+    (void)(*client)->UnregisterBuffer(dst.data());
+    client->reset();
+  }
+  return cluster->Stop();
 }
 
 // ---- TransferWorkload ---------------------------------------------------------------------
@@ -598,27 +619,20 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
   if (!stream_started.ok()) return stream_started.status();
   std::unique_ptr<TcpStream> stream = std::move(stream_started).value();
 
-  progress.Update("allocating and pre-faulting 2 x " + FormatBytes(largest) + " of buffers");
-  Result<AlignedBuffer> src = AlignedBuffer::Allocate(largest);
-  if (!src.ok()) return src.status();
-  Result<AlignedBuffer> dst = AlignedBuffer::Allocate(largest);
-  if (!dst.ok()) return dst.status();
-  FillPattern(src->data(), src->size(), kRemotePatternSeed);
+  Result<TransferBuffers> buffers = AllocateTransferBuffers(largest, kRemotePatternSeed, progress);
+  if (!buffers.ok()) return buffers.status();
+  AlignedBuffer* src = &buffers->src;
+  AlignedBuffer* dst = &buffers->dst;
 
   progress.Update("starting tierkv master and tierkv store (segment " + FormatBytes(segment_bytes) +
-                  ")");
-  Result<std::unique_ptr<LocalCluster>> cluster_started =
-      LocalCluster::Start(segment_bytes, options.small_pages);
-  if (!cluster_started.ok()) return cluster_started.status();
-  std::unique_ptr<LocalCluster> cluster = std::move(cluster_started).value();
-
-  // The clients are declared after the processes, so they go first on every return.
-  progress.Update("connecting the requesters");
-  Result<Requesters> connected = ConnectRequesters(base, cluster->master_address(), *src, *dst);
-  if (!connected.ok()) return connected.status();
-  std::unique_ptr<Client> shm = std::move(connected->shm);
-  std::unique_ptr<Client> tcp = std::move(connected->tcp);
-  const std::string tcp_status = connected->tcp_status;
+                  "), connecting the requesters");
+  Result<RemoteRun> started =
+      RemoteRun::Start(base, segment_bytes, options.small_pages, *src, *dst);
+  if (!started.ok()) return started.status();
+  RemoteRun run = std::move(started).value();
+  Client* const shm = run.clients.shm.get();
+  Client* const tcp = run.clients.tcp.get();
+  const std::string tcp_status = run.clients.tcp_status;
 
   std::vector<SizeResult> results;
   const int reps = options.common.reps;
@@ -688,15 +702,7 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
   }
 
   progress.Update("stopping the requesters, the store, the master and the TCP sender");
-  (void)shm->UnregisterBuffer(src->data());
-  (void)shm->UnregisterBuffer(dst->data());
-  shm.reset();
-  if (tcp != nullptr) {
-    (void)tcp->UnregisterBuffer(src->data());
-    (void)tcp->UnregisterBuffer(dst->data());
-    tcp.reset();
-  }
-  const Status cluster_stopped = cluster->Stop();
+  const Status cluster_stopped = run.Stop(*src, *dst);
   const Status stream_stopped = stream->Stop();
   progress.Done();
   if (!cluster_stopped.ok()) return cluster_stopped;

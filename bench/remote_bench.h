@@ -164,4 +164,21 @@ class LocalCluster {
   uint64_t segment_bytes_ = 0;
 };
 
+// A LocalCluster with its requesters (ConnectRequesters). The clients are declared after the
+// processes, so they go first on every return.
+struct RemoteRun {
+  std::unique_ptr<LocalCluster> cluster;
+  Requesters clients;
+
+  static Result<RemoteRun> Start(const Config& base, uint64_t segment_bytes, bool small_pages,
+                                 const AlignedBuffer& src, const AlignedBuffer& dst);
+  // Unregisters src and dst, closes the requesters, then stops the cluster (LocalCluster::Stop).
+  Status Stop(const AlignedBuffer& src, const AlignedBuffer& dst);
+};
+
+// One timed put and get of every object of `workload` through `client` (appending their GB/s
+// to `put` and `get`), then RemoveAll.
+Status ClientRep(Client& client, TransferWorkload& workload, int rep, std::vector<double>* put,
+                 std::vector<double>* get);
+
 }  // namespace tierkv::bench

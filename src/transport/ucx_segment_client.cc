@@ -561,16 +561,7 @@ Result<std::unique_ptr<UcxSegmentClient>> UcxSegmentClient::Connect(
                   prefix + "ucp_worker_set_am_recv_handler: " + UcsReason(status));
   }
 
-  ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  params.sockaddr.addr = remote->get();
-  params.sockaddr.addrlen = remote->length;
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  params.err_handler.cb = &Impl::OnEndpointError;
-  params.err_handler.arg = impl.get();
-  status = ucp_ep_create(impl->worker->get(), &params, &impl->ep);
+  status = ConnectEndpoint(*impl->worker, *remote, &Impl::OnEndpointError, impl.get(), &impl->ep);
   if (status != UCS_OK) {
     impl->ep = nullptr;
     return Status(ErrorCode::TRANSFER_FAIL, prefix + "ucp_ep_create: " + UcsReason(status));

@@ -203,6 +203,20 @@ bool UcxWorker::ProgressOrWait(int spin_us, int timeout_ms, int extra_fd) {
   return ProgressAll();
 }
 
+ucs_status_t ConnectEndpoint(UcxWorker& worker, const SocketAddress& remote,
+                             ucp_err_handler_cb_t on_error, void* arg, ucp_ep_h* ep) {
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  params.sockaddr.addr = remote.get();
+  params.sockaddr.addrlen = remote.length;
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = on_error;
+  params.err_handler.arg = arg;
+  return ucp_ep_create(worker.get(), &params, ep);
+}
+
 ucs_status_t WaitRequest(UcxWorker& worker, ucs_status_ptr_t request, int timeout_ms) {
   if (request == nullptr) return UCS_OK;
   if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);

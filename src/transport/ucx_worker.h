@@ -77,6 +77,12 @@ class UcxWorker {
   const UcxTransportSelection selection_;
 };
 
+// Creates a client endpoint of `worker` to the listener at `remote` (UCP's client-server mode),
+// with peer error handling: `on_error(arg, ep, status)` runs (inside progress) when the
+// connection fails. Returns ucp_ep_create's status; `*ep` is set on UCS_OK.
+ucs_status_t ConnectEndpoint(UcxWorker& worker, const SocketAddress& remote,
+                             ucp_err_handler_cb_t on_error, void* arg, ucp_ep_h* ep);
+
 // Waits for a UCX request returned by a *_nbx call that had no completion callback, progressing
 // `worker` up to `timeout_ms`; frees the request. Returns its status (UCS_OK for nullptr,
 // UCS_ERR_TIMED_OUT when it did not finish: the request is then left to UCX, which frees it).

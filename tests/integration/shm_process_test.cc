@@ -16,50 +16,24 @@
 #include <string>
 
 #include "memory/memory_segment.h"
-#include "shm_test_util.h"
 #include "transport/ipc_path.h"
 #include "transport/shm_protocol.h"
 #include "transport/shm_segment_client.h"
 #include "transport/shm_segment_server.h"
+#include "transport_test_util.h"
 
 namespace tierkv::transport {
 namespace {
 
 using testing::Millis;
 using testing::Pattern;
+using testing::ReapedChild;
 using testing::WaitUntil;
 
 constexpr uint64_t kSegmentSize = uint64_t{4} << 20;
 constexpr const char* kSegmentName = "child-segment";
 constexpr const char* kSocketName = "child.sock";
 constexpr Millis kTimeout{2000};
-
-// A forked child, SIGKILLed and reaped on destruction unless reaped already.
-class Child {
- public:
-  explicit Child(pid_t pid) : pid_(pid) {}
-  ~Child() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      Wait();
-    }
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  pid_t pid() const { return pid_; }
-  // Reaps the child; returns its wait status.
-  int Wait() {
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    pid_ = -1;
-    return status;
-  }
-
- private:
-  pid_t pid_;
-};
 
 // In the forked child: makes a segment filled with Pattern(i, 3), serves it as kSocketName,
 // writes 'R' (or 'E') to `ready_fd`, then serves until `control_fd` reads EOF, and exits.
@@ -111,7 +85,7 @@ class ShmProcessTest : public ::testing::Test {
       ADD_FAILURE() << "fork: " << std::strerror(errno);
       return false;
     }
-    child_ = std::make_unique<Child>(pid);
+    child_ = std::make_unique<ReapedChild>(pid);
     pollfd pfd{ready_.get(), POLLIN, 0};
     char byte = 0;
     if (::poll(&pfd, 1, 10000) != 1 || ::read(ready_.get(), &byte, 1) != 1 || byte != 'R') {
@@ -124,7 +98,7 @@ class ShmProcessTest : public ::testing::Test {
   testing::ScratchIpcDir scratch_;
   UniqueFd ready_;
   UniqueFd control_;  // closing it asks the child to stop cleanly
-  std::unique_ptr<Child> child_;
+  std::unique_ptr<ReapedChild> child_;
 };
 
 TEST_F(ShmProcessTest, ParentMapsTheChildsSegmentAndSurvivesItsSigkill) {
@@ -218,7 +192,7 @@ TEST_F(ShmProcessTest, AnotherUidIsRefused) {
     if (testing::RawConnect(path).valid()) ::_exit(kReachedSocket);
     ::_exit(kChildOk);
   }
-  Child child(pid);
+  ReapedChild child(pid);
   const int status = child.Wait();
   ASSERT_TRUE(WIFEXITED(status)) << status;
   if (WEXITSTATUS(status) == kCannotDropPrivileges) {

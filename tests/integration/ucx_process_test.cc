@@ -21,16 +21,17 @@
 #include <vector>
 
 #include "memory/memory_segment.h"
-#include "shm_test_util.h"
 #include "transport/ucx_segment_client.h"
 #include "transport/ucx_segment_server.h"
 #include "transport/unique_fd.h"
+#include "transport_test_util.h"
 
 namespace tierkv::transport {
 namespace {
 
 using testing::Millis;
 using testing::Pattern;
+using testing::ReapedChild;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kSegmentSize = uint64_t{32} << 20;
@@ -78,7 +79,8 @@ int ServeChild() {
   return 0;
 }
 
-// A server child, SIGKILLed and reaped on destruction unless reaped already.
+// A server child (this binary with --serve-child), SIGKILLed and reaped on destruction unless
+// reaped already.
 class ServerChild {
  public:
   // Starts the child and waits for its address; nullptr (with a test failure) if it fails.
@@ -126,49 +128,34 @@ class ServerChild {
     child->address_ = line.substr(6, line.find('\n') - 6);
     return child;
   }
-  ~ServerChild() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      Wait();
-    }
-  }
   ServerChild(const ServerChild&) = delete;
   ServerChild& operator=(const ServerChild&) = delete;
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return process_.pid(); }
   const std::string& address() const { return address_; }
-  void Kill() {
-    ::kill(pid_, SIGKILL);
-    Wait();
-  }
+  void Kill() { process_.Kill(); }
   // SIGSTOPs the child and returns once it has stopped (a signal is delivered asynchronously).
   bool Pause() {
-    if (::kill(pid_, SIGSTOP) != 0) return false;
+    if (::kill(pid(), SIGSTOP) != 0) return false;
     int status = 0;
     while (true) {
-      const pid_t rc = ::waitpid(pid_, &status, WUNTRACED);
+      const pid_t rc = ::waitpid(pid(), &status, WUNTRACED);
       if (rc < 0 && errno == EINTR) continue;
-      return rc == pid_ && WIFSTOPPED(status);
+      return rc == pid() && WIFSTOPPED(status);
     }
   }
-  void Resume() { ::kill(pid_, SIGCONT); }
+  void Resume() { ::kill(pid(), SIGCONT); }
   // Reaps the child; returns its wait status.
-  int Wait() {
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    pid_ = -1;
-    return status;
-  }
+  int Wait() { return process_.Wait(); }
 
  private:
   ServerChild(pid_t pid, UniqueFd input, UniqueFd output)
-      : pid_(pid), input_(std::move(input)), output_(std::move(output)) {}
+      : input_(std::move(input)), output_(std::move(output)), process_(pid) {}
 
-  pid_t pid_;
   UniqueFd input_;   // the child's stdin: closing it asks the child to stop
   UniqueFd output_;  // the child's report descriptor
   std::string address_;
+  ReapedChild process_;  // last: killed and reaped before the descriptors close
 };
 
 bool MatchesChildPattern(const std::vector<uint8_t>& bytes, uint64_t offset) {

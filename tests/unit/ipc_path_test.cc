@@ -11,10 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "transport_test_util.h"
+
 namespace tierkv::transport {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::Refused;
 
 // Gives each test its own scratch base directory and TIERKV_IPC_DIR, restoring both after.
 class IpcPathTest : public ::testing::Test {
@@ -44,21 +47,6 @@ class IpcPathTest : public ::testing::Test {
     struct stat st;
     EXPECT_EQ(::lstat(path.c_str(), &st), 0);
     return st.st_mode & 07777;
-  }
-
-  static ::testing::AssertionResult Refused(const Status& status, ErrorCode code,
-                                            const std::vector<std::string>& needles) {
-    if (status.ok()) return ::testing::AssertionFailure() << "unexpectedly accepted";
-    if (status.code() != code) {
-      return ::testing::AssertionFailure() << "wrong code: " << status.ToString();
-    }
-    for (const std::string& needle : needles) {
-      if (status.message().find(needle) == std::string::npos) {
-        return ::testing::AssertionFailure()
-               << "message \"" << status.message() << "\" lacks \"" << needle << "\"";
-      }
-    }
-    return ::testing::AssertionSuccess();
   }
 
   std::optional<std::string> saved_;

@@ -19,11 +19,11 @@
 #include <vector>
 
 #include "memory/memory_segment.h"
-#include "shm_test_util.h"
 #include "transport/ipc_path.h"
 #include "transport/shm_protocol.h"
 #include "transport/shm_segment_client.h"
 #include "transport/shm_segment_server.h"
+#include "transport_test_util.h"
 
 namespace tierkv::transport {
 namespace {
@@ -33,27 +33,13 @@ using testing::Millis;
 using testing::Pattern;
 using testing::RawConnect;
 using testing::ReadUntilEof;
+using testing::Refused;
 using testing::SendBytes;
 using testing::WaitUntil;
 
 constexpr uint64_t kSegmentSize = uint64_t{1} << 20;
 constexpr const char* kSegmentName = "store-0/dram";
 constexpr Millis kTimeout{2000};
-
-::testing::AssertionResult Refused(const Status& status, ErrorCode code,
-                                   const std::vector<std::string>& needles) {
-  if (status.ok()) return ::testing::AssertionFailure() << "unexpectedly accepted";
-  if (status.code() != code) {
-    return ::testing::AssertionFailure() << "wrong code: " << status.ToString();
-  }
-  for (const std::string& needle : needles) {
-    if (status.message().find(needle) == std::string::npos) {
-      return ::testing::AssertionFailure()
-             << "message \"" << status.message() << "\" lacks \"" << needle << "\"";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 // ---- The handshake codec ----------------------------------------------------------------------
 

@@ -26,13 +26,13 @@
 #include <vector>
 
 #include "memory/memory_segment.h"
-#include "shm_test_util.h"
 #include "transport/ucx_options.h"
 #include "transport/ucx_protocol.h"
 #include "transport/ucx_segment_client.h"
 #include "transport/ucx_segment_server.h"
 #include "transport/ucx_worker.h"
 #include "transport/unique_fd.h"
+#include "transport_test_util.h"
 
 namespace tierkv::transport {
 namespace {
@@ -40,6 +40,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::Millis;
 using testing::Pattern;
+using testing::Refused;
 using testing::WaitUntil;
 using Clock = std::chrono::steady_clock;
 using ReadOp = UcxSegmentClient::ReadOp;
@@ -48,21 +49,6 @@ using WriteOp = UcxSegmentClient::WriteOp;
 constexpr uint64_t kSegmentSize = uint64_t{16} << 20;
 constexpr const char* kSegmentName = "store-0/dram";
 constexpr Millis kTimeout{5000};
-
-::testing::AssertionResult Refused(const Status& status, ErrorCode code,
-                                   const std::vector<std::string>& needles) {
-  if (status.ok()) return ::testing::AssertionFailure() << "unexpectedly accepted";
-  if (status.code() != code) {
-    return ::testing::AssertionFailure() << "wrong code: " << status.ToString();
-  }
-  for (const std::string& needle : needles) {
-    if (status.message().find(needle) == std::string::npos) {
-      return ::testing::AssertionFailure()
-             << "message \"" << status.message() << "\" lacks \"" << needle << "\"";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 bool HasVerbsDevices() {
   std::error_code error;
@@ -634,18 +620,12 @@ class RawPeer {
     Result<HostPort> host_port = ParseHostPort(address, false);
     Result<SocketAddress> remote =
         ResolveHost(host_port->host, host_port->port, false, ErrorCode::TRANSFER_FAIL);
-    ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                        UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    params.sockaddr.addr = remote->get();
-    params.sockaddr.addrlen = remote->length;
-    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t) {
+    auto on_error = [](void* arg, ucp_ep_h, ucs_status_t) {
       static_cast<RawPeer*>(arg)->failed_ = true;
     };
-    params.err_handler.arg = peer.get();
-    if (ucp_ep_create(peer->worker_->get(), &params, &peer->ep_) != UCS_OK) return nullptr;
+    if (ConnectEndpoint(*peer->worker_, *remote, on_error, peer.get(), &peer->ep_) != UCS_OK) {
+      return nullptr;
+    }
     return peer;
   }
   ~RawPeer() {

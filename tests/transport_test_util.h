@@ -1,13 +1,15 @@
-// Helpers shared by the shared-memory transport tests (tests/unit/shm_transport_test.cc and
-// tests/integration/shm_process_test.cc).
+// Helpers shared by the transport tests (shm and UCX, unit and process tests, IPC paths).
 #pragma once
 
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -19,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "tierkv/status.h"
 #include "transport/unique_fd.h"
 
 namespace tierkv::transport::testing {
@@ -34,6 +37,50 @@ inline bool WaitUntil(const std::function<bool()>& done, Millis timeout = Millis
   }
   return true;
 }
+
+// `status` is an error with `code` whose message contains every one of `needles`.
+inline ::testing::AssertionResult Refused(const Status& status, ErrorCode code,
+                                          const std::vector<std::string>& needles) {
+  if (status.ok()) return ::testing::AssertionFailure() << "unexpectedly accepted";
+  if (status.code() != code) {
+    return ::testing::AssertionFailure() << "wrong code: " << status.ToString();
+  }
+  for (const std::string& needle : needles) {
+    if (status.message().find(needle) == std::string::npos) {
+      return ::testing::AssertionFailure()
+             << "message \"" << status.message() << "\" lacks \"" << needle << "\"";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// A forked child process, SIGKILLed and reaped on destruction unless reaped already.
+class ReapedChild {
+ public:
+  explicit ReapedChild(pid_t pid) : pid_(pid) {}
+  ~ReapedChild() { Kill(); }
+  ReapedChild(const ReapedChild&) = delete;
+  ReapedChild& operator=(const ReapedChild&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // SIGKILLs and reaps the child (nothing if reaped already).
+  void Kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    Wait();
+  }
+  // Reaps the child; returns its wait status.
+  int Wait() {
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    return status;
+  }
+
+ private:
+  pid_t pid_;
+};
 
 // Deterministic, position-dependent bytes so misplaced data is caught.
 inline uint8_t Pattern(uint64_t i, uint8_t seed) {
