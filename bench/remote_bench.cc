@@ -549,8 +549,8 @@ Status TransferWorkload::CheckBytes(int rep, const std::string& what) const {
 
 // ---- LocalCluster -------------------------------------------------------------------------
 
-Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(uint64_t segment_bytes,
-                                                          bool small_pages) {
+Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    uint64_t segment_bytes, bool small_pages, const std::vector<std::string>& store_args) {
   const std::string self = SelfExecutable();
   if (self.empty()) return Failed("cannot read /proc/self/exe");
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
@@ -572,6 +572,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(uint64_t segment_bytes
                 "--data-host",    "127.0.0.1",
                 "--metrics-port", "-1"};
   if (small_pages) store.args.push_back("--small-pages");
+  store.args.insert(store.args.end(), store_args.begin(), store_args.end());
   // Pre-faulting a large segment takes a while on 4 KiB pages.
   store.start_timeout = Millis(60000);
   started = MasterProcess::Start(store);

@@ -147,7 +147,9 @@ class TransferWorkload {
 // whatever still runs; Stop() stops them cleanly (store first).
 class LocalCluster {
  public:
-  static Result<std::unique_ptr<LocalCluster>> Start(uint64_t segment_bytes, bool small_pages);
+  // `store_args`: more `tierkv store` flags (e.g. {"--config", path} for an SSD tier).
+  static Result<std::unique_ptr<LocalCluster>> Start(
+      uint64_t segment_bytes, bool small_pages, const std::vector<std::string>& store_args = {});
   ~LocalCluster();
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;

@@ -13,6 +13,8 @@
 //    decoder (src/rpc/wire.h). A master is not trusted: wrong counts and nonsense fields must
 //    give errors, never crashes.
 //  - key_batch: wire::DecodeKeys on its own.
+//  - ucx_header, ucx_stage_descriptor: the UCX transport's decoders (src/transport/ucx_protocol.h);
+//    what decodes must encode back to the same bytes.
 // With TIERKV_FUZZ_WRITE_SEEDS=DIR in the environment, the target writes a few valid inputs to
 // DIR and exits (scripts/fuzz.sh seeds each corpus this way).
 #include <spdlog/spdlog.h>
@@ -21,6 +23,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -33,6 +36,7 @@
 #include "rpc/master_server.h"
 #include "rpc/wire.h"
 #include "tierkv/master.pb.h"
+#include "transport/ucx_protocol.h"
 
 namespace tierkv::fuzz {
 namespace {
@@ -451,6 +455,40 @@ const std::vector<Target>& Targets() {
          SeedList seeds;
          seeds.add(Keys(kKeys));
          seeds.add(Keys({}));
+         return seeds.out;
+       }},
+      {"ucx_header",
+       [](const uint8_t* data, size_t size) {
+         auto request = transport::DecodeUcxRequest(data, size);
+         auto reply = transport::DecodeUcxReply(data, size);
+         if ((request.ok() || reply.ok()) && size != transport::kUcxHeaderSize) std::abort();
+         if (request.ok() && transport::EncodeUcxRequest(*request) != [&] {
+               transport::UcxHeader h{};
+               std::memcpy(h.data(), data, h.size());
+               return h;
+             }()) {
+           std::abort();  // a request decodes only from its own encoding
+         }
+       },
+       [] {
+         SeedList seeds;
+         const auto h = transport::EncodeUcxRequest(
+             {transport::kUcxProtocolVersion, transport::UcxOp::kStage, 7, 4096, 1 << 20});
+         seeds.out.emplace_back(h.begin(), h.end());
+         return seeds.out;
+       }},
+      {"ucx_stage_descriptor",
+       [](const uint8_t* data, size_t size) {
+         auto d = transport::DecodeUcxStageDescriptor(data, size);
+         if (d.ok() &&
+             transport::EncodeUcxStageDescriptor(*d) != std::vector<uint8_t>(data, data + size)) {
+           std::abort();  // decode and encode are inverse
+         }
+       },
+       [] {
+         SeedList seeds;
+         const auto d = transport::EncodeUcxStageDescriptor({3, 9, 8192, 2 << 20, "layer0/block7"});
+         seeds.out.emplace_back(d.begin(), d.end());
          return seeds.out;
        }},
   };

@@ -27,6 +27,7 @@ struct MasterFlags {
   double eviction_ratio = 0.05;
   int64_t client_ttl_ms = 10000;
   int64_t put_timeout_ms = 30000;
+  int64_t tier_move_timeout_ms = 30000;
   uint32_t shards = 64;
   int metrics_port = 9003;  // -1 = no metrics server
 };
@@ -57,6 +58,7 @@ int RunMaster(const MasterFlags& flags) {
   options.master.put_timeout = Millis(flags.put_timeout_ms);
   options.master.shards = flags.shards;
   options.client_ttl = Millis(flags.client_ttl_ms);
+  options.tier_move_timeout = Millis(flags.tier_move_timeout_ms);
   if (flags.metrics_port >= 0) options.metrics = std::make_shared<MetricsRegistry>();
 
   Result<std::unique_ptr<MasterServer>> started = MasterServer::Start(options);
@@ -149,6 +151,13 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
   master
       ->add_option("--put-timeout-ms", flags->put_timeout_ms,
                    "Pending puts (PutStart without PutEnd) older than this are reclaimed")
+      ->check(CLI::Range(int64_t{1}, int64_t{86'400'000}))
+      ->capture_default_str();
+  master
+      ->add_option("--tier-move-timeout-ms", flags->tier_move_timeout_ms,
+                   "How long a demotion (or write-behind copy) waits for a store to write the "
+                   "objects to its SSD tier; after that they count as not written (dropped, as "
+                   "when the write fails)")
       ->check(CLI::Range(int64_t{1}, int64_t{86'400'000}))
       ->capture_default_str();
   master->add_option("--shards", flags->shards, "Metadata shards (lock striping)")

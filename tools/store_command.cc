@@ -79,9 +79,21 @@ int RunStore(const StoreFlags& flags) {
     registry = std::make_shared<MetricsRegistry>();
     EmbeddedClient* s = store.get();
     collector = std::make_shared<StoreCollector>([s, size = config.global_segment_size] {
-      return StoreFigures{s->mounted_segment_name(), size,
-                          s->shm_connections(),      s->master_connected(),
-                          s->registrations(),        s->served_transfers()};
+      StoreFigures f;
+      f.segment = s->mounted_segment_name();
+      f.segment_bytes = size;
+      f.shm_connections = s->shm_connections();
+      f.master_connected = s->master_connected();
+      f.registrations = s->registrations();
+      f.transfers = s->served_transfers();
+      if (const auto& tier = s->tier()) {
+        f.has_tier = true;
+        f.tier_capacity = tier->capacity();
+        f.staging_capacity = tier->staging_capacity();
+        f.tier_move_requests = s->tier_move_requests();
+        f.tier = tier->stats();
+      }
+      return f;
     });
     registry->Add(collector);
     MetricsServerOptions options;
@@ -121,7 +133,9 @@ void AddStoreCommand(CLI::App& app, int* exit_code) {
   CLI::App* store = app.add_subcommand(
       "store",
       "Run a standalone store: contribute a DRAM segment to a tierkv master's pool and serve it "
-      "to requesters on this host (shared memory). Prints 'tierkv store serving segment NAME "
+      "to requesters on this host (shared memory) and over the network (UCX on --data-host); "
+      "with enable_offload in the config, an SSD tier behind it. Prints 'tierkv store serving "
+      "segment NAME "
       "...' on stdout once serving; stops cleanly on SIGINT/SIGTERM (the segment is unmounted)");
   store
       ->add_option("--master", flags->master,

@@ -5,6 +5,7 @@
 //   tierkv stat --master HOST:PORT  what a running master holds (one Stats RPC)
 //   tierkv bench metadata [flags]   BatchIsExist keys per second (--remote: over gRPC)
 //   tierkv bench disk [flags]       SSD tier demote/load through the client vs fio
+//   tierkv bench disk-remote [flags] a store's SSD tier loaded by a requester (tcp) vs fio
 //   tierkv bench remote [flags]     master + store processes: shm/tcp put/get vs memcpy/raw TCP
 //   tierkv bench redis [flags]      the remote get workload against a redis-server it starts
 //
@@ -26,6 +27,7 @@
 #include "metadata_bench.h"
 #include "redis_bench.h"
 #include "remote_bench.h"
+#include "remote_disk_bench.h"
 #include "stat_command.h"
 #include "store_command.h"
 #include "tierkv/config.h"
@@ -201,6 +203,46 @@ int main(int argc, char** argv) {
     disk_options.staging_bytes = SizeOf(disk_staging);
     disk_options.region_bytes = SizeOf(disk_region);
     exit_code = Report("disk", tierkv::bench::RunDiskBench(disk_options));
+  });
+
+  tierkv::bench::RemoteDiskBenchOptions rdisk_options;
+  std::string rdisk_working_set = "1GiB", rdisk_segment = "256MiB", rdisk_staging = "1280MiB",
+              rdisk_region = "64MiB";
+  CLI::App* rdisk = bench->add_subcommand(
+      "disk-remote",
+      "A store's SSD tier from a requester in another process: a `tierkv master` and a `tierkv "
+      "store` with an SSD tier (children, 127.0.0.1); a tcp requester puts a working set larger "
+      "than the store's DRAM (the master demotes into the tier) and loads the demoted objects "
+      "back (staged loads over UCX), against fio on a file in the same directory");
+  AddCommonFlags(rdisk, &rdisk_options.common);
+  rdisk
+      ->add_option("--dir", rdisk_options.dir,
+                   "Directory for the tier and fio files (created if missing; removed at the end)")
+      ->capture_default_str();
+  rdisk->add_option("--working-set", rdisk_working_set, "Bytes of distinct 2 MiB objects")
+      ->check(kSizeValidator)
+      ->capture_default_str();
+  rdisk->add_option("--segment-size", rdisk_segment, "The store's DRAM segment")
+      ->check(kSizeValidator)
+      ->capture_default_str();
+  rdisk->add_option("--staging-buffer", rdisk_staging, "The store's staging_buffer_size")
+      ->check(kSizeValidator)
+      ->capture_default_str();
+  rdisk->add_option("--region-size", rdisk_region, "The store's offload_region_size")
+      ->check(kSizeValidator)
+      ->capture_default_str();
+  rdisk->add_option("--batch", rdisk_options.batch, "Keys per put and get call")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  rdisk->add_option("--fio-mem", rdisk_options.fio_mem, "fio's IO buffers, as for `bench disk`")
+      ->check(CLI::IsMember({"auto", "malloc", "mmaphuge"}))
+      ->capture_default_str();
+  rdisk->callback([&] {
+    rdisk_options.working_set_bytes = SizeOf(rdisk_working_set);
+    rdisk_options.segment_bytes = SizeOf(rdisk_segment);
+    rdisk_options.staging_bytes = SizeOf(rdisk_staging);
+    rdisk_options.region_bytes = SizeOf(rdisk_region);
+    exit_code = Report("disk-remote", tierkv::bench::RunRemoteDiskBench(rdisk_options));
   });
 
   tierkv::bench::RemoteBenchOptions remote_options;

@@ -33,6 +33,13 @@ struct RemoteWrite {
   uint64_t offset = 0;
   std::vector<ConstPiece> src;
 };
+// A disk replica in the SSD tier of another process's segment, loaded through its owner.
+struct RemoteStage {
+  SegmentId segment = 0;
+  std::string key;
+  DiskLocation location;
+  std::vector<MutPiece> dst;  // exactly location.size bytes
+};
 
 class ClientBackend {
  public:
@@ -78,6 +85,19 @@ class ClientBackend {
     return std::vector<Status>(
         ops.size(), Status(ErrorCode::TRANSFER_FAIL, "no network transport in this backend"));
   }
+
+  // Staged loads from the SSD tiers of other processes' segments (FindTier null): one Status
+  // per op; the bytes are NOT verified (the caller checks the checksum). `usable_ratio`: the
+  // share of the owner's staging buffer one request may need. Default: no such path,
+  // OBJECT_NOT_FOUND.
+  virtual std::vector<Status> StageRemote(const std::vector<RemoteStage>& ops,
+                                          double /*usable_ratio*/) {
+    return std::vector<Status>(
+        ops.size(), Status(ErrorCode::OBJECT_NOT_FOUND,
+                           "the SSD tier holding this disk replica is not reachable here"));
+  }
+  // The transport StageRemote moves the bytes of segment `id` with.
+  virtual Transport StageTransport(SegmentId /*id*/) { return Transport::kLocal; }
 
   // The bytes this client moved, per transport (the client's data path counts them).
   TransferCounters& transfers() { return *transfers_; }

@@ -5,11 +5,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <unordered_set>
 
 #include "client/in_process_backend.h"
+#include "client/local_tier.h"
+#include "common/checksum.h"
 #include "common/key.h"
 #include "transport/device_select.h"
 #include "transport/ucx_options.h"
@@ -107,8 +111,9 @@ Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::Create(
   return client;
 }
 
-Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::CreateRemote(const Config& config,
-                                                                     const std::string& data_host) {
+Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::CreateRemote(
+    const Config& config, const std::string& data_host,
+    const std::function<void(SsdTierOptions&)>& tier_hook) {
   if (Status st = ValidateConfig(config); !st.ok()) return st;
   if (config.master_server_address.empty()) {
     return Status(ErrorCode::INVALID_CONFIG, "master_server_address is empty: no remote master");
@@ -127,12 +132,11 @@ Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::CreateRemote(const Confi
                     "protocol '" + config.protocol + "': " + selected.status().message());
     }
   }
-  if (config.enable_offload) {
-    return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
-                  "enable_offload with a remote master (master_server_address '" +
-                      config.master_server_address +
-                      "'): tier moves over RPC are not built yet; use embedded mode without "
-                      "master_server_address for the SSD tier");
+  if (config.enable_offload && config.mode != Mode::kEmbedded) {
+    return Status(ErrorCode::INVALID_CONFIG,
+                  "enable_offload needs a segment to put the SSD tier behind: mode 'embedded' (a "
+                  "store, or a rank contributing a segment), not a requester that contributes "
+                  "none");
   }
   auto remote = RemoteBackend::Connect(config.master_server_address, Millis(5000),
                                        config.local_hostname, config.protocol, ucx);
@@ -144,6 +148,12 @@ Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::CreateRemote(const Confi
         config.use_huge_pages ? PagePolicy::kHugeIfAvailable : PagePolicy::kSmallPages);
     if (!segment.ok()) return segment.status();
     client->segment_ = std::move(segment).value();
+    std::vector<ScannedRecord> surviving;
+    if (config.enable_offload) {
+      SsdTierOptions tier_options = TierOptionsFrom(config);
+      if (tier_hook) tier_hook(tier_options);
+      if (Status st = client->OpenRemoteTier(tier_options, &surviving); !st.ok()) return st;
+    }
     // The socket name is unique per process and segment; the directory is per user.
     static std::atomic<int> sockets{0};
     auto server = transport::ShmSegmentServer::Start(
@@ -152,9 +162,14 @@ Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::CreateRemote(const Confi
     if (!server.ok()) return server.status();
     client->shm_server_ = std::move(server).value();
     std::string tcp_address;
-    if (!data_host.empty()) {
+    // An SSD tier is read by other processes through the UCX server (staged loads): without a
+    // data host it listens on loopback, for this host's requesters.
+    const std::string serve_on =
+        !data_host.empty() ? data_host : (client->tier_ ? "127.0.0.1" : std::string());
+    if (!serve_on.empty()) {
       // Served over the network too, for requesters on other hosts (or protocol tcp).
-      auto ucx_server = transport::UcxSegmentServer::Start(client->segment_, data_host, 0, ucx);
+      auto ucx_server =
+          transport::UcxSegmentServer::Start(client->segment_, serve_on, 0, ucx, client->tier_);
       if (!ucx_server.ok()) return ucx_server.status();
       client->ucx_server_ = std::move(ucx_server).value();
       tcp_address = client->ucx_server_->address();
@@ -164,6 +179,9 @@ Result<std::unique_ptr<EmbeddedClient>> EmbeddedClient::CreateRemote(const Confi
     auto id = client->remote_->MountOwn(client->segment_, client->mounted_name_);
     if (!id.ok()) return id.status();
     client->segment_id_ = *id;
+    if (client->tier_) {
+      if (Status st = client->AttachRemoteTier(surviving); !st.ok()) return st;
+    }
     spdlog::info("client: segment {} of {} bytes ({} pages) on master {}", client->mounted_name_,
                  client->segment_->size(), client->segment_->page_kind(),
                  config.master_server_address);
@@ -240,7 +258,71 @@ Status EmbeddedClient::OpenTier(const SsdTierOptions& options) {
   return Status::Ok();
 }
 
+Status EmbeddedClient::OpenRemoteTier(const SsdTierOptions& options,
+                                      std::vector<ScannedRecord>* surviving) {
+  // A reused region's keys: the master drops their disk replicas (an RPC, under the log's
+  // mutex, before the region is written again). Until the segment is mounted there is nothing
+  // to tell: no record of this incarnation exists yet, and warm restart's are registered after.
+  auto handle = tier_segment_;
+  std::weak_ptr<RemoteBackend> weak = remote_;
+  auto on_evicted = [weak, handle](uint32_t region, uint64_t generation,
+                                   std::vector<std::string> keys) {
+    const SegmentId segment = handle->load();
+    if (auto remote = weak.lock(); remote && segment != 0) {
+      remote->master().DropDiskReplicas(segment, region, generation, keys);
+    }
+  };
+  auto tier = SsdTier::Open(options, on_evicted, options.warm_restart ? surviving : nullptr);
+  if (!tier.ok()) return tier.status();
+  tier_ = std::shared_ptr<SsdTier>(std::move(tier).value());
+  return Status::Ok();
+}
+
+Status EmbeddedClient::AttachRemoteTier(std::vector<ScannedRecord>& surviving) {
+  tier_segment_->store(segment_id_);
+  remote_->SetOwnTier(segment_id_, tier_);
+  if (!surviving.empty()) {
+    std::vector<DiskRecord> records;
+    records.reserve(surviving.size());
+    for (auto& r : surviving)
+      records.push_back(DiskRecord{std::move(r.key), r.location, r.checksum});
+    size_t ok = 0;
+    // In batches: one RPC each, well under the master's batch limit.
+    constexpr size_t kBatch = 4096;
+    for (size_t from = 0; from < records.size(); from += kBatch) {
+      const std::vector<DiskRecord> part(
+          records.begin() + static_cast<std::ptrdiff_t>(from),
+          records.begin() + static_cast<std::ptrdiff_t>(std::min(records.size(), from + kBatch)));
+      for (const Status& st : remote_->master().AddDiskReplicas(segment_id_, part)) ok += st.ok();
+    }
+    spdlog::info("warm restart: re-registered {} of {} objects found in the SSD tier", ok,
+                 records.size());
+  }
+  // The master demotes to this tier through a stream this process keeps open.
+  // With write_behind the master copies every put on this segment here soon after its PutEnd
+  // (the puts come from other processes: only the master sees them all).
+  tier_link_ = std::make_unique<TierMoveLink>(remote_->master(), segment_id_,
+                                              std::make_shared<LocalTierMover>(segment_, tier_),
+                                              config_.offload_write_policy == "write_behind");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!tier_link_->connected() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!tier_link_->connected()) {
+    return Status(ErrorCode::RPC_FAIL, "the master at " + config_.master_server_address +
+                                           " did not open the tier-move stream within 5 s "
+                                           "(a master without TierMoves?)");
+  }
+  spdlog::info(
+      "SSD tier: {} bytes, staging buffer {} bytes, policy {}, served to requesters "
+      "at {}",
+      tier_->capacity(), tier_->staging_capacity(), config_.offload_write_policy,
+      ucx_server_ ? ucx_server_->address() : std::string("(nowhere)"));
+  return Status::Ok();
+}
+
 EmbeddedClient::~EmbeddedClient() {
+  tier_link_.reset();     // no more demotions into this process
   write_behind_.reset();  // drains: queued copies finish while the tier is attached
   if (tier_) LogTierCounters();
   if (remote_) {
@@ -261,7 +343,8 @@ EmbeddedClient::~EmbeddedClient() {
 }
 
 void EmbeddedClient::LogTierCounters() const {
-  const MasterStats m = master_->master().Stats();
+  // A store's master is another process (its counters are on its metrics): tier figures only.
+  const MasterStats m = master_ ? master_->master().Stats() : MasterStats{};
   const SsdTierStats t = tier_->stats();
   spdlog::info(
       "SSD tier counters: demoted {} objects ({} bytes), {} demotion failures, {} written "
@@ -554,6 +637,7 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
     std::vector<int64_t> final_code(reads.size(), ToInt(ErrorCode::OBJECT_NOT_FOUND));
     while (!pending.empty()) {
       std::vector<DiskRead> round;
+      std::vector<SegmentId> round_segments;  // of round[k]'s disk replica
       std::vector<size_t> owner;
       for (size_t r : pending) {
         const auto& reps = replicas[slot[r]]->replicas;
@@ -566,12 +650,13 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
         d.location = reps[next].disk;
         d.checksum = reads[r].checksum;
         d.dst = reads[r].dst;
+        round_segments.push_back(reps[next].segment);
         ++next;
         round.push_back(std::move(d));
         owner.push_back(r);
       }
       if (round.empty()) break;
-      loader_.Load(round);
+      LoadDisk(round, round_segments);
       pending.clear();
       for (size_t k = 0; k < round.size(); ++k) {
         final_code[owner[k]] = round[k].result;
@@ -684,6 +769,53 @@ void EmbeddedClient::ReadRemoteReplicas(const std::vector<Result<ObjectReplicas>
   }
 }
 
+void EmbeddedClient::LoadDisk(std::vector<DiskRead>& round,
+                              const std::vector<SegmentId>& segments) {
+  // Tiers in this process: the staged loader. Others: through their owners' servers.
+  std::vector<DiskRead> local;
+  std::vector<size_t> local_at, remote_at;
+  std::vector<RemoteStage> ops;
+  for (size_t k = 0; k < round.size(); ++k) {
+    if (round[k].tier) {
+      local.push_back(round[k]);
+      local_at.push_back(k);
+    } else {
+      remote_at.push_back(k);
+      ops.push_back(RemoteStage{segments[k], *round[k].key, round[k].location, round[k].dst});
+    }
+  }
+  if (!local.empty()) {
+    loader_.Load(local);
+    for (size_t j = 0; j < local.size(); ++j) round[local_at[j]].result = local[j].result;
+  }
+  if (ops.empty()) return;
+  const std::vector<Status> done = backend_->StageRemote(ops, config_.staging_usable_ratio);
+  // Disk bytes are always verified, whatever verify_checksum says (as the staged loader does).
+  pool_.ParallelFor(ops.size(), [&](size_t j) {
+    DiskRead& r = round[remote_at[j]];
+    if (!done[j].ok()) {
+      spdlog::warn("staged load of {} from segment {} failed: {}", *r.key, ops[j].segment,
+                   done[j].ToString());
+      r.result = ToInt(done[j].code());
+    } else if (HashPieces(r.dst) != r.checksum) {
+      spdlog::error(
+          "checksum mismatch loading {} from the SSD tier of segment {} (region {} "
+          "offset {})",
+          *r.key, ops[j].segment, r.location.region, r.location.offset);
+      r.result = ToInt(ErrorCode::CHECKSUM_MISMATCH);
+    } else {
+      r.result = static_cast<int64_t>(r.location.size);
+      return;
+    }
+    for (const auto& p : r.dst) std::memset(p.ptr, 0, p.size);  // never leave wrong bytes
+  });
+  for (size_t j = 0; j < ops.size(); ++j) {
+    const DiskRead& r = round[remote_at[j]];
+    if (r.result >= 0)
+      backend_->transfers().AddRead(backend_->StageTransport(ops[j].segment), r.location.size);
+  }
+}
+
 void EmbeddedClient::Promote(const std::vector<DiskRead>& reads, const std::vector<size_t>& hits) {
   std::vector<std::string> keys;
   for (size_t r : hits) keys.push_back(*reads[r].key);
@@ -696,15 +828,20 @@ void EmbeddedClient::Promote(const std::vector<DiskRead>& reads, const std::vect
     const ReplicaLocation& loc = started[k]->replicas.front();
     auto seg = backend_->FindSegment(loc.segment);
     const bool fits = seg && seg->alive() && loc.offset + loc.size <= seg->size();
+    bool written = fits;
     if (fits) {
       // The caller's buffer holds the verified bytes: copy them into the new range.
       std::vector<ConstPiece> src;
       for (const auto& p : reads[hits[k]].dst) src.push_back(ConstPiece{p.ptr, p.size});
-      GatherCopy(seg->base() + loc.offset, src, /*hash=*/false);
+      if (seg->mapped()) {
+        GatherCopy(seg->base() + loc.offset, src, /*hash=*/false);
+      } else {
+        written = backend_->WriteRemote({RemoteWrite{seg, loc.offset, std::move(src)}})[0].ok();
+      }
     }
     end_keys.push_back(keys[k]);
     ids.push_back(started[k]->put_id);
-    ok.push_back(fits);
+    ok.push_back(written);
   }
   if (!end_keys.empty()) backend_->PromoteEnd(end_keys, ids, ok);
 }

@@ -4,6 +4,7 @@
 // base's default arguments (same values) so tests can call them directly.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,7 +15,8 @@
 #include "client/in_process_master.h"
 #include "client/remote_backend.h"
 #include "client/staged_loader.h"
-#include "client/write_behind.h"
+#include "master/write_behind.h"
+#include "rpc/tier_moves.h"
 #include "ssd/ssd_tier.h"
 #include "tierkv/client.h"
 #include "transfer/copy.h"
@@ -38,11 +40,16 @@ class EmbeddedClient final : public Client {
   // `data_host` is not empty, over the UCX network transport on data_host (a free port) —
   // what `tierkv store` runs. protocol: shm (same-host segments only), tcp or rdma (UCX),
   // auto (shm on this host, tcp otherwise); rdma without verbs devices, or a device_name this
-  // host lacks: UNAVAILABLE_IN_CURRENT_MODE. enable_offload is refused (tier moves over RPC
-  // are not built yet): UNAVAILABLE_IN_CURRENT_MODE naming the key. Connection errors:
-  // RPC_FAIL within 5 s.
-  static Result<std::unique_ptr<EmbeddedClient>> CreateRemote(const Config& config,
-                                                              const std::string& data_host = "");
+  // host lacks: UNAVAILABLE_IN_CURRENT_MODE. Connection errors: RPC_FAIL within 5 s.
+  // enable_offload (mode embedded only; else INVALID_CONFIG): the SSD tier is opened behind the
+  // segment; the master demotes into it over the TierMoves stream this process keeps open
+  // (TierMoveLink; RPC_FAIL if the master does not take it within 5 s), other processes load
+  // from it through the UCX server (on data_host, or on 127.0.0.1 when data_host is empty), and
+  // warm restart re-registers what the tier still holds. `tier_hook` (tests) adjusts the tier's
+  // options.
+  static Result<std::unique_ptr<EmbeddedClient>> CreateRemote(
+      const Config& config, const std::string& data_host = "",
+      const std::function<void(SsdTierOptions&)>& tier_hook = nullptr);
   ~EmbeddedClient() override;
 
   Status RegisterBuffer(void* ptr, size_t size) override;
@@ -78,6 +85,10 @@ class EmbeddedClient final : public Client {
   std::vector<TransferCount> served_transfers() const;
   // The bytes this client moved between its callers' buffers and segments, per transport.
   std::vector<TransferCount> transfer_counts() const { return backend_->transfers().Snapshot(); }
+  // The SSD tier behind this client's segment (null without enable_offload), and how many
+  // tier-move requests a remote master sent it.
+  const std::shared_ptr<SsdTier>& tier() const { return tier_; }
+  uint64_t tier_move_requests() const { return tier_link_ ? tier_link_->requests() : 0; }
   SegmentId TEST_segment_id() const { return segment_id_; }
   MemorySegment* TEST_segment() const { return segment_.get(); }
   SsdTier* TEST_tier() const { return tier_.get(); }
@@ -116,6 +127,14 @@ class EmbeddedClient final : public Client {
   // enable_offload: opens this process's SSD tier behind its segment (warm restart
   // re-registers what the tier still holds).
   Status OpenTier(const SsdTierOptions& options);
+  // The same with a remote master, in two steps: open the tier (before the servers start, so
+  // they serve it), then, once the segment is mounted, register what warm restart found, open
+  // the tier-move stream and start write-behind.
+  Status OpenRemoteTier(const SsdTierOptions& options, std::vector<ScannedRecord>* surviving);
+  Status AttachRemoteTier(std::vector<ScannedRecord>& surviving);
+  // Loads one round of disk reads: from tiers in this process with the staged loader, from
+  // other processes' through the backend (verified here against the checksum).
+  void LoadDisk(std::vector<DiskRead>& round, const std::vector<SegmentId>& segments);
 
   // One info line with the SSD tier's counters (at shutdown; /metrics comes with the
   // distributed build).
@@ -134,6 +153,10 @@ class EmbeddedClient final : public Client {
   std::shared_ptr<MemorySegment> segment_;
   SegmentId segment_id_ = 0;
   std::shared_ptr<SsdTier> tier_;
+  // The tier's segment as the master knows it (0 until mounted), for its eviction callback.
+  std::shared_ptr<std::atomic<SegmentId>> tier_segment_ =
+      std::make_shared<std::atomic<SegmentId>>(0);
+  std::unique_ptr<TierMoveLink> tier_link_;    // remote master: its demotions into tier_
   std::unique_ptr<WriteBehind> write_behind_;  // offload_write_policy "write_behind"
   BufferRegistry buffers_;
   TransferPool pool_;

@@ -114,7 +114,8 @@ void RemoteBackend::RefreshNamesLocked() {
     spdlog::warn("requester: listing the master's segments failed: {}", stats.status().ToString());
     return;
   }
-  names_.clear();  // unmounted segments drop out
+  names_.clear();         // unmounted segments drop out
+  stage_access_.clear();  // reconnected when next needed
   for (const SegmentUsage& s : stats->segment_usage) names_[s.id] = s.name;
   // A cached mapping whose id now names another segment is stale (never write through it).
   for (auto it = mapped_.begin(); it != mapped_.end();) {
@@ -137,6 +138,7 @@ void RemoteBackend::ForgetIfReregisteredLocked() {
   seen_registrations_ = registrations;
   names_.clear();
   mapped_.clear();
+  stage_access_.clear();
   unreachable_.clear();
   last_refresh_ = {};
 }
@@ -253,6 +255,96 @@ std::vector<Status> RemoteBackend::WriteRemote(const std::vector<RemoteWrite>& o
   return PerSegment<RemoteWrite, Batch>(
       ops,
       [](transport::UcxSegmentClient& c, const std::vector<Batch>& b) { return c.WriteBatch(b); });
+}
+
+std::shared_ptr<SsdTier> RemoteBackend::FindTier(SegmentId id) {
+  std::lock_guard lock(mu_);
+  for (const auto& [handle, tier] : own_tiers_) {
+    if (master_->CurrentSegmentId(handle) == id) return tier;
+  }
+  return nullptr;
+}
+
+void RemoteBackend::SetOwnTier(SegmentId handle, std::shared_ptr<SsdTier> tier) {
+  std::lock_guard lock(mu_);
+  own_tiers_[handle] = std::move(tier);
+}
+
+std::shared_ptr<SegmentAccess> RemoteBackend::StageAccessLocked(SegmentId id) {
+  if (auto it = mapped_.find(id); it != mapped_.end() && !it->second->mapped()) {
+    return it->second->alive() ? it->second : nullptr;
+  }
+  if (auto it = stage_access_.find(id); it != stage_access_.end()) {
+    if (it->second->alive()) return it->second;
+    stage_access_.erase(it);  // the owner went; a restarted one has a new endpoint
+  }
+  auto name_it = names_.find(id);
+  if (name_it == names_.end()) {
+    RefreshNamesLocked();
+    name_it = names_.find(id);
+    if (name_it == names_.end()) return nullptr;
+  }
+  std::string name, socket_path, tcp_address;
+  SplitSegmentEndpoint(name_it->second, &name, &socket_path, &tcp_address);
+  if (tcp_address.empty()) {
+    spdlog::warn(
+        "requester: segment {} ('{}') has no network endpoint: its SSD tier cannot be "
+        "read from here",
+        id, name_it->second);
+    return nullptr;
+  }
+  transport::UcxTransportOptions options = ucx_;
+  if (protocol_ == "shm" || protocol_ == "auto") options.protocol = "tcp";
+  auto connected = transport::UcxSegmentClient::Connect(tcp_address, name, kMapTimeout, options);
+  if (!connected.ok()) {
+    spdlog::warn("requester: connecting to segment {} ('{}') at {} for a staged load failed: {}",
+                 id, name, tcp_address, connected.status().ToString());
+    return nullptr;
+  }
+  auto access =
+      std::make_shared<UcxAccess>(std::move(connected).value(),
+                                  options.protocol == "rdma" ? Transport::kRdma : Transport::kTcp);
+  stage_access_.emplace(id, access);
+  return access;
+}
+
+std::vector<Status> RemoteBackend::StageRemote(const std::vector<RemoteStage>& ops,
+                                               double usable_ratio) {
+  std::vector<Status> out(ops.size());
+  std::map<SegmentId, std::vector<size_t>> by_segment;
+  for (size_t i = 0; i < ops.size(); ++i) by_segment[ops[i].segment].push_back(i);
+  for (const auto& [id, list] : by_segment) {
+    std::shared_ptr<SegmentAccess> access;
+    {
+      std::lock_guard lock(mu_);
+      ForgetIfReregisteredLocked();
+      access = StageAccessLocked(id);
+    }
+    const auto* ucx = dynamic_cast<const UcxAccess*>(access.get());
+    if (ucx == nullptr) {
+      for (size_t i : list) {
+        out[i] = Status(ErrorCode::OBJECT_NOT_FOUND,
+                        "the SSD tier of segment " + std::to_string(id) + " is not reachable");
+      }
+      continue;
+    }
+    std::vector<transport::UcxSegmentClient::StageOp> batch;
+    batch.reserve(list.size());
+    for (size_t i : list) batch.push_back({ops[i].key, ops[i].location, ops[i].dst});
+    std::vector<Status> done = ucx->client().StageBatch(batch, usable_ratio);
+    for (size_t k = 0; k < list.size(); ++k) out[list[k]] = std::move(done[k]);
+  }
+  return out;
+}
+
+Transport RemoteBackend::StageTransport(SegmentId id) {
+  std::lock_guard lock(mu_);
+  for (const auto* m : {&mapped_, &stage_access_}) {
+    if (auto it = m->find(id); it != m->end() && !it->second->mapped()) {
+      return it->second->transport();
+    }
+  }
+  return protocol_ == "rdma" ? Transport::kRdma : Transport::kTcp;
 }
 
 std::string RemoteBackend::SegmentName(SegmentId id) {

@@ -82,7 +82,15 @@ class RemoteBackend final : public ClientBackend {
   const Clock* clock() const override;
 
   std::shared_ptr<SegmentAccess> FindSegment(SegmentId id) override;
-  std::shared_ptr<SsdTier> FindTier(SegmentId) override { return nullptr; }
+  // This process's own tier (SetOwnTier) for its own segment; null for any other.
+  std::shared_ptr<SsdTier> FindTier(SegmentId id) override;
+  // Gives this process's segment `handle` (MountOwn's) an SSD tier read in-process.
+  void SetOwnTier(SegmentId handle, std::shared_ptr<SsdTier> tier);
+  // Through the owner's UCX segment server (tcp for a segment mapped over shm: the disk, not
+  // loopback, is the limit); one connection per owner, kept.
+  std::vector<Status> StageRemote(const std::vector<RemoteStage>& ops,
+                                  double usable_ratio) override;
+  Transport StageTransport(SegmentId id) override;
   std::string SegmentName(SegmentId id) override;
   std::vector<Status> ReadRemote(const std::vector<RemoteRead>& ops) override;
   std::vector<Status> WriteRemote(const std::vector<RemoteWrite>& ops) override;
@@ -96,6 +104,8 @@ class RemoteBackend final : public ClientBackend {
         ucx_(std::move(ucx)) {}
   // Connects segment `id` through the shm or UCX transport. Requires mu_.
   std::shared_ptr<SegmentAccess> ConnectLocked(SegmentId id, const std::string& mounted);
+  // A UCX connection to segment `id`'s owner for staged loads, or null (logged). Requires mu_.
+  std::shared_ptr<SegmentAccess> StageAccessLocked(SegmentId id);
   // Refreshes names_ from the master's segment list (rate-limited) and drops mappings whose
   // id now names another segment. Requires mu_.
   void RefreshNamesLocked();
@@ -111,8 +121,11 @@ class RemoteBackend final : public ClientBackend {
   std::map<SegmentId, std::shared_ptr<MemorySegment>> own_;     // by handle; guarded by mu_
   std::map<SegmentId, std::string> names_;                      // guarded by mu_
   std::map<SegmentId, std::shared_ptr<SegmentAccess>> mapped_;  // guarded by mu_
-  std::set<SegmentId> unreachable_;                             // logged; guarded by mu_
-  std::chrono::steady_clock::time_point last_refresh_{};        // guarded by mu_
+  std::map<SegmentId, std::shared_ptr<SsdTier>> own_tiers_;     // by handle; guarded by mu_
+  // UCX connections for staged loads from segments mapped over shm; guarded by mu_.
+  std::map<SegmentId, std::shared_ptr<SegmentAccess>> stage_access_;
+  std::set<SegmentId> unreachable_;                       // logged; guarded by mu_
+  std::chrono::steady_clock::time_point last_refresh_{};  // guarded by mu_
   uint64_t seen_registrations_ = 1;  // master_->registrations() the caches belong to; mu_
 };
 

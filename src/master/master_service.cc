@@ -784,6 +784,12 @@ std::shared_ptr<TierMover> MasterService::MoverOf(SegmentId segment) const {
   return it == movers_.end() ? nullptr : it->second;
 }
 
+void MasterService::DetachTierMover(SegmentId segment, const TierMover* mover) {
+  std::lock_guard lock(movers_mu_);
+  auto it = movers_.find(segment);
+  if (it != movers_.end() && it->second.get() == mover) movers_.erase(it);
+}
+
 void MasterService::SetTierMover(SegmentId segment, std::shared_ptr<TierMover> mover) {
   std::lock_guard lock(movers_mu_);
   if (mover) {
@@ -876,7 +882,8 @@ std::vector<Status> MasterService::AddDiskReplicas(SegmentId segment,
   return out;
 }
 
-std::vector<Status> MasterService::CopyToDisk(const std::vector<std::string>& keys) {
+std::vector<Status> MasterService::CopyToDisk(const std::vector<std::string>& keys,
+                                              const std::function<bool(SegmentId)>& only) {
   std::vector<Status> out(keys.size(), Status(ErrorCode::OBJECT_NOT_FOUND, "not stored"));
   struct Job {
     size_t index;
@@ -897,8 +904,13 @@ std::vector<Status> MasterService::CopyToDisk(const std::vector<std::string>& ke
       }
       out[i] = Status::Ok();
       if (meta.demoting || HasDiskReplica(meta)) return;
+      bool elsewhere = false;  // on segments `only` leaves out
       for (const auto& r : meta.replicas) {
         if (r.tier != ReplicaTier::kMemory) continue;
+        if (only && !only(r.segment)) {
+          elsewhere = true;
+          continue;
+        }
         auto mover = MoverOf(r.segment);
         if (!mover) continue;
         auto& slot = by_segment[r.segment];
@@ -909,6 +921,7 @@ std::vector<Status> MasterService::CopyToDisk(const std::vector<std::string>& ke
         meta.demoting = true;
         return;
       }
+      if (elsewhere) return;  // OK: not this copy's to make
       out[i] = Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
                       keys[i] + " has no memory replica on a segment with an SSD tier");
     });

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -101,6 +102,8 @@ class MasterService {
   // The owner of `segment` has an SSD tier: eviction there demotes objects through
   // `mover` instead of dropping them. Null detaches it.
   void SetTierMover(SegmentId segment, std::shared_ptr<TierMover> mover);
+  // Detaches `mover` from `segment` if it is still the one there (a newer one stays).
+  void DetachTierMover(SegmentId segment, const TierMover* mover);
 
   // --- SSD tier bookkeeping (called by the segment's owner) ---
   // The owner's tier reused `region`: drops the disk replicas of `keys` on `segment` that
@@ -116,7 +119,10 @@ class MasterService {
   // tier mover, and no disk replica yet, to that tier, keeping the memory replica. Per key:
   // OK (copied, or already on disk), OBJECT_NOT_FOUND, REPLICA_IS_NOT_READY, or the tier's
   // write error.
-  std::vector<Status> CopyToDisk(const std::vector<std::string>& keys);
+  // `only` (optional) restricts the copies to the segments it accepts; an object with no memory
+  // replica on such a segment is left alone (OK).
+  std::vector<Status> CopyToDisk(const std::vector<std::string>& keys,
+                                 const std::function<bool(SegmentId)>& only = nullptr);
 
   // --- Promotion on hit (copy disk-only objects back to DRAM) ---
   // Counts a disk hit for each key; an object with only disk replicas that reached

@@ -31,6 +31,44 @@ std::vector<prometheus::MetricFamily> StoreCollector::Collect() const {
                    "Bytes requesters moved over the network transport: read from the segment, "
                    "written into it",
                    f.transfers);
+  if (!f.has_tier) return out;
+  using prometheus::MetricType;
+  const auto add = [&out](const char* name, const char* help, MetricType type, uint64_t value) {
+    AddSample(out, "tierkv_store_ssd_", name, help, type, value);
+  };
+  const SsdTierStats& t = f.tier;
+  add("capacity_bytes", "Bytes of the SSD tier's regions", MetricType::Gauge, f.tier_capacity);
+  add("staging_capacity_bytes", "Bytes of the staging buffer staged loads go through",
+      MetricType::Gauge, f.staging_capacity);
+  add("staging_bytes_in_use", "Staging bytes reserved by loads in progress", MetricType::Gauge,
+      t.staging.bytes_in_use);
+  add("tier_move_requests_total",
+      "Demotion and write-behind requests the master sent to this store", MetricType::Counter,
+      f.tier_move_requests);
+  add("appended_records_total", "Objects written to the tier (demoted or written behind)",
+      MetricType::Counter, t.log.appended_records);
+  add("appended_bytes_total", "Value bytes written to the tier", MetricType::Counter,
+      t.log.appended_bytes);
+  add("region_writes_total", "Regions written to the device", MetricType::Counter, t.log.flushes);
+  add("region_write_errors_total", "Region writes that failed (IO errors)", MetricType::Counter,
+      t.log.flush_errors);
+  add("region_evictions_total", "Regions reused (their objects' disk replicas dropped)",
+      MetricType::Counter, t.log.evicted_regions);
+  add("reads_total", "Record ranges read successfully", MetricType::Counter, t.log.reads);
+  add("read_errors_total", "Device reads that failed (IO errors)", MetricType::Counter,
+      t.log.read_errors);
+  add("checksum_failures_total", "Records whose header or key did not check out",
+      MetricType::Counter, t.log.checksum_failures);
+  add("stale_reads_total", "Reads of a region reused since (answered OBJECT_NOT_FOUND)",
+      MetricType::Counter, t.log.stale_reads);
+  add("staged_pieces_total", "Ranges staged for requesters", MetricType::Counter, t.staged_pieces);
+  add("staged_bytes_total", "Value bytes staged for requesters", MetricType::Counter,
+      t.staged_bytes);
+  add("stage_errors_total", "Staged ranges that failed", MetricType::Counter, t.stage_errors);
+  add("staging_reclaimed_total", "Staging tickets reclaimed after their TTL", MetricType::Counter,
+      t.staging.reclaimed);
+  add("staging_timeouts_total", "Loads refused for lack of staging space in time",
+      MetricType::Counter, t.staging.timeouts);
   return out;
 }
 

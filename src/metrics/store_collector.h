@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "ssd/ssd_tier.h"
 #include "transfer/transfer_counters.h"
 
 namespace tierkv {
@@ -27,6 +28,12 @@ struct StoreFigures {
   bool master_connected = false;  // the last heartbeat was answered
   uint64_t registrations = 0;     // times registered with a master (1 + re-registrations)
   std::vector<TransferCount> transfers;  // bytes moved by the store's network transport
+  // The SSD tier (enable_offload); the tierkv_store_ssd_* metrics only when it has one.
+  bool has_tier = false;
+  uint64_t tier_capacity = 0;
+  uint64_t staging_capacity = 0;
+  uint64_t tier_move_requests = 0;  // demotion / write-behind requests the master sent
+  SsdTierStats tier;
 };
 
 class StoreCollector final : public prometheus::Collectable {

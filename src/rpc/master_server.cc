@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <set>
 #include <string_view>
 #include <utility>
 
@@ -198,7 +199,20 @@ void MasterRpcHandler::PutEnd(const rpc::PutEndRequest& request, rpc::BatchRespo
   }
   std::vector<uint64_t> ids(request.put_ids().begin(), request.put_ids().end());
   std::vector<uint64_t> sums(request.checksums().begin(), request.checksums().end());
-  wire::EncodeResults(master_.PutEnd(keys, ids, sums), response->mutable_results());
+  const std::vector<Status> ended = master_.PutEnd(keys, ids, sums);
+  wire::EncodeResults(ended, response->mutable_results());
+  WriteBehind* queue = nullptr;
+  {
+    std::lock_guard lock(write_behind_mu_);
+    if (!write_behind_segments_.empty()) queue = write_behind_.get();
+  }
+  if (queue != nullptr) {
+    std::vector<std::string> done;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (ended[i].ok()) done.push_back(std::move(keys[i]));
+    }
+    queue->Enqueue(done);  // copied to the tiers of write-behind segments only
+  }
 }
 
 void MasterRpcHandler::PutRevoke(const rpc::PutRevokeRequest& request,
@@ -252,6 +266,49 @@ void MasterRpcHandler::DropDiskReplicas(const rpc::DropDiskReplicasRequest& requ
   }
   response->set_count(
       master_.DropDiskReplicas(request.segment_id(), request.region(), request.generation(), keys));
+}
+
+Result<std::shared_ptr<RemoteTierMover>> MasterRpcHandler::OpenTierMoves(
+    const rpc::TierMoveReply& hello, std::function<bool(const rpc::TierMoveRequest&)> write) {
+  if (hello.request_id() != 0 || hello.codes_size() != 0 || hello.locations_size() != 0) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "TierMoves: the first message must name the segment and carry no results");
+  }
+  rpc::CallStatus status;
+  if (!CheckOwner(hello.client_id(), hello.segment_id(), &status)) {
+    return wire::CallStatusOf(status);
+  }
+  const std::string owner = "segment " + std::to_string(hello.segment_id()) + " of client " +
+                            std::to_string(hello.client_id());
+  auto mover = std::make_shared<RemoteTierMover>(owner, tier_move_timeout_, std::move(write));
+  master_.SetTierMover(hello.segment_id(), mover);
+  if (hello.write_behind()) {
+    std::lock_guard lock(write_behind_mu_);
+    write_behind_segments_.insert(hello.segment_id());
+    if (!write_behind_) {
+      write_behind_ = std::make_unique<WriteBehind>([this](const std::vector<std::string>& keys) {
+        return master_.CopyToDisk(keys, [this](SegmentId segment) {
+          std::lock_guard segments_lock(write_behind_mu_);
+          return write_behind_segments_.count(segment) != 0;
+        });
+      });
+    }
+  }
+  spdlog::info("tier moves: {} has an SSD tier; eviction there demotes{}", owner,
+               hello.write_behind() ? ", and puts there are written behind" : "");
+  return mover;
+}
+
+void MasterRpcHandler::CloseTierMoves(uint32_t segment,
+                                      const std::shared_ptr<RemoteTierMover>& mover,
+                                      const std::string& why) {
+  mover->Close(why);
+  master_.DetachTierMover(segment, mover.get());
+  {
+    std::lock_guard lock(write_behind_mu_);
+    write_behind_segments_.erase(segment);
+  }
+  spdlog::info("tier moves: stream of segment {} ended ({})", segment, why);
 }
 
 void MasterRpcHandler::AddDiskReplicas(const rpc::AddDiskReplicasRequest& request,
@@ -404,9 +461,51 @@ class MasterServer::Service final : public rpc::Master::Service {
   TIERKV_MASTER_RPCS(TIERKV_RPC)
 #undef TIERKV_RPC
 
+  grpc::Status TierMoves(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<rpc::TierMoveRequest, rpc::TierMoveReply>* stream) override {
+    {
+      std::lock_guard lock(streams_mu_);
+      if (closing_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the master is stopping");
+      streams_.insert(context);
+    }
+    struct Forget {  // the context leaves the set however the call ends
+      Service* self;
+      grpc::ServerContext* context;
+      ~Forget() {
+        std::lock_guard lock(self->streams_mu_);
+        self->streams_.erase(context);
+      }
+    } forget{this, context};
+    rpc::TierMoveReply hello;
+    if (!stream->Read(&hello)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "no first message");
+    }
+    auto mover = h_.OpenTierMoves(
+        hello, [stream](const rpc::TierMoveRequest& request) { return stream->Write(request); });
+    if (!mover.ok()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, mover.status().ToString());
+    }
+    rpc::TierMoveReply reply;
+    while (stream->Read(&reply)) (*mover)->Deliver(reply);
+    h_.CloseTierMoves(hello.segment_id(), *mover,
+                      context->IsCancelled() ? "cancelled" : "the store closed it");
+    return grpc::Status::OK;
+  }
+
+  // Ends every open TierMoves stream, and refuses new ones (shutdown).
+  void CancelStreams() {
+    std::lock_guard lock(streams_mu_);
+    closing_ = true;
+    for (grpc::ServerContext* context : streams_) context->TryCancel();
+  }
+
  private:
   MasterRpcHandler& h_;
   LatencyHistograms* const latency_;
+  std::mutex streams_mu_;
+  std::set<grpc::ServerContext*> streams_;  // guarded by streams_mu_
+  bool closing_ = false;                    // guarded by streams_mu_
 };
 
 #undef TIERKV_MASTER_RPCS
@@ -447,6 +546,7 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
         "method", RpcMethodNames());
     server->collector_ = std::make_shared<MasterCollector>(server->master_, &server->clients_);
   }
+  server->handler_.set_tier_move_timeout(o.tier_move_timeout);
   server->service_ = std::make_unique<Service>(server->handler_, server->rpc_latency_.get());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &server->port_);
@@ -487,6 +587,7 @@ void MasterServer::Shutdown() {
       options_.metrics->Remove(collector_.get());
       options_.metrics->Remove(rpc_latency_.get());
     }
+    if (service_) service_->CancelStreams();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     {
       std::lock_guard lock(stop_mu_);

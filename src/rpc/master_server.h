@@ -22,13 +22,16 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "master/client_registry.h"
 #include "master/master_service.h"
+#include "master/write_behind.h"
 #include "metrics/metrics_registry.h"
+#include "rpc/tier_moves.h"
 #include "tierkv/master.pb.h"
 #include "tierkv/status.h"
 
@@ -67,6 +70,18 @@ class MasterRpcHandler {
 
   void Stats(const rpc::StatsRequest& request, rpc::StatsResponse* response);
 
+  // TierMoves, the stream's start: checks the owner's first message (a registered client that
+  // owns the segment) and attaches to the segment a RemoteTierMover that sends with `write`.
+  // Errors: the CallStatus's (unknown client, SEGMENT_NOT_FOUND), INVALID_PARAMS for a first
+  // message that carries results.
+  Result<std::shared_ptr<RemoteTierMover>> OpenTierMoves(
+      const rpc::TierMoveReply& hello, std::function<bool(const rpc::TierMoveRequest&)> write);
+  // The stream ended: fails what waits on `mover` and detaches it (if still attached).
+  void CloseTierMoves(uint32_t segment, const std::shared_ptr<RemoteTierMover>& mover,
+                      const std::string& why);
+  // How long a tier move waits for the owner's answer (default 30 s).
+  void set_tier_move_timeout(Millis timeout) { tier_move_timeout_ = timeout; }
+
   // Expires silent clients and unmounts their segments (the reaper calls this). Returns the
   // number of clients expired.
   size_t ReapSilentClients();
@@ -82,6 +97,11 @@ class MasterRpcHandler {
   MasterService& master_;
   ClientRegistry& clients_;
   const uint64_t incarnation_;
+  Millis tier_move_timeout_{30000};
+  // Segments whose owner asked for write-behind, and the queue that copies their puts.
+  mutable std::mutex write_behind_mu_;
+  std::set<uint32_t> write_behind_segments_;   // guarded by write_behind_mu_
+  std::unique_ptr<WriteBehind> write_behind_;  // made with the first such segment; mu_
 };
 
 struct MasterServerOptions {
@@ -89,6 +109,9 @@ struct MasterServerOptions {
   int port = 50051;                // 0 = a free port, chosen by the kernel
   MasterOptions master;
   Millis client_ttl{10000};  // a client silent this long is expired
+  // How long a demotion waits for a store to write to its SSD tier before the objects count as
+  // not written (TierMoves stream).
+  Millis tier_move_timeout{30000};
   // How often maintenance runs (abandoned puts, eviction); 0 = derived like embedded mode:
   // a quarter of the shorter of lease TTL and put timeout, between 10 ms and 1 s.
   Millis maintenance_period{0};

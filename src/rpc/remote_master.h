@@ -126,6 +126,8 @@ class RemoteMaster {
   Status Ping();
 
   const std::string& address() const { return address_; }
+  // The channel to the master (TierMoveLink opens its stream on it).
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
   uint64_t client_id() const { return client_id_.load(); }
   // Times this client registered (1 after Connect; +1 per re-registration).
   uint64_t registrations() const { return registrations_.load(); }

@@ -42,7 +42,7 @@ Result<UcxOp> DecodeCommon(const char* what, const void* data, size_t size) {
                              std::to_string(kUcxProtocolVersion));
   }
   const auto op = Get<uint16_t>(bytes, 6);
-  if (op < static_cast<uint16_t>(UcxOp::kHello) || op > static_cast<uint16_t>(UcxOp::kWrite))
+  if (op < static_cast<uint16_t>(UcxOp::kHello) || op > static_cast<uint16_t>(UcxOp::kStage))
     return Invalid(what, "unknown op " + std::to_string(op));
   return static_cast<UcxOp>(op);
 }
@@ -68,7 +68,7 @@ UcxHeader EncodeUcxRequest(const UcxRequest& request) {
 UcxHeader EncodeUcxReply(const UcxReply& reply) {
   UcxHeader out = Common(reply.version, reply.op, reply.id);
   Put<int32_t>(out, 16, reply.status);
-  Put<uint32_t>(out, 20, 0);
+  Put<uint32_t>(out, 20, reply.aux);
   Put<uint64_t>(out, 24, reply.value);
   return out;
 }
@@ -95,8 +95,47 @@ Result<UcxReply> DecodeUcxReply(const void* data, size_t size) {
   reply.op = *op;
   reply.id = Get<uint64_t>(bytes, 8);
   reply.status = Get<int32_t>(bytes, 16);
+  reply.aux = Get<uint32_t>(bytes, 20);
   reply.value = Get<uint64_t>(bytes, 24);
   return reply;
+}
+
+std::vector<uint8_t> EncodeUcxStageDescriptor(const UcxStageDescriptor& d) {
+  std::vector<uint8_t> out(kUcxStageDescriptorHeader + d.key.size());
+  const auto put = [&out](size_t offset, auto value) {
+    std::memcpy(out.data() + offset, &value, sizeof(value));
+  };
+  put(0, d.region);
+  put(4, static_cast<uint32_t>(d.key.size()));
+  put(8, d.generation);
+  put(16, d.record_offset);
+  put(24, d.object_size);
+  std::memcpy(out.data() + kUcxStageDescriptorHeader, d.key.data(), d.key.size());
+  return out;
+}
+
+Result<UcxStageDescriptor> DecodeUcxStageDescriptor(const void* data, size_t size) {
+  if (size < kUcxStageDescriptorHeader) {
+    return Invalid("stage descriptor", std::to_string(size) + " bytes, at least " +
+                                           std::to_string(kUcxStageDescriptorHeader) + " needed");
+  }
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  const auto key_length = Get<uint32_t>(bytes, 4);
+  if (key_length == 0 || key_length > kUcxMaxNameLength) {
+    return Invalid("stage descriptor", "key length " + std::to_string(key_length) + " outside 1.." +
+                                           std::to_string(kUcxMaxNameLength));
+  }
+  if (size != kUcxStageDescriptorHeader + key_length) {
+    return Invalid("stage descriptor",
+                   std::to_string(size) + " bytes for a key of " + std::to_string(key_length));
+  }
+  UcxStageDescriptor d;
+  d.region = Get<uint32_t>(bytes, 0);
+  d.generation = Get<uint64_t>(bytes, 8);
+  d.record_offset = Get<uint64_t>(bytes, 16);
+  d.object_size = Get<uint64_t>(bytes, 24);
+  d.key.assign(reinterpret_cast<const char*>(bytes + kUcxStageDescriptorHeader), key_length);
+  return d;
 }
 
 }  // namespace tierkv::transport

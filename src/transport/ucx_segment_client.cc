@@ -77,11 +77,12 @@ struct UcxSegmentClient::Impl {
     const std::vector<ConstPiece>* src = nullptr;  // write: the op's pieces, or `src_part`
     std::vector<MutPiece> dst_part;                // a part of a large op
     std::vector<ConstPiece> src_part;
-    const std::string* name = nullptr;  // hello
-    std::vector<ucp_dt_iov_t> iov;      // several pieces (only when not bounced)
-    bool bounced = false;               // several pieces, moved through a bounce buffer
-    uint8_t* bounce = nullptr;          // that buffer, from submission to completion
-    UcxHeader header{};                 // must outlive the send
+    const std::string* name = nullptr;                 // hello
+    const std::vector<uint8_t>* descriptor = nullptr;  // stage
+    std::vector<ucp_dt_iov_t> iov;                     // several pieces (only when not bounced)
+    bool bounced = false;       // several pieces, moved through a bounce buffer
+    uint8_t* bounce = nullptr;  // that buffer, from submission to completion
+    UcxHeader header{};         // must outlive the send
     bool submitted = false;
     bool sent = false;       // UCX finished the send (and released src)
     bool replied = false;    // the reply was processed
@@ -89,6 +90,7 @@ struct UcxSegmentClient::Impl {
     bool completed = false;  // all of the above, and counted out of in_flight
     bool failed = false;     // the connection failed under it
     uint64_t value = 0;      // the reply's value
+    uint32_t aux = 0;        // hello: the reply's staging capacity field
     Status status;           // the server's refusal, or a local check's
   };
 
@@ -96,6 +98,7 @@ struct UcxSegmentClient::Impl {
   std::string segment_name;
   UcxTransportOptions options;
   uint64_t size = 0;
+  uint64_t staging_capacity = 0;  // the server's, from the hello; 0: no SSD tier
   std::unique_ptr<UcxWorker> worker;
 
   // Serialises every use of the worker and of the fields below (UCX callbacks run inside
@@ -136,6 +139,10 @@ struct UcxSegmentClient::Impl {
             ? "[" + std::to_string(p.op_offset) + ", " + std::to_string(p.op_offset + p.op_total) +
                   ")"
             : std::to_string(p.op_total) + " bytes at " + std::to_string(p.op_offset);
+    if (p.op == UcxOp::kStage) {
+      return "ucx staged load of value bytes " + range + " from the SSD tier of segment '" +
+             segment_name + "' at " + address;
+    }
     return std::string("ucx ") + (p.op == UcxOp::kRead ? "read of " : "write of ") + range +
            " of segment '" + segment_name + "' at " + address;
   }
@@ -185,9 +192,12 @@ struct UcxSegmentClient::Impl {
   // Checks op `index` (its range and pieces) and appends its requests to `out`: one, already
   // completed, when it fails the checks or is empty; else one per large piece (or
   // kMaxRequestBytes of it) and one per run of small pieces (bounced when it has several).
+  // `limit`: the end of the addressable range (the segment's size; for a stage, the object's);
+  // `max_request`: the largest request (kMaxRequestBytes; for a stage, what fits the server's
+  // staging budget).
   template <typename Piece>
   void AddOp(std::vector<Pending>& out, UcxOp op, size_t index, uint64_t offset,
-             const std::vector<Piece>& pieces);
+             const std::vector<Piece>& pieces, uint64_t limit, uint64_t max_request);
   // Runs the requests of `count` ops and returns one status per op: its first failure, if any.
   std::vector<Status> RunOps(std::vector<Pending>& pendings, size_t count);
 
@@ -256,7 +266,7 @@ ucs_status_t UcxSegmentClient::Impl::OnReply(void* arg, const void* header, size
     std::string what = self->Describe(*p) +
                        ": the server refused: " + std::string(ErrorCodeName(code)) + " (" +
                        std::to_string(reply->status) + ")";
-    if (code == ErrorCode::INVALID_PARAMS) {
+    if (code == ErrorCode::INVALID_PARAMS && p->op != UcxOp::kStage) {
       what += ": the range is outside its segment of " + std::to_string(self->size) + " bytes";
     } else if (code == ErrorCode::SEGMENT_NOT_FOUND) {
       what += ": it serves another segment";
@@ -266,11 +276,12 @@ ucs_status_t UcxSegmentClient::Impl::OnReply(void* arg, const void* header, size
     return UCS_OK;  // drops a rendezvous, if any
   }
   p->value = reply->value;
-  if (p->op == UcxOp::kRead) {
+  if (p->op == UcxOp::kHello) p->aux = reply->aux;
+  if (p->op == UcxOp::kRead || p->op == UcxOp::kStage) {
     if (length != p->total || reply->value != p->total) {
       p->failed = true;
-      self->Fail("protocol error: a read reply of " + std::to_string(length) + " bytes for " +
-                 std::to_string(p->total) + " asked");
+      self->Fail("protocol error: a read or stage reply of " + std::to_string(length) +
+                 " bytes for " + std::to_string(p->total) + " asked");
     } else if (!rendezvous) {
       ScatterCopy(static_cast<const uint8_t*>(data), *p->dst, /*hash=*/false);
     } else {
@@ -342,6 +353,10 @@ void UcxSegmentClient::Impl::Submit(Pending& p) {
     param.flags |= UCP_AM_SEND_FLAG_EAGER;
     buffer = p.name->data();
     count = p.name->size();
+  } else if (p.op == UcxOp::kStage) {
+    param.flags |= UCP_AM_SEND_FLAG_EAGER;
+    buffer = p.descriptor->data();
+    count = p.descriptor->size();
   } else if (p.op == UcxOp::kWrite) {
     if (p.bounce != nullptr) {
       GatherCopy(p.bounce, *p.src, /*hash=*/false);
@@ -429,7 +444,8 @@ void UcxSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
 
 template <typename Piece>
 void UcxSegmentClient::Impl::AddOp(std::vector<Pending>& out, UcxOp op, size_t index,
-                                   uint64_t offset, const std::vector<Piece>& pieces) {
+                                   uint64_t offset, const std::vector<Piece>& pieces,
+                                   uint64_t limit, uint64_t max_request) {
   uint64_t total = 0;
   bool null_piece = false;
   for (const Piece& piece : pieces) {
@@ -447,10 +463,18 @@ void UcxSegmentClient::Impl::AddOp(std::vector<Pending>& out, UcxOp op, size_t i
   first.op_total = total;
   if (null_piece) {
     first.status = Status(ErrorCode::INVALID_PARAMS, Describe(first) + ": a piece has no buffer");
-  } else if (offset > size || total > size - offset) {
-    first.status = Status(ErrorCode::INVALID_PARAMS, Describe(first) +
-                                                         ": the range is outside the segment of " +
-                                                         std::to_string(size) + " bytes");
+  } else if (offset > limit || total > limit - offset) {
+    first.status =
+        Status(ErrorCode::INVALID_PARAMS, Describe(first) + ": the range is outside the " +
+                                              (op == UcxOp::kStage ? "object" : "segment") +
+                                              " of " + std::to_string(limit) + " bytes");
+  } else if (max_request == 0 && staging_capacity == 0) {
+    first.status = Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
+                          Describe(first) + ": the server has no SSD tier");
+  } else if (max_request == 0) {
+    first.status = Status(ErrorCode::OBJECT_TOO_LARGE,
+                          Describe(first) + ": the server's staging buffer of " +
+                              std::to_string(staging_capacity) + " bytes holds no range");
   }
   if (!first.status.ok() || total == 0) {
     first.completed = true;  // nothing to send
@@ -458,8 +482,9 @@ void UcxSegmentClient::Impl::AddOp(std::vector<Pending>& out, UcxOp op, size_t i
     return;
   }
   // Parts, as (from, length) within the op: a piece of kContiguousPieceBytes or more goes as
-  // requests of its own (none over kMaxRequestBytes), a run of smaller neighbours (up to
+  // requests of its own (none over max_request), a run of smaller neighbours (up to
   // kBounceBytes) as one, through a bounce buffer when it has more than one piece.
+  const uint64_t run_max = std::min(kBounceBytes, max_request);
   struct Part {
     uint64_t from, length;
     bool bounced;
@@ -475,11 +500,16 @@ void UcxSegmentClient::Impl::AddOp(std::vector<Pending>& out, UcxOp op, size_t i
   for (const Piece& piece : pieces) {
     if (piece.size >= kContiguousPieceBytes) {
       end_run();
-      for (uint64_t done = 0; done < piece.size; done += kMaxRequestBytes) {
-        parts.push_back(Part{pos + done, std::min(kMaxRequestBytes, piece.size - done), false});
+      for (uint64_t done = 0; done < piece.size; done += max_request) {
+        parts.push_back(Part{pos + done, std::min(max_request, piece.size - done), false});
+      }
+    } else if (piece.size > run_max) {
+      end_run();  // a small piece, but over a small staging budget
+      for (uint64_t done = 0; done < piece.size; done += run_max) {
+        parts.push_back(Part{pos + done, std::min(run_max, piece.size - done), false});
       }
     } else if (piece.size != 0) {
-      if (run_length + piece.size > kBounceBytes) end_run();
+      if (run_length + piece.size > run_max) end_run();
       if (run_length == 0) run_from = pos;
       run_length += piece.size;
       ++run_pieces;
@@ -580,6 +610,7 @@ Result<std::unique_ptr<UcxSegmentClient>> UcxSegmentClient::Connect(
   }
   if (!hello[0].status.ok()) return hello[0].status;
   impl->size = hello[0].value;
+  impl->staging_capacity = uint64_t{hello[0].aux} * kUcxStagingUnit;
   lock.unlock();
   return std::unique_ptr<UcxSegmentClient>(new UcxSegmentClient(std::move(impl)));
 }
@@ -589,6 +620,7 @@ UcxSegmentClient::UcxSegmentClient(std::unique_ptr<Impl> impl) : impl_(std::move
 UcxSegmentClient::~UcxSegmentClient() = default;
 
 uint64_t UcxSegmentClient::size() const { return impl_->size; }
+uint64_t UcxSegmentClient::staging_capacity() const { return impl_->staging_capacity; }
 const std::string& UcxSegmentClient::address() const { return impl_->address; }
 const std::string& UcxSegmentClient::segment_name() const { return impl_->segment_name; }
 
@@ -604,7 +636,8 @@ std::vector<Status> UcxSegmentClient::ReadBatch(const std::vector<ReadOp>& ops) 
   pendings.reserve(ops.size());
   std::lock_guard<std::mutex> lock(impl_->mu);
   for (size_t i = 0; i < ops.size(); ++i) {
-    impl_->AddOp(pendings, UcxOp::kRead, i, ops[i].offset, ops[i].dst);
+    impl_->AddOp(pendings, UcxOp::kRead, i, ops[i].offset, ops[i].dst, impl_->size,
+                 kMaxRequestBytes);
   }
   return impl_->RunOps(pendings, ops.size());
 }
@@ -614,7 +647,55 @@ std::vector<Status> UcxSegmentClient::WriteBatch(const std::vector<WriteOp>& ops
   pendings.reserve(ops.size());
   std::lock_guard<std::mutex> lock(impl_->mu);
   for (size_t i = 0; i < ops.size(); ++i) {
-    impl_->AddOp(pendings, UcxOp::kWrite, i, ops[i].offset, ops[i].src);
+    impl_->AddOp(pendings, UcxOp::kWrite, i, ops[i].offset, ops[i].src, impl_->size,
+                 kMaxRequestBytes);
+  }
+  return impl_->RunOps(pendings, ops.size());
+}
+
+std::vector<Status> UcxSegmentClient::StageBatch(const std::vector<StageOp>& ops,
+                                                 double usable_ratio) {
+  // The largest range whose staging need (align_up(length, 4096) + 8192) fits the usable part
+  // of the server's staging buffer.
+  const auto usable =
+      static_cast<uint64_t>(usable_ratio * static_cast<double>(impl_->staging_capacity));
+  const uint64_t max_range =
+      usable > 8192 + 4096 ? std::min(kMaxRequestBytes, (usable - 8192) & ~uint64_t{4095}) : 0;
+  std::vector<std::vector<uint8_t>> descriptors(ops.size());
+  std::vector<Impl::Pending> pendings;
+  pendings.reserve(ops.size());
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    UcxStageDescriptor d;
+    d.region = ops[i].location.region;
+    d.generation = ops[i].location.generation;
+    d.record_offset = ops[i].location.offset;
+    d.object_size = ops[i].location.size;
+    d.key = ops[i].key;
+    uint64_t total = 0;
+    for (const MutPiece& piece : ops[i].dst) total += piece.size;
+    Status bad;
+    if (d.key.empty() || d.key.size() > kUcxMaxNameLength) {
+      bad = Status(ErrorCode::INVALID_KEY,
+                   "ucx staged load: a key of " + std::to_string(d.key.size()) + " bytes");
+    } else if (total != d.object_size) {
+      bad = Status(ErrorCode::INVALID_PARAMS, "ucx staged load of " + d.key + ": " +
+                                                  std::to_string(total) + " bytes of buffer for " +
+                                                  std::to_string(d.object_size));
+    }
+    if (!bad.ok()) {
+      Impl::Pending refused;
+      refused.op = UcxOp::kStage;
+      refused.op_index = i;
+      refused.completed = true;
+      refused.status = std::move(bad);
+      pendings.push_back(std::move(refused));
+      continue;
+    }
+    descriptors[i] = EncodeUcxStageDescriptor(d);
+    const size_t first = pendings.size();
+    impl_->AddOp(pendings, UcxOp::kStage, i, 0, ops[i].dst, ops[i].location.size, max_range);
+    for (size_t k = first; k < pendings.size(); ++k) pendings[k].descriptor = &descriptors[i];
   }
   return impl_->RunOps(pendings, ops.size());
 }

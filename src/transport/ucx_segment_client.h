@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/disk_location.h"
 #include "tierkv/status.h"
 #include "transfer/copy.h"
 #include "transport/ucx_options.h"
@@ -38,6 +39,13 @@ class UcxSegmentClient {
     uint64_t offset = 0;
     std::vector<ConstPiece> src;
   };
+  // A staged load: the whole value of the record of `key` at `location` in the server's SSD
+  // tier, into `dst` (exactly location.size bytes).
+  struct StageOp {
+    std::string key;
+    DiskLocation location;
+    std::vector<MutPiece> dst;
+  };
 
   // Connects to the server at `address` ("host:port", "[ipv6]:port") and asks for
   // `segment_name`; `timeout` bounds the connection and the handshake. Errors: INVALID_PARAMS
@@ -56,6 +64,8 @@ class UcxSegmentClient {
 
   // The segment's size in bytes, from the handshake.
   uint64_t size() const;
+  // The server's staging buffer in bytes (0: it has no SSD tier), from the handshake.
+  uint64_t staging_capacity() const;
   const std::string& address() const;
   const std::string& segment_name() const;
 
@@ -66,6 +76,17 @@ class UcxSegmentClient {
   // may have transferred part of its bytes. An empty range succeeds without a message.
   std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops);
   std::vector<Status> WriteBatch(const std::vector<WriteOp>& ops);
+
+  // Loads every op from the server's SSD tier (the requester's half of a staged load), many
+  // requests in flight: each op is cut into value ranges whose staging need fits usable_ratio x
+  // the server's staging capacity (an object larger than that streams through it in ranges),
+  // and the server sends each range from its staging buffer as soon as it is read. The bytes
+  // are NOT verified here: the caller checks the object's checksum. Errors per op: as
+  // ReadBatch, plus the server's per-range code (OBJECT_NOT_FOUND: the region was reused;
+  // CHECKSUM_MISMATCH: a corrupt record header; FILE_READ_FAIL; NO_AVAILABLE_HANDLE: no staging
+  // space in time; UNAVAILABLE_IN_CURRENT_MODE: the server has no SSD tier), OBJECT_TOO_LARGE
+  // when the staging budget holds no range, INVALID_KEY for an empty or over-long key.
+  std::vector<Status> StageBatch(const std::vector<StageOp>& ops, double usable_ratio);
 
   // False once the connection failed or closed (see above); never true again. When no call is
   // running it first progresses the connection once, so a server that hung up is noticed here.

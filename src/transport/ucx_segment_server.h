@@ -10,6 +10,15 @@
 // segment is touched; a peer that sends a message it cannot parse is disconnected and logged,
 // and never disturbs another peer. A peer has options.io_timeout to complete its handshake.
 //
+// Staged loads: given the store's SSD tier, the server also answers stage requests (a range of
+// a disk record, docs/ucx-transport.md): a stager thread batches them (up to half the staging
+// capacity at a time), reads them with SsdTier::Stage, and the progress thread sends each piece
+// straight from the staging buffer as soon as it is read; the batch's staging ticket is released
+// when the last of its replies is sent (or its peer is gone). The stager also reclaims, every
+// second, staging space whose ticket outlived the tier's staging TTL. The hello reply tells the
+// requester the staging capacity so it can split its loads. Without a tier, stage requests are
+// refused with UNAVAILABLE_IN_CURRENT_MODE.
+//
 // Thread-safety: Start, address, open_endpoints and Stop may be called from any thread; Stop is
 // idempotent. Owns: the listener, every endpoint, the UCX context and worker, and a reference to
 // the segment. The bytes are synchronised by the master's allocation protocol, not by this class.
@@ -23,6 +32,7 @@
 #include <thread>
 
 #include "memory/memory_segment.h"
+#include "ssd/ssd_tier.h"
 #include "tierkv/status.h"
 #include "transport/ucx_options.h"
 #include "transport/unique_fd.h"
@@ -39,7 +49,8 @@ class UcxSegmentServer {
   // not on this host; naming the address and UCX's reason); INTERNAL_ERROR (eventfd, thread).
   static Result<std::unique_ptr<UcxSegmentServer>> Start(std::shared_ptr<MemorySegment> segment,
                                                          const std::string& host, int port,
-                                                         const UcxTransportOptions& options = {});
+                                                         const UcxTransportOptions& options = {},
+                                                         std::shared_ptr<SsdTier> tier = nullptr);
   ~UcxSegmentServer();  // Stop()
   UcxSegmentServer(const UcxSegmentServer&) = delete;
   UcxSegmentServer& operator=(const UcxSegmentServer&) = delete;
@@ -50,7 +61,8 @@ class UcxSegmentServer {
 
   // Endpoints currently open (handshaking or established). For tests and metrics.
   size_t open_endpoints() const { return open_endpoints_.load(std::memory_order_relaxed); }
-  // Bytes requesters read from the segment (replies sent) and wrote into it, since Start.
+  // Bytes requesters read from the segment or the SSD tier (replies sent) and wrote into the
+  // segment, since Start.
   uint64_t read_bytes() const { return read_bytes_.load(std::memory_order_relaxed); }
   uint64_t written_bytes() const { return written_bytes_.load(std::memory_order_relaxed); }
   // "tcp" or "rdma".

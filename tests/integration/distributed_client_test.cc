@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "distributed_test_util.h"
 #include "http_test_util.h"
 #include "rpc/master_process.h"
 #include "rpc/remote_master.h"
@@ -31,103 +32,10 @@
 namespace tierkv {
 namespace {
 
+using namespace dist_test;  // NOLINT: the shared helpers
 using http_test::HttpGet;
 using http_test::HttpResponse;
 using http_test::Sample;
-using SteadyClock = std::chrono::steady_clock;
-constexpr size_t kObject = 256 * 1024;
-
-// `metrics`: serve /metrics on a free port (metrics_port() says which); else none.
-std::unique_ptr<MasterProcess> StartMaster(std::vector<std::string> extra = {}, int port = 0,
-                                           bool metrics = false) {
-  MasterProcessOptions options;
-  options.binary = TIERKV_BINARY;
-  options.args = {"--host",         "127.0.0.1",         "--port", std::to_string(port),
-                  "--metrics-port", metrics ? "0" : "-1"};
-  options.args.insert(options.args.end(), extra.begin(), extra.end());
-  options.expect_metrics = metrics;
-  auto started = MasterProcess::Start(options);
-  EXPECT_TRUE(started.ok()) << started.status().ToString();
-  return started.ok() ? std::move(started).value() : nullptr;
-}
-
-std::unique_ptr<MasterProcess> StartStore(const MasterProcess& master,
-                                          const std::string& size = "32MiB", bool metrics = false) {
-  MasterProcessOptions options;
-  options.binary = TIERKV_BINARY;
-  options.command = "store";
-  options.args = {"--master",      master.address(), "--segment-size",    size,
-                  "--small-pages", "--metrics-port", metrics ? "0" : "-1"};
-  options.expect_metrics = metrics;
-  auto started = MasterProcess::Start(options);
-  EXPECT_TRUE(started.ok()) << started.status().ToString();
-  return started.ok() ? std::move(started).value() : nullptr;
-}
-
-// A master and two stores (32 MiB each by default).
-struct Cluster {
-  std::unique_ptr<MasterProcess> master, store_a, store_b;
-  bool ok() const { return master && store_a && store_b; }
-};
-
-Cluster StartCluster(std::vector<std::string> master_args = {},
-                     const std::string& store_size = "32MiB") {
-  Cluster c;
-  c.master = StartMaster(std::move(master_args));
-  if (c.master == nullptr) return c;
-  c.store_a = StartStore(*c.master, store_size);
-  c.store_b = StartStore(*c.master, store_size);
-  return c;
-}
-
-Config RequesterConfig(const MasterProcess& master, const std::string& protocol = "shm") {
-  Config c;
-  c.mode = Mode::kStandaloneStore;
-  c.global_segment_size = 0;
-  c.master_server_address = master.address();
-  c.protocol = protocol;
-  c.require_registered_buffers = false;
-  return c;
-}
-
-std::unique_ptr<Client> Requester(const Config& c) {
-  auto client = Client::Create(c);
-  EXPECT_TRUE(client.ok()) << client.status().ToString();
-  return client.ok() ? std::move(client).value() : nullptr;
-}
-
-std::string Pattern(size_t n, int seed) {
-  std::string s(n, '\0');
-  uint32_t x = static_cast<uint32_t>(seed) * 2654435761u + 1;
-  for (size_t i = 0; i < n; ++i) {
-    x = x * 1664525u + 1013904223u;
-    s[i] = static_cast<char>(x >> 24);
-  }
-  return s;
-}
-
-int PutKey(Client& c, const std::string& key, int seed, const ReplicateConfig& rc = {}) {
-  const std::string v = Pattern(kObject, seed);
-  return c.Put(key, v.data(), v.size(), rc);
-}
-
-// The value's size if byte-exact, else the get's (negative) code, or -1000 for wrong bytes.
-int64_t GetKey(Client& c, const std::string& key, int seed) {
-  std::string buf(kObject, '\0');
-  const int64_t n = c.Get(key, buf.data(), buf.size());
-  if (n < 0) return n;
-  return buf == Pattern(kObject, seed) ? n : -1000;
-}
-
-// Until `pred` holds or `timeout` passes.
-bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return pred();
-}
 
 // The data-path tests, once per transport: shm (the store's segment mapped here) and tcp (UCX
 // over 127.0.0.1 to the store's network endpoint).
@@ -561,10 +469,11 @@ TEST(DistributedClientTest, ConfigurationErrorsAreClear) {
   Config offload;
   offload.master_server_address = "127.0.0.1:1";
   offload.protocol = "auto";
+  offload.mode = Mode::kStandaloneStore;  // a requester: no segment for a tier to back
   offload.enable_offload = true;
   offload.offload_paths = {"/tmp/x.tier"};
   auto refused = Client::Create(offload);
-  EXPECT_EQ(refused.code(), ErrorCode::UNAVAILABLE_IN_CURRENT_MODE) << refused.status().ToString();
+  EXPECT_EQ(refused.code(), ErrorCode::INVALID_CONFIG) << refused.status().ToString();
 }
 
 }  // namespace

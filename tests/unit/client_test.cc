@@ -330,13 +330,16 @@ TEST_F(ClientTest, LargeBatchOfTinyAndOddObjects) {
 }
 
 TEST(ClientCreate, RejectsWhatItCannotRunAndBadConfig) {
-  // A remote master with an SSD tier is refused before any connection is tried.
+  // A requester that contributes no segment has nothing to put an SSD tier behind: refused
+  // before any connection is tried.
   Config c = SmallConfig();
+  c.mode = Mode::kStandaloneStore;
+  c.global_segment_size = 0;
   c.master_server_address = "127.0.0.1:1";
   c.enable_offload = true;
   c.offload_paths = {"/tmp/tierkv-never-created.tier"};
   auto r = Client::Create(c);
-  EXPECT_EQ(r.code(), ErrorCode::UNAVAILABLE_IN_CURRENT_MODE) << r.status().ToString();
+  EXPECT_EQ(r.code(), ErrorCode::INVALID_CONFIG) << r.status().ToString();
   EXPECT_NE(r.status().message().find("enable_offload"), std::string::npos);
   Config requester = SmallConfig();
   requester.mode = Mode::kStandaloneStore;

@@ -113,7 +113,7 @@ TEST(UcxProtocolTest, GarbageIsRejected) {
   bad_version[4] = 9;
   EXPECT_TRUE(Refused(DecodeUcxReply(bad_version.data(), bad_version.size()).status(),
                       ErrorCode::INVALID_PARAMS, {"version 9"}));
-  for (uint16_t op : {0, 4, 0xffff}) {
+  for (uint16_t op : {0, 5, 0xffff}) {
     UcxHeader bad_op = good;
     std::memcpy(bad_op.data() + 6, &op, sizeof(op));
     EXPECT_TRUE(Refused(DecodeUcxRequest(bad_op.data(), bad_op.size()).status(),
@@ -764,6 +764,18 @@ TEST_F(UcxTransportTest, MalformedMessagesCloseThatEndpointOnly) {
          return p.Send(UcxRequest{kUcxProtocolVersion, UcxOp::kHello, 1, 0, 0}, nullptr, 0);
        }},
       {"second hello", true, [&](RawPeer& p) { return p.Hello(); }},
+      {"stage with a truncated descriptor", true,
+       [&](RawPeer& p) {
+         const auto d = EncodeUcxStageDescriptor({0, 1, 0, 4096, "key"});
+         return p.Send(UcxRequest{kUcxProtocolVersion, UcxOp::kStage, 7, 0, 4096}, d.data(),
+                       d.size() - 1);
+       }},
+      {"stage before hello", false,
+       [&](RawPeer& p) {
+         const auto d = EncodeUcxStageDescriptor({0, 1, 0, 4096, "key"});
+         return p.Send(UcxRequest{kUcxProtocolVersion, UcxOp::kStage, 7, 0, 4096}, d.data(),
+                       d.size());
+       }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -782,6 +794,48 @@ TEST_F(UcxTransportTest, MalformedMessagesCloseThatEndpointOnly) {
   }
   EXPECT_TRUE(WaitUntil([&] { return server_->open_endpoints() == 1; }, Millis(3000)));
   EXPECT_EQ(segment_->base()[0], Pattern(0, 7)) << "a malformed write touched the segment";
+}
+
+TEST_F(UcxTransportTest, AServerWithoutATierRefusesAStageAndKeepsTheEndpoint) {
+  auto peer = RawPeer::Connect(server_->address());
+  ASSERT_NE(peer, nullptr);
+  ASSERT_EQ(peer->Hello(), UCS_OK);
+  std::optional<UcxReply> hello = peer->NextReply();
+  ASSERT_TRUE(hello.has_value());
+  EXPECT_EQ(hello->aux, 0u) << "no staging capacity without a tier";
+  const auto d = EncodeUcxStageDescriptor({0, 1, 0, 4096, "key"});
+  ASSERT_EQ(
+      peer->Send(UcxRequest{kUcxProtocolVersion, UcxOp::kStage, 9, 0, 4096}, d.data(), d.size()),
+      UCS_OK);
+  std::optional<UcxReply> reply = peer->NextReply();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->id, 9u);
+  EXPECT_EQ(reply->status, ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE));
+  EXPECT_FALSE(peer->ClosedWithin(Millis(200)));
+}
+
+TEST(UcxProtocolTest, StageDescriptorRoundTripAndGarbage) {
+  const UcxStageDescriptor d{7, 0x1122334455667788ull, 8192, 3 << 20, "layer/3"};
+  const auto bytes = EncodeUcxStageDescriptor(d);
+  ASSERT_EQ(bytes.size(), kUcxStageDescriptorHeader + d.key.size());
+  auto back = DecodeUcxStageDescriptor(bytes.data(), bytes.size());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->region, d.region);
+  EXPECT_EQ(back->generation, d.generation);
+  EXPECT_EQ(back->record_offset, d.record_offset);
+  EXPECT_EQ(back->object_size, d.object_size);
+  EXPECT_EQ(back->key, d.key);
+  for (size_t size = 0; size < bytes.size(); ++size) {
+    EXPECT_FALSE(DecodeUcxStageDescriptor(bytes.data(), size).ok()) << size;
+  }
+  std::vector<uint8_t> longer = bytes;
+  longer.push_back(0);
+  EXPECT_FALSE(DecodeUcxStageDescriptor(longer.data(), longer.size()).ok());
+  std::vector<uint8_t> no_key = EncodeUcxStageDescriptor({0, 0, 0, 1, "k"});
+  const uint32_t zero = 0;
+  std::memcpy(no_key.data() + 4, &zero, sizeof(zero));
+  EXPECT_TRUE(Refused(DecodeUcxStageDescriptor(no_key.data(), no_key.size()).status(),
+                      ErrorCode::INVALID_PARAMS, {"key length 0"}));
 }
 
 TEST_F(UcxTransportTest, ASilentPeerIsClosedAfterTheHandshakeTimeout) {

@@ -1,10 +1,14 @@
-#include "client/write_behind.h"
+#include "master/write_behind.h"
 
 #include <spdlog/spdlog.h>
 
 namespace tierkv {
 
-WriteBehind::WriteBehind(MasterService* master) : master_(master), thread_([this] { Loop(); }) {}
+WriteBehind::WriteBehind(MasterService* master)
+    : WriteBehind(
+          [master](const std::vector<std::string>& keys) { return master->CopyToDisk(keys); }) {}
+
+WriteBehind::WriteBehind(CopyFn copy) : copy_(std::move(copy)), thread_([this] { Loop(); }) {}
 
 WriteBehind::~WriteBehind() {
   Drain();
@@ -57,7 +61,7 @@ void WriteBehind::Loop() {
     }
     busy_ = true;
     lock.unlock();
-    const std::vector<Status> results = master_->CopyToDisk(batch);
+    const std::vector<Status> results = copy_(batch);
     uint64_t failed = 0;
     for (size_t i = 0; i < results.size(); ++i) {
       // Removed or evicted since the put: nothing to copy.

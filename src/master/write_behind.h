@@ -1,7 +1,8 @@
 // WriteBehind: copies freshly put objects to the SSD tier in the background
 // (offload_write_policy "write_behind"), so a later eviction only frees memory.
 //
-// Keys queue up at PutEnd; one thread hands them to MasterService::CopyToDisk in batches.
+// Keys queue up at PutEnd; one thread hands them to the master's CopyToDisk in batches (a
+// MasterService in this process, or a remote master's RPC).
 // The queue is bounded: when it is full, the oldest keys are dropped from it (they are then
 // demoted at eviction, as with demote_on_evict) and counted. The destructor drains what is
 // queued. Thread-safety: thread-safe.
@@ -10,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -24,7 +26,11 @@ class WriteBehind {
   static constexpr size_t kMaxQueued = 1 << 16;
   static constexpr size_t kBatch = 256;
 
+  // CopyToDisk's signature: one status per key.
+  using CopyFn = std::function<std::vector<Status>(const std::vector<std::string>&)>;
+
   explicit WriteBehind(MasterService* master);
+  explicit WriteBehind(CopyFn copy);
   ~WriteBehind();
   WriteBehind(const WriteBehind&) = delete;
   WriteBehind& operator=(const WriteBehind&) = delete;
@@ -38,7 +44,7 @@ class WriteBehind {
  private:
   void Loop();
 
-  MasterService* const master_;
+  const CopyFn copy_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable idle_cv_;

@@ -1,0 +1,215 @@
+#include "fio_runner.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <vector>
+
+extern char** environ;
+
+namespace tierkv::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+Status Failed(std::string message) { return Status(ErrorCode::INTERNAL_ERROR, std::move(message)); }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Runs argv[0] (searched on PATH) with the child's stdout and stderr sent to the given
+// files ("" = this process's stderr: stdout carries results only). Returns the exit status,
+// or -1 with *error set when the program could not be started or did not exit normally.
+int Spawn(const std::vector<std::string>& args, const std::string& stdout_path,
+          const std::string& stderr_path, std::string* error) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (stdout_path.empty()) {
+    posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, stdout_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  }
+  if (!stderr_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  }
+  std::vector<char*> argv;
+  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    *error = "cannot start " + args[0] + ": " + std::strerror(rc);
+    return -1;
+  }
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0) {
+    if (errno != EINTR) {
+      *error = "waitpid(" + args[0] + "): " + std::strerror(errno);
+      return -1;
+    }
+  }
+  if (!WIFEXITED(wstatus)) {
+    *error = args[0] + " was killed by signal " + std::to_string(WTERMSIG(wstatus));
+    return -1;
+  }
+  return WEXITSTATUS(wstatus);
+}
+
+}  // namespace
+
+// fio on PATH, or installed with apt-get (as root, else through `sudo -n`).
+Status EnsureFio(Progress* progress) {
+  if (OnPath("fio")) return Status::Ok();
+  progress->Update("fio is missing: apt-get install -y fio");
+  std::cerr << "tierkv bench disk: fio not found on PATH; trying apt-get install -y fio"
+            << std::endl;
+  AptInstall("fio", "tierkv bench disk");
+  if (!OnPath("fio")) {
+    return Failed(
+        "fio is not installed and `apt-get install -y fio` failed; install fio "
+        "(scripts/install-deps.sh lists it) and run again");
+  }
+  return Status::Ok();
+}
+
+// Runs one fio job on `file` and returns its bandwidth in GB/s (bw_bytes of the job).
+Result<double> RunFio(const FioJob& job, const std::string& file, const std::string& dir,
+                      bool direct) {
+  const std::string json_path = dir + "/fio-" + job.name + ".json";
+  const std::string err_path = dir + "/fio-" + job.name + ".stderr";
+  const std::vector<std::string> args = {
+      "fio",
+      "--name=tierkv-disk-" + job.name,
+      "--filename=" + file,
+      std::string("--rw=") + (job.write ? "write" : "read"),
+      "--bs=" + std::to_string(job.block_bytes),
+      "--size=" + std::to_string(job.size_bytes),
+      "--ioengine=io_uring",
+      std::string("--direct=") + (direct ? "1" : "0"),
+      "--iodepth=" + std::to_string(job.iodepth),
+      "--numjobs=1",
+      std::string("--mem=") + (job.huge_pages ? "mmaphuge" : "malloc"),
+      "--end_fsync=0",
+      "--output-format=json",
+      "--output=" + json_path,
+  };
+  std::string error;
+  const int rc = Spawn(args, "/dev/null", err_path, &error);
+  const std::string stderr_text = ReadFile(err_path);
+  const std::string json_text = ReadFile(json_path);
+  std::error_code ignored;
+  fs::remove(json_path, ignored);
+  fs::remove(err_path, ignored);
+  if (rc != 0) {
+    return Failed("fio " + job.name + " failed (" +
+                  (rc < 0 ? error : "exit " + std::to_string(rc)) + "): " + stderr_text);
+  }
+  // fio may print notes before the JSON object.
+  const size_t start = json_text.find('{');
+  nlohmann::json parsed =
+      nlohmann::json::parse(start == std::string::npos ? std::string() : json_text.substr(start),
+                            nullptr, /*allow_exceptions=*/false);
+  const char* section = job.write ? "write" : "read";
+  if (parsed.is_discarded() || !parsed.contains("jobs") || !parsed["jobs"].is_array() ||
+      parsed["jobs"].empty() || !parsed["jobs"][0].contains(section)) {
+    return Failed("fio " + job.name +
+                  ": cannot parse its JSON output: " + json_text.substr(0, 200));
+  }
+  const nlohmann::json& j = parsed["jobs"][0];
+  if (j.value("error", 0) != 0) {
+    return Failed("fio " + job.name + ": job error " + std::to_string(j.value("error", 0)));
+  }
+  const uint64_t io_bytes = j[section].value("io_bytes", uint64_t{0});
+  const double bw_bytes = j[section].value("bw_bytes", 0.0);
+  if (io_bytes < job.size_bytes / 2 || bw_bytes <= 0) {
+    return Failed("fio " + job.name + " moved " + std::to_string(io_bytes) + " of " +
+                  std::to_string(job.size_bytes) + " bytes");
+  }
+  return bw_bytes / 1e9;
+}
+
+// ---- Direct IO and hugetlb pages --------------------------------------------------------
+
+// Whether files in `dir` can be opened with O_DIRECT (what the tier file and fio then use).
+bool ProbeDirectIo(const std::string& dir) {
+  const std::string probe = dir + "/.tierkv-direct-probe";
+  ::unlink(probe.c_str());  // a leftover of a killed run
+  const int fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_DIRECT, 0600);
+  if (fd < 0) return false;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return true;
+}
+
+HugetlbPages ReadHugetlbPages() {
+  HugetlbPages pages;
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string name;
+    uint64_t value = 0;
+    fields >> name >> value;
+    if (name == "HugePages_Total:") pages.total = value;
+    if (name == "HugePages_Free:") pages.free = value;
+    if (name == "Hugepagesize:") pages.page_bytes = value * 1024;  // "2048 kB"
+  }
+  if (pages.page_bytes == 0) pages.page_bytes = 2 * kMiB;
+  return pages;
+}
+
+const char* const kNrHugepages = "/proc/sys/vm/nr_hugepages";
+
+static bool WriteNrHugepages(uint64_t pages) {
+  std::ofstream out(kNrHugepages);
+  out << pages << "\n";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+HugetlbReservation::HugetlbReservation(uint64_t needed) {
+  const HugetlbPages pages = ReadHugetlbPages();
+  if (pages.free >= needed) {
+    ok_ = true;
+    return;
+  }
+  if (access(kNrHugepages, W_OK) != 0) return;
+  if (!WriteNrHugepages(pages.total + (needed - pages.free))) return;
+  raised_ = true;
+  original_ = pages.total;
+  ok_ = ReadHugetlbPages().free >= needed;  // the kernel may find fewer free 2 MiB blocks
+}
+
+HugetlbReservation::~HugetlbReservation() {
+  if (raised_ && !WriteNrHugepages(original_)) {
+    std::cerr << "tierkv bench disk: could not restore " << kNrHugepages << " to " << original_
+              << std::endl;
+  }
+}
+
+uint64_t HugetlbPagesFor(const FioJob& job) {
+  const uint64_t page = ReadHugetlbPages().page_bytes;
+  return (job.block_bytes * job.iodepth + page - 1) / page + 1;
+}
+
+const char* FioMemName(bool huge_pages) { return huge_pages ? "mmaphuge" : "malloc"; }
+
+}  // namespace tierkv::bench

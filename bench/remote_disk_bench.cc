@@ -1,0 +1,283 @@
+#include "remote_disk_bench.h"
+
+#include <sys/statfs.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fio_runner.h"
+#include "remote_bench.h"
+#include "ssd/record_format.h"
+#include "ssd/staging_area.h"
+#include "tierkv/client.h"
+#include "tierkv/config.h"
+
+namespace tierkv::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint64_t kPatternSeed = 0x7264'6973'6b62'656eull;  // "rdiskben"
+constexpr int64_t kTmpfsMagic = 0x01021994;
+constexpr uint32_t kRingQueueDepth = 32;  // the store's io_uring ring (DeviceOptions)
+// The workload's name: its keys are "bench-disk-remote@size:...".
+constexpr const char* kName = "disk-remote";
+
+Status Bad(std::string message) { return Status(ErrorCode::INVALID_PARAMS, std::move(message)); }
+Status Failed(std::string message) { return Status(ErrorCode::INTERNAL_ERROR, std::move(message)); }
+double Round3(double value) { return std::round(value * 1000.0) / 1000.0; }
+
+Status Validate(const RemoteDiskBenchOptions& o) {
+  if (o.common.reps < 1 || o.common.reps > 100) return Bad("--reps must be 1..100");
+  if (o.object_bytes == 0 || o.working_set_bytes < 4 * o.object_bytes) {
+    return Bad("--working-set must hold at least 4 objects of " + FormatBytes(o.object_bytes));
+  }
+  if (o.segment_bytes < o.batch * o.object_bytes * 2) {
+    return Bad("--segment-size must hold two put batches (" +
+               FormatBytes(o.batch * o.object_bytes * 2) + ")");
+  }
+  if (o.segment_bytes >= o.working_set_bytes) {
+    return Bad("--segment-size must be smaller than --working-set, or nothing is demoted");
+  }
+  if (o.batch == 0 || o.batch > 4096) return Bad("--batch must be 1..4096");
+  if (o.fio_mem != "auto" && o.fio_mem != "malloc" && o.fio_mem != "mmaphuge") {
+    return Bad("--fio-mem must be auto, malloc or mmaphuge");
+  }
+  if (o.dir.empty()) return Bad("--dir is empty");
+  return Status::Ok();
+}
+
+struct Result3 {
+  double put_gbps = 0, load_gbps = 0, fio_read_gbps = 0, fio_write_gbps = 0;
+  size_t disk_objects = 0;
+  uint32_t load_queue_depth = 1;
+  bool fio_huge_pages = false;
+};
+
+// The number of leading objects of `workload` (in put order: the first demoted) that have
+// only disk replicas now.
+Result<size_t> LeadingDiskOnly(Client& client, const TransferWorkload& workload) {
+  size_t n = 0;
+  constexpr size_t kChunk = 1024;
+  for (size_t first = 0; first < workload.objects(); first += kChunk) {
+    std::vector<std::string> keys;
+    for (size_t i = first; i < std::min(workload.objects(), first + kChunk); ++i) {
+      keys.push_back(workload.key(i));
+    }
+    const auto descs = client.BatchGetReplicaDesc(keys);
+    for (const auto& d : descs) {
+      if (!d.ok()) return Failed("replica descriptors: " + d.status().ToString());
+      const bool disk_only =
+          !d->empty() && std::all_of(d->begin(), d->end(), [](const ReplicaDesc& r) {
+            return r.tier == ReplicaTier::kDisk;
+          });
+      if (!disk_only) return n;
+      ++n;
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+Status RunRemoteDiskBench(const RemoteDiskBenchOptions& options) {
+  if (Status s = Validate(options); !s.ok()) return s;
+  Result<Config> loaded = LoadConfig(options.common.config_path);
+  if (!loaded.ok()) return loaded.status();
+  const Config base = std::move(loaded).value();
+  const RemoteDiskBenchOptions& o = options;
+  const size_t objects = static_cast<size_t>(o.working_set_bytes / o.object_bytes);
+  const uint64_t value_bytes = objects * o.object_bytes;
+
+  std::error_code ec;
+  const bool existed = fs::exists(o.dir, ec);
+  if (!existed && !fs::create_directories(o.dir, ec)) {
+    return Status(ErrorCode::FILE_OPEN_FAIL, "cannot create " + o.dir + ": " + ec.message());
+  }
+  struct DirRemover {
+    std::string dir;
+    bool created;
+    ~DirRemover() {
+      std::error_code ignored;
+      fs::remove(dir + "/store.json", ignored);
+      if (created) fs::remove(dir, ignored);  // only if empty
+    }
+  } remover{o.dir, !existed};
+  struct statfs st {};
+  if (statfs(o.dir.c_str(), &st) != 0 || static_cast<int64_t>(st.f_type) == kTmpfsMagic ||
+      !ProbeDirectIo(o.dir)) {
+    return Bad(o.dir + " is not on a disk with O_DIRECT (tmpfs?): pass --dir on a disk");
+  }
+
+  // The store: an SSD tier with room for everything (nothing leaves the disk), io_uring.
+  // TransferWorkload's key of object 0 (all keys of one size have one length).
+  const std::string key0 = std::string("bench-") + kName +
+                           "@size:" + std::to_string(o.object_bytes) + "@" + HexHash64(0);
+  const uint64_t span = RecordSpan(key0.size(), o.object_bytes);
+  const uint64_t per_region = (o.region_bytes - kFirstRecordOffset) / span;
+  if (per_region == 0) return Bad("--region-size holds no object");
+  const uint64_t regions = (objects + per_region - 1) / per_region + 2;
+  const std::string config_path = o.dir + "/store.json";
+  {
+    std::ofstream out(config_path);
+    out << "{\"enable_offload\": true, \"offload_paths\": [\"" << o.dir << "/remote.tier\"], "
+        << "\"offload_capacity\": " << regions * o.region_bytes
+        << ", \"offload_region_size\": " << o.region_bytes
+        << ", \"staging_buffer_size\": " << o.staging_bytes
+        << ", \"offload_io_engine\": \"io_uring\"}\n";
+    if (!out) return Failed("cannot write " + config_path);
+  }
+
+  Progress progress("disk-remote", o.common.progress);
+  if (Status s = EnsureFio(&progress); !s.ok()) return s;
+  Result<TransferBuffers> buffers = AllocateTransferBuffers(value_bytes, kPatternSeed, progress);
+  if (!buffers.ok()) return buffers.status();
+
+  std::vector<Result3> reps;
+  for (int rep = 0; rep < o.common.reps; ++rep) {
+    const std::string where =
+        "rep " + std::to_string(rep + 1) + "/" + std::to_string(o.common.reps);
+    Result3 r;
+    {
+      progress.Update(where + ": starting tierkv master and a tierkv store with an SSD tier");
+      auto cluster = LocalCluster::Start(o.segment_bytes, false, {"--config", config_path});
+      if (!cluster.ok()) return cluster.status();
+      auto created = Client::Create(RequesterConfig(base, (*cluster)->master_address(), "tcp"));
+      if (!created.ok()) return created.status();
+      std::unique_ptr<Client> client = std::move(created).value();
+      if (Status s = client->RegisterBuffer(buffers->src.data(), buffers->src.size()); !s.ok()) {
+        return s;
+      }
+      if (Status s = client->RegisterBuffer(buffers->dst.data(), buffers->dst.size()); !s.ok()) {
+        return s;
+      }
+      if (Status s = WarmUpRequester(*client); !s.ok()) return s;
+      TransferWorkload all(kName, o.object_bytes, objects, o.batch, 1, buffers->src, buffers->dst);
+
+      progress.Update(where + ": put " + FormatBytes(value_bytes) + " (demoting as it goes)");
+      Result<double> put = all.Put(*client);
+      if (!put.ok()) return put.status();
+      r.put_gbps = Gbps(value_bytes, *put);
+      // Let the master's maintenance finish the eviction pass the last puts started.
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      Result<size_t> disk_only = LeadingDiskOnly(*client, all);
+      if (!disk_only.ok()) return disk_only.status();
+      if (*disk_only < 2) {
+        return Failed("only " + std::to_string(*disk_only) +
+                      " objects were demoted to the store's SSD tier");
+      }
+      r.disk_objects = *disk_only;
+      TransferWorkload loads(kName, o.object_bytes, r.disk_objects, o.batch, 1, buffers->src,
+                             buffers->dst);
+      progress.Update(where + ": get " + std::to_string(r.disk_objects) +
+                      " objects from the store's SSD tier");
+      Result<double> load = loads.Get(*client, rep);
+      if (!load.ok()) return load.status();
+      r.load_gbps = Gbps(r.disk_objects * o.object_bytes, *load);
+      if (Status s = all.RemoveAll(*client); !s.ok()) return s;
+      (void)client->UnregisterBuffer(buffers->src.data());
+      (void)client->UnregisterBuffer(buffers->dst.data());
+      client.reset();
+      progress.Update(where + ": stopping the store and the master");
+      if (Status s = (*cluster)->Stop(); !s.ok()) return s;
+    }
+
+    // fio, the same bytes: records read at the queue depth of one store batch (half the
+    // staging buffer, at most the ring), regions written at depth 1.
+    const uint64_t per_batch =
+        std::max<uint64_t>(1, o.staging_bytes / 2 / StagingNeed(o.object_bytes));
+    r.load_queue_depth = static_cast<uint32_t>(
+        std::min<uint64_t>({per_batch, kRingQueueDepth, static_cast<uint64_t>(o.batch)}));
+    FioJob read{.name = "read",
+                .write = false,
+                .block_bytes = span,
+                .size_bytes = r.disk_objects * span,
+                .iodepth = r.load_queue_depth};
+    FioJob write{.name = "write",
+                 .write = true,
+                 .block_bytes = o.region_bytes,
+                 .size_bytes =
+                     (r.disk_objects * span + o.region_bytes - 1) / o.region_bytes * o.region_bytes,
+                 .iodepth = 1};
+    std::unique_ptr<HugetlbReservation> reservation;
+    if (o.fio_mem != "malloc") {
+      reservation = std::make_unique<HugetlbReservation>(
+          std::max(HugetlbPagesFor(read), HugetlbPagesFor(write)));
+      if (!reservation->ok() && o.fio_mem == "mmaphuge") {
+        return Bad("--fio-mem mmaphuge: not enough free hugetlb pages for fio");
+      }
+    }
+    r.fio_huge_pages = reservation != nullptr && reservation->ok();
+    const std::string file = o.dir + "/fio.dat";
+    for (FioJob* job : {&write, &read}) {
+      job->huge_pages = r.fio_huge_pages;
+      progress.Update(where + ": fio " + job->name);
+      Result<double> gbps = RunFio(*job, file, o.dir, /*direct=*/true);
+      if (!gbps.ok()) {
+        fs::remove(file, ec);
+        return gbps.status();
+      }
+      (job->write ? r.fio_write_gbps : r.fio_read_gbps) = *gbps;
+    }
+    fs::remove(file, ec);
+    reps.push_back(r);
+  }
+  progress.Done();
+
+  auto median = [&](double Result3::*field) {
+    std::vector<double> v;
+    for (const Result3& r : reps) v.push_back(r.*field);
+    return Median(v);
+  };
+  const double load = median(&Result3::load_gbps), put = median(&Result3::put_gbps);
+  const double fio_read = median(&Result3::fio_read_gbps);
+  const double fio_write = median(&Result3::fio_write_gbps);
+  const double load_ratio = fio_read > 0 ? load / fio_read : 0;
+  const double put_ratio = fio_write > 0 ? put / fio_write : 0;
+  const Result3& last = reps.back();
+  if (o.common.json) {
+    JsonLine()
+        .Add("bench", "disk_remote")
+        .Add("transport", "tcp")
+        .Add("object_bytes", o.object_bytes)
+        .Add("objects", objects)
+        .Add("disk_objects", last.disk_objects)
+        .Add("store_segment_bytes", o.segment_bytes)
+        .Add("region_bytes", o.region_bytes)
+        .Add("staging_bytes", o.staging_bytes)
+        .Add("batch", o.batch)
+        .Add("reps", o.common.reps)
+        .Add("load_gbps", Round3(load))
+        .Add("fio_read_gbps", Round3(fio_read))
+        .Add("load_ratio", Round3(load_ratio))
+        .Add("load_queue_depth", last.load_queue_depth)
+        .Add("put_gbps", Round3(put))
+        .Add("fio_write_gbps", Round3(fio_write))
+        .Add("put_ratio", Round3(put_ratio))
+        .Add("fio_mem", FioMemName(last.fio_huge_pages))
+        .Add("load_target", kRemoteLoadRatioTarget)
+        .Emit();
+  }
+  std::ostream& out = o.common.json ? std::cerr : std::cout;
+  out << "tierkv bench disk-remote: " << objects << " x " << FormatBytes(o.object_bytes)
+      << " put through a requester (tcp) into a store with a " << FormatBytes(o.segment_bytes)
+      << " segment; " << last.disk_objects << " objects loaded back from its SSD tier (" << o.dir
+      << "), median of " << o.common.reps << " rep(s)\n"
+      << "  staged load  " << Round3(load) << " GB/s   fio read (qd " << last.load_queue_depth
+      << ", " << FioMemName(last.fio_huge_pages) << ") " << Round3(fio_read) << " GB/s   ratio "
+      << Round3(load_ratio) << " (target " << kRemoteLoadRatioTarget << ": "
+      << (load_ratio >= kRemoteLoadRatioTarget ? "PASS" : "FAIL") << ")\n"
+      << "  put+demote   " << Round3(put) << " GB/s   fio write (qd 1) " << Round3(fio_write)
+      << " GB/s   ratio " << Round3(put_ratio) << " (informational)\n";
+  return Status::Ok();
+}
+
+}  // namespace tierkv::bench

@@ -1,0 +1,122 @@
+// Tier moves across processes: how `tierkv master` has a store write objects to the store's SSD
+// tier (the TierMoves stream of proto/tierkv/master.proto).
+//
+// The master never touches object bytes; when it demotes or writes behind objects of a segment
+// whose owner has an SSD tier it calls that segment's TierMover (master/tier_mover.h). For a
+// segment of another process that mover is a RemoteTierMover: it writes the items on the
+// stream the owner opened and waits for the owner's answer. The owner's side is a TierMoveLink:
+// a thread that keeps the stream open (re-opening it after a master restart or a re-mount) and
+// answers each request with the store's LocalTierMover.
+//
+// Failure: a stream that ends, or a request not answered within the timeout, fails the items
+// with TRANSFER_FAIL; the master then treats them as a failed tier write (demotion drops them,
+// whole groups). A late answer is ignored. The record the owner may still write is orphaned:
+// nothing points at it, and its region is reused in turn.
+// Thread-safety: both classes are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "master/tier_mover.h"
+#include "tierkv/master.pb.h"
+
+namespace grpc {
+class Channel;
+class ClientContext;
+}  // namespace grpc
+
+namespace tierkv {
+
+class RemoteMaster;
+
+// The master's side: one per open stream.
+class RemoteTierMover final : public TierMover {
+ public:
+  // `write` sends one request on the stream (false when the stream is broken); it is called
+  // with a mutex held, never concurrently. `owner` names the store in messages.
+  RemoteTierMover(std::string owner, Millis timeout,
+                  std::function<bool(const rpc::TierMoveRequest&)> write);
+  ~RemoteTierMover() override;
+
+  std::vector<Result<DiskLocation>> Demote(const std::vector<DemoteItem>& items) override;
+
+  // An answer read from the stream. One for no request in flight (late, or made up) is
+  // ignored and logged; one with the wrong number of results fails its request with RPC_FAIL.
+  void Deliver(const rpc::TierMoveReply& reply);
+  // The stream ended: fails the requests in flight and every later Demote; once it returns,
+  // `write` is never called again.
+  void Close(const std::string& why);
+
+ private:
+  struct Waiter {
+    size_t items = 0;
+    bool done = false;
+    std::vector<Result<DiskLocation>> results;
+  };
+
+  const std::string owner_;
+  const Millis timeout_;
+  const std::function<bool(const rpc::TierMoveRequest&)> write_;
+  std::mutex write_mu_;  // serialises write_ and guards closed_ for it
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, Waiter*> waiting_;  // guarded by mu_
+  uint64_t next_id_ = 1;                 // guarded by mu_
+  bool closed_ = false;                  // guarded by mu_ and write_mu_ (both to set)
+  std::string why_closed_;               // guarded by mu_
+};
+
+// The owner's side: serves the master's tier moves for one of its segments.
+class TierMoveLink {
+ public:
+  // Keeps a TierMoves stream open on `master`'s channel for the segment `handle` (as
+  // MountSegment returned it; followed across re-mounts) and answers each request with
+  // `local`. Retries every `retry` while the master is unreachable or does not know the
+  // segment yet. Never fails: its state is in connected().
+  // `write_behind`: ask the master to copy each put on the segment to the tier soon after its
+  // PutEnd (offload_write_policy write_behind).
+  TierMoveLink(RemoteMaster& master, uint64_t handle, std::shared_ptr<TierMover> local,
+               bool write_behind = false, Millis retry = Millis(200));
+  ~TierMoveLink();  // closes the stream and joins the threads
+  TierMoveLink(const TierMoveLink&) = delete;
+  TierMoveLink& operator=(const TierMoveLink&) = delete;
+
+  // Whether a stream is open and bound to the segment's current id.
+  bool connected() const { return connected_.load(); }
+  // Streams opened so far (1 after the first; +1 per re-open).
+  uint64_t opened() const { return opened_.load(); }
+  // Requests answered, and items written to the tier.
+  uint64_t requests() const { return requests_.load(); }
+
+ private:
+  void Run();    // opens streams and answers requests
+  void Watch();  // cancels a stream whose segment id or client id went stale
+
+  RemoteMaster& master_;
+  const uint64_t handle_;
+  const std::shared_ptr<TierMover> local_;
+  const bool write_behind_;
+  const Millis retry_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;                              // guarded by mu_
+  grpc::ClientContext* context_ = nullptr;         // the open stream's; guarded by mu_
+  uint64_t bound_segment_ = 0, bound_client_ = 0;  // what it was opened for; guarded by mu_
+  std::atomic<bool> connected_{false};
+  std::atomic<uint64_t> opened_{0};
+  std::atomic<uint64_t> requests_{0};
+  std::thread runner_;
+  std::thread watcher_;
+};
+
+}  // namespace tierkv
