@@ -59,7 +59,7 @@ class HugetlbReservation {
   uint64_t original_ = 0;
 };
 
-// Hugetlb pages one fio job's buffers need (block x iodepth, plus one).
+// Hugetlb pages one fio job's buffers need (block x iodepth, plus two).
 uint64_t HugetlbPagesFor(const FioJob& job);
 // fio's --mem value: "mmaphuge" or "malloc".
 const char* FioMemName(bool huge_pages);

@@ -19,6 +19,7 @@
 #include "ssd/staging_area.h"
 #include "tierkv/client.h"
 #include "tierkv/config.h"
+#include "transport/ucx_segment_server.h"
 
 namespace tierkv::bench {
 namespace {
@@ -190,12 +191,14 @@ Status RunRemoteDiskBench(const RemoteDiskBenchOptions& options) {
       if (Status s = (*cluster)->Stop(); !s.ok()) return s;
     }
 
-    // fio, the same bytes: records read at the queue depth of one store batch (half the
-    // staging buffer, at most the ring), regions written at depth 1.
-    const uint64_t per_batch =
-        std::max<uint64_t>(1, o.staging_bytes / 2 / StagingNeed(o.object_bytes));
+    // fio, the same bytes: records read at the queue depth the store's stagers reach (their
+    // batches together, at most the ring), regions written at depth 1.
+    const uint64_t batch_bytes =
+        std::min(o.staging_bytes / 2, transport::UcxSegmentServer::kStageBatchBytes);
+    const uint64_t per_batch = std::max<uint64_t>(1, batch_bytes / StagingNeed(o.object_bytes));
     r.load_queue_depth = static_cast<uint32_t>(
-        std::min<uint64_t>({per_batch, kRingQueueDepth, static_cast<uint64_t>(o.batch)}));
+        std::min<uint64_t>({per_batch * transport::UcxSegmentServer::kStagerThreads,
+                            kRingQueueDepth, static_cast<uint64_t>(o.batch)}));
     FioJob read{.name = "read",
                 .write = false,
                 .block_bytes = span,

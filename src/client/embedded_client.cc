@@ -70,6 +70,26 @@ std::vector<std::vector<Piece>> ToPieces(size_t n, const std::vector<std::vector
   return pieces;
 }
 
+// Warm restart: registers what the tier still holds as disk replicas through `add` (the
+// master's AddDiskReplicas), in batches of 4096 (one RPC each with a remote master, well under
+// its batch limit), and logs how many the master took.
+void ReRegister(std::vector<ScannedRecord>& surviving,
+                const std::function<std::vector<Status>(const std::vector<DiskRecord>&)>& add) {
+  if (surviving.empty()) return;
+  constexpr size_t kBatch = 4096;
+  size_t ok = 0;
+  for (size_t from = 0; from < surviving.size(); from += kBatch) {
+    std::vector<DiskRecord> part;
+    for (size_t i = from; i < std::min(surviving.size(), from + kBatch); ++i) {
+      part.push_back(
+          DiskRecord{std::move(surviving[i].key), surviving[i].location, surviving[i].checksum});
+    }
+    for (const Status& st : add(part)) ok += st.ok() ? 1 : 0;
+  }
+  spdlog::info("warm restart: re-registered {} of {} objects found in the SSD tier", ok,
+               surviving.size());
+}
+
 bool TierLogEnabled() {
   const char* v = std::getenv("TIERKV_TIER_LOG");
   return v != nullptr && std::string_view(v) == "1";
@@ -238,17 +258,9 @@ Status EmbeddedClient::OpenTier(const SsdTierOptions& options) {
   if (!tier.ok()) return tier.status();
   tier_ = std::shared_ptr<SsdTier>(std::move(tier).value());
   master_->AttachTier(segment_id_, tier_);
-  if (!surviving.empty()) {
-    std::vector<DiskRecord> records;
-    records.reserve(surviving.size());
-    for (auto& r : surviving)
-      records.push_back(DiskRecord{std::move(r.key), r.location, r.checksum});
-    const auto added = master_->master().AddDiskReplicas(segment_id_, records);
-    const size_t ok = static_cast<size_t>(
-        std::count_if(added.begin(), added.end(), [](const Status& st) { return st.ok(); }));
-    spdlog::info("warm restart: re-registered {} of {} objects found in the SSD tier", ok,
-                 records.size());
-  }
+  ReRegister(surviving, [&](const std::vector<DiskRecord>& part) {
+    return master_->master().AddDiskReplicas(segment_id_, part);
+  });
   if (config_.offload_write_policy == "write_behind") {
     write_behind_ = std::make_unique<WriteBehind>(&master_->master());
   }
@@ -281,23 +293,9 @@ Status EmbeddedClient::OpenRemoteTier(const SsdTierOptions& options,
 Status EmbeddedClient::AttachRemoteTier(std::vector<ScannedRecord>& surviving) {
   tier_segment_->store(segment_id_);
   remote_->SetOwnTier(segment_id_, tier_);
-  if (!surviving.empty()) {
-    std::vector<DiskRecord> records;
-    records.reserve(surviving.size());
-    for (auto& r : surviving)
-      records.push_back(DiskRecord{std::move(r.key), r.location, r.checksum});
-    size_t ok = 0;
-    // In batches: one RPC each, well under the master's batch limit.
-    constexpr size_t kBatch = 4096;
-    for (size_t from = 0; from < records.size(); from += kBatch) {
-      const std::vector<DiskRecord> part(
-          records.begin() + static_cast<std::ptrdiff_t>(from),
-          records.begin() + static_cast<std::ptrdiff_t>(std::min(records.size(), from + kBatch)));
-      for (const Status& st : remote_->master().AddDiskReplicas(segment_id_, part)) ok += st.ok();
-    }
-    spdlog::info("warm restart: re-registered {} of {} objects found in the SSD tier", ok,
-                 records.size());
-  }
+  ReRegister(surviving, [&](const std::vector<DiskRecord>& part) {
+    return remote_->master().AddDiskReplicas(segment_id_, part);
+  });
   // The master demotes to this tier through a stream this process keeps open.
   // With write_behind the master copies every put on this segment here soon after its PutEnd
   // (the puts come from other processes: only the master sees them all).

@@ -114,7 +114,7 @@ struct UcxSegmentServer::Loop {
   std::deque<StageJob> stage_queue;  // guarded by stage_mu
   std::vector<StageJob> staged;      // guarded by stage_mu
   bool stage_stop = false;           // guarded by stage_mu
-  std::thread stager;
+  std::vector<std::thread> stagers;
 
   ~Loop() {
     StopStager();
@@ -127,7 +127,9 @@ struct UcxSegmentServer::Loop {
       stage_stop = true;
     }
     stage_cv.notify_all();
-    if (stager.joinable()) stager.join();
+    for (std::thread& t : stagers) {
+      if (t.joinable()) t.join();
+    }
   }
   void StageLoop();
   // Stages one batch of queued jobs (their staging need within half the staging capacity, so
@@ -439,8 +441,10 @@ void UcxSegmentServer::Loop::StageLoop() {
     }
     if (stage_stop) break;
     if (stage_queue.empty()) continue;
-    // The queue's head, and what follows while it fits half the staging capacity.
-    const uint64_t half = tier->staging_capacity() / 2;
+    // The queue's head, and what follows while it fits a batch: at most kStageBatchBytes of
+    // staging (and half the staging capacity).
+    const uint64_t half =
+        std::min(tier->staging_capacity() / 2, UcxSegmentServer::kStageBatchBytes);
     std::vector<StageJob> jobs;
     uint64_t need = 0;
     while (!stage_queue.empty()) {
@@ -672,7 +676,9 @@ Result<std::unique_ptr<UcxSegmentServer>> UcxSegmentServer::Start(
   server->loop_->wake_fd = server->wake_.get();
   try {
     if (server->loop_->tier != nullptr) {
-      server->loop_->stager = std::thread([loop = server->loop_.get()] { loop->StageLoop(); });
+      for (int i = 0; i < UcxSegmentServer::kStagerThreads; ++i) {
+        server->loop_->stagers.emplace_back([loop = server->loop_.get()] { loop->StageLoop(); });
+      }
     }
     server->thread_ = std::thread([raw = server.get()] { raw->Run(); });
   } catch (const std::system_error& error) {

@@ -64,40 +64,56 @@ double StoreMetric(const MasterProcess& store, const std::string& series) {
   return http_test::Sample(r.body, series).value_or(-1);
 }
 
+// A master, one store whose config is `store_config` (its SSD tier) and a requester over
+// `protocol`; `master`, `store` and `requester` null if any failed to start.
+struct OffloadCluster {
+  std::unique_ptr<MasterProcess> master, store;
+  std::unique_ptr<Client> requester;
+  bool ok() const { return master && store && requester; }
+};
+OffloadCluster StartOffloadCluster(const std::string& store_config,
+                                   const std::string& protocol = "tcp",
+                                   std::vector<std::string> master_args = {},
+                                   const std::string& segment = "8MiB", bool metrics = false) {
+  OffloadCluster c;
+  c.master = StartMaster(std::move(master_args));
+  if (c.master) c.store = StartStore(*c.master, segment, metrics, {"--config", store_config});
+  if (c.store) c.requester = Requester(RequesterConfig(*c.master, protocol));
+  return c;
+}
+
 class DistributedOffloadTest : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Transports, DistributedOffloadTest, ::testing::Values("shm", "tcp"),
                          [](const auto& test_info) { return test_info.param; });
 
 TEST_P(DistributedOffloadTest, EvictionDemotesToTheStoresTierAndGetsLoadItBack) {
   ScratchDir dir;
-  auto master = StartMaster();
-  ASSERT_NE(master, nullptr);
-  auto store = StartStore(*master, "8MiB", /*metrics=*/true, {"--config", WriteStoreConfig(dir)});
-  ASSERT_NE(store, nullptr);
-  auto requester = Requester(RequesterConfig(*master, GetParam()));
-  ASSERT_NE(requester, nullptr);
+  OffloadCluster c = StartOffloadCluster(WriteStoreConfig(dir), GetParam(), {}, "8MiB", true);
+  ASSERT_TRUE(c.ok());
+  MasterProcess& master = *c.master;
+  Client& requester = *c.requester;
 
   // 16 MiB of objects into an 8 MiB segment: the oldest are demoted to make room.
   const auto keys = Keys(64);
-  for (int i = 0; i < 64; ++i) ASSERT_EQ(PutKey(*requester, keys[i], i), 0) << keys[i];
-  const size_t on_disk = DiskOnly(*requester, keys);
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(PutKey(requester, keys[i], i), 0) << keys[i];
+  const size_t on_disk = DiskOnly(requester, keys);
   EXPECT_GE(on_disk, 24u);
-  EXPECT_GT(StoreMetric(*store, "tierkv_store_ssd_tier_move_requests_total"), 0);
-  EXPECT_GT(StoreMetric(*store, "tierkv_store_ssd_appended_records_total"), 23);
+  EXPECT_GT(StoreMetric(*c.store, "tierkv_store_ssd_tier_move_requests_total"), 0);
+  EXPECT_GT(StoreMetric(*c.store, "tierkv_store_ssd_appended_records_total"), 23);
 
   // Every object reads back byte-exact, from memory or from the store's tier; a second
   // requester in another protocol sees the same.
-  for (int i = 0; i < 64; ++i) EXPECT_EQ(GetKey(*requester, keys[i], i), kObject) << keys[i];
-  EXPECT_GE(StoreMetric(*store, "tierkv_store_ssd_staged_bytes_total"),
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(GetKey(requester, keys[i], i), kObject) << keys[i];
+  EXPECT_GE(StoreMetric(*c.store, "tierkv_store_ssd_staged_bytes_total"),
             static_cast<double>(on_disk * kObject));
-  auto other = Requester(RequesterConfig(*master, GetParam() == "shm" ? "tcp" : "shm"));
+  auto other = Requester(RequesterConfig(master, GetParam() == "shm" ? "tcp" : "shm"));
   ASSERT_NE(other, nullptr);
   for (int i = 0; i < 64; i += 7) EXPECT_EQ(GetKey(*other, keys[i], i), kObject) << keys[i];
 
   // A batch of disk objects in several pieces each, in one call.
   std::vector<std::string> batch;
   for (const auto& k : keys) {
-    if (DiskOnly(*requester, {k}) == 1) batch.push_back(k);
+    if (DiskOnly(requester, {k}) == 1) batch.push_back(k);
   }
   ASSERT_FALSE(batch.empty());
   std::vector<std::string> bufs(batch.size(), std::string(kObject, '\0'));
@@ -107,7 +123,7 @@ TEST_P(DistributedOffloadTest, EvictionDemotesToTheStoresTierAndGetsLoadItBack) 
     ptrs.push_back({b.data(), b.data() + 1000, b.data() + 100 * 1024});
     sizes.push_back({1000, 100 * 1024 - 1000, kObject - 100 * 1024});
   }
-  const auto got = requester->BatchGetIntoMultiBuffers(batch, ptrs, sizes);
+  const auto got = requester.BatchGetIntoMultiBuffers(batch, ptrs, sizes);
   for (size_t k = 0; k < batch.size(); ++k) {
     const int seed = std::stoi(batch[k].substr(3));
     EXPECT_EQ(got[k], static_cast<int64_t>(kObject)) << batch[k];
@@ -117,49 +133,42 @@ TEST_P(DistributedOffloadTest, EvictionDemotesToTheStoresTierAndGetsLoadItBack) 
 
 TEST(DistributedOffload, AnObjectLargerThanTheStagingBufferStreamsThroughIt) {
   ScratchDir dir;
-  auto master = StartMaster();
-  ASSERT_NE(master, nullptr);
   // A 1 MiB staging buffer; 3 MiB objects go through it in ranges.
-  auto store =
-      StartStore(*master, "8MiB", false, {"--config", WriteStoreConfig(dir, "", "1MiB", "8MiB")});
-  ASSERT_NE(store, nullptr);
-  auto requester = Requester(RequesterConfig(*master, "tcp"));
-  ASSERT_NE(requester, nullptr);
+  OffloadCluster c = StartOffloadCluster(WriteStoreConfig(dir, "", "1MiB", "8MiB"));
+  ASSERT_TRUE(c.ok());
+  Client& requester = *c.requester;
   constexpr size_t kBig = 3 * kMiB + 12345;
   const auto keys = Keys(5, "big/");
   for (int i = 0; i < 5; ++i) {
     const std::string v = Pattern(kBig, 100 + i);
-    ASSERT_EQ(requester->Put(keys[i], v.data(), v.size()), 0) << keys[i];
+    ASSERT_EQ(requester.Put(keys[i], v.data(), v.size()), 0) << keys[i];
   }
-  ASSERT_GE(DiskOnly(*requester, keys), 2u);
+  ASSERT_GE(DiskOnly(requester, keys), 2u);
   for (int i = 0; i < 5; ++i) {
     std::string buf(kBig, '\0');
-    EXPECT_EQ(requester->Get(keys[i], buf.data(), buf.size()), static_cast<int64_t>(kBig));
+    EXPECT_EQ(requester.Get(keys[i], buf.data(), buf.size()), static_cast<int64_t>(kBig));
     EXPECT_TRUE(buf == Pattern(kBig, 100 + i)) << keys[i];
   }
 }
 
 TEST(DistributedOffload, AKilledStoresDiskReplicasFailCleanlyAndAreDropped) {
   ScratchDir dir;
-  auto master = StartMaster({"--client-ttl-ms", "1500"});
-  ASSERT_NE(master, nullptr);
-  auto store = StartStore(*master, "8MiB", false, {"--config", WriteStoreConfig(dir)});
-  ASSERT_NE(store, nullptr);
-  auto requester = Requester(RequesterConfig(*master, "tcp"));
-  ASSERT_NE(requester, nullptr);
+  OffloadCluster c = StartOffloadCluster(WriteStoreConfig(dir), "tcp", {"--client-ttl-ms", "1500"});
+  ASSERT_TRUE(c.ok());
+  Client& requester = *c.requester;
   const auto keys = Keys(48);
-  for (int i = 0; i < 48; ++i) ASSERT_EQ(PutKey(*requester, keys[i], i), 0);
-  ASSERT_GT(DiskOnly(*requester, keys), 0u);
-  store->Kill();
+  for (int i = 0; i < 48; ++i) ASSERT_EQ(PutKey(requester, keys[i], i), 0);
+  ASSERT_GT(DiskOnly(requester, keys), 0u);
+  c.store->Kill();
   for (int i = 0; i < 48; ++i) {
-    const int64_t got = GetKey(*requester, keys[i], i);
+    const int64_t got = GetKey(requester, keys[i], i);
     EXPECT_LT(got, 0) << keys[i];
     EXPECT_NE(got, -1000) << keys[i] << ": wrong bytes";
   }
   // After client_ttl the master has dropped the dead store's replicas, disk ones included.
   EXPECT_TRUE(Eventually(
       [&] {
-        const auto exist = requester->BatchIsExist(keys);
+        const auto exist = requester.BatchIsExist(keys);
         return std::count(exist.begin(), exist.end(), 1) == 0;
       },
       std::chrono::seconds(10)));
@@ -167,18 +176,15 @@ TEST(DistributedOffload, AKilledStoresDiskReplicasFailCleanlyAndAreDropped) {
 
 TEST(DistributedOffload, AStoreKilledDuringStagedLoadsNeverYieldsWrongBytes) {
   ScratchDir dir;
-  auto master = StartMaster();
-  ASSERT_NE(master, nullptr);
-  auto store = StartStore(*master, "8MiB", false, {"--config", WriteStoreConfig(dir)});
-  ASSERT_NE(store, nullptr);
-  auto requester = Requester(RequesterConfig(*master, "tcp"));
-  ASSERT_NE(requester, nullptr);
+  OffloadCluster c = StartOffloadCluster(WriteStoreConfig(dir));
+  ASSERT_TRUE(c.ok());
+  Client& requester = *c.requester;
   const auto keys = Keys(96);
-  for (int i = 0; i < 96; ++i) ASSERT_EQ(PutKey(*requester, keys[i], i), 0);
+  for (int i = 0; i < 96; ++i) ASSERT_EQ(PutKey(requester, keys[i], i), 0);
   std::vector<std::string> on_disk;
   std::vector<int> seeds;
   for (int i = 0; i < 96; ++i) {
-    if (DiskOnly(*requester, {keys[i]}) == 1) {
+    if (DiskOnly(requester, {keys[i]}) == 1) {
       on_disk.push_back(keys[i]);
       seeds.push_back(i);
     }
@@ -196,7 +202,7 @@ TEST(DistributedOffload, AStoreKilledDuringStagedLoadsNeverYieldsWrongBytes) {
         ptrs.push_back({b.data()});
         sizes.push_back({kObject});
       }
-      const auto got = requester->BatchGetIntoMultiBuffers(on_disk, ptrs, sizes);
+      const auto got = requester.BatchGetIntoMultiBuffers(on_disk, ptrs, sizes);
       for (size_t k = 0; k < on_disk.size(); ++k) {
         if (got[k] == static_cast<int64_t>(kObject)) {
           (bufs[k] == Pattern(kObject, seeds[k]) ? exact : wrong).fetch_add(1);
@@ -209,7 +215,7 @@ TEST(DistributedOffload, AStoreKilledDuringStagedLoadsNeverYieldsWrongBytes) {
     }
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
-  store->Kill();
+  c.store->Kill();
   killed.store(true);
   loader.join();
   EXPECT_EQ(wrong.load(), 0);
@@ -219,52 +225,45 @@ TEST(DistributedOffload, AStoreKilledDuringStagedLoadsNeverYieldsWrongBytes) {
 
 TEST(DistributedOffload, WarmRestartReRegistersWhatTheTierHolds) {
   ScratchDir dir;
-  auto master = StartMaster();
-  ASSERT_NE(master, nullptr);
   const std::string config = WriteStoreConfig(dir, ", \"offload_warm_restart\": true");
-  auto store = StartStore(*master, "8MiB", false, {"--config", config});
-  ASSERT_NE(store, nullptr);
-  auto requester = Requester(RequesterConfig(*master, "shm"));
-  ASSERT_NE(requester, nullptr);
+  OffloadCluster c = StartOffloadCluster(config, "shm");
+  ASSERT_TRUE(c.ok());
+  MasterProcess& master = *c.master;
+  Client& requester = *c.requester;
   const auto keys = Keys(64);
-  for (int i = 0; i < 64; ++i) ASSERT_EQ(PutKey(*requester, keys[i], i), 0);
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(PutKey(requester, keys[i], i), 0);
   std::vector<int> demoted;
   for (int i = 0; i < 64; ++i) {
-    if (DiskOnly(*requester, {keys[i]}) == 1) demoted.push_back(i);
+    if (DiskOnly(requester, {keys[i]}) == 1) demoted.push_back(i);
   }
   ASSERT_GE(demoted.size(), 24u);
-  auto stopped = store->Stop();  // SIGTERM: the open region is flushed, the files kept
+  auto stopped = c.store->Stop();  // SIGTERM: the open region is flushed, the files kept
   ASSERT_TRUE(stopped.has_value());
   EXPECT_TRUE(WIFEXITED(*stopped) && WEXITSTATUS(*stopped) == 0);
-  store = StartStore(*master, "8MiB", false, {"--config", config});
-  ASSERT_NE(store, nullptr);
-  for (int i : demoted) EXPECT_EQ(GetKey(*requester, keys[i], i), kObject) << keys[i];
+  c.store = StartStore(master, "8MiB", false, {"--config", config});
+  ASSERT_NE(c.store, nullptr);
+  for (int i : demoted) EXPECT_EQ(GetKey(requester, keys[i], i), kObject) << keys[i];
 }
 
 TEST(DistributedOffload, WriteBehindCopiesEachPutToTheTier) {
   ScratchDir dir;
-  auto master = StartMaster();
-  ASSERT_NE(master, nullptr);
-  auto store = StartStore(*master, "32MiB", false,
-                          {"--config", WriteStoreConfig(dir,
-                                                        ", \"offload_write_policy\": "
-                                                        "\"write_behind\"")});
-  ASSERT_NE(store, nullptr);
-  auto requester = Requester(RequesterConfig(*master, "tcp"));
-  ASSERT_NE(requester, nullptr);
+  OffloadCluster c = StartOffloadCluster(
+      WriteStoreConfig(dir, ", \"offload_write_policy\": \"write_behind\""), "tcp", {}, "32MiB");
+  ASSERT_TRUE(c.ok());
+  Client& requester = *c.requester;
   const auto keys = Keys(8);
-  for (int i = 0; i < 8; ++i) ASSERT_EQ(PutKey(*requester, keys[i], i), 0);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(PutKey(requester, keys[i], i), 0);
   // Each object gets a disk replica beside its memory one (the store copies in the background).
   EXPECT_TRUE(Eventually(
       [&] {
         size_t both = 0;
-        for (const auto& descs : requester->BatchGetReplicaDesc(keys)) {
+        for (const auto& descs : requester.BatchGetReplicaDesc(keys)) {
           if (descs.ok() && descs->size() == 2) ++both;
         }
         return both == keys.size();
       },
       std::chrono::seconds(10)));
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(GetKey(*requester, keys[i], i), kObject);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(GetKey(requester, keys[i], i), kObject);
 }
 
 }  // namespace
