@@ -16,7 +16,7 @@
 #include "client/remote_backend.h"
 #include "client/staged_loader.h"
 #include "master/write_behind.h"
-#include "rpc/tier_moves.h"
+#include "rpc/tier_move_link.h"
 #include "ssd/ssd_tier.h"
 #include "tierkv/client.h"
 #include "transfer/copy.h"

@@ -16,6 +16,7 @@
 
 #include "rpc/master_server.h"
 #include "rpc/remote_master.h"
+#include "rpc/tier_move_link.h"
 
 namespace tierkv {
 namespace {
