@@ -481,6 +481,20 @@ void UcxSegmentClient::Impl::AddOp(std::vector<Pending>& out, UcxOp op, size_t i
     out.push_back(std::move(first));
     return;
   }
+  // Neighbouring pieces that are contiguous in memory are one piece: one request, no bounce
+  // (2 MiB objects in 4 adjacent pieces: gets 2.5 GB/s as 4 requests, 2.8-3.0 as one).
+  std::vector<Piece> merged;
+  merged.reserve(pieces.size());
+  for (const Piece& piece : pieces) {
+    if (piece.size == 0) continue;
+    if (!merged.empty() && static_cast<const uint8_t*>(merged.back().ptr) + merged.back().size ==
+                               static_cast<const uint8_t*>(piece.ptr)) {
+      merged.back().size += piece.size;
+      continue;
+    }
+    merged.push_back(piece);
+  }
+  const bool as_given = merged.size() == pieces.size();
   // Parts, as (from, length) within the op: a piece of kContiguousPieceBytes or more goes as
   // requests of its own (none over max_request), a run of smaller neighbours (up to
   // kBounceBytes) as one, through a bounce buffer when it has more than one piece.
@@ -497,7 +511,7 @@ void UcxSegmentClient::Impl::AddOp(std::vector<Pending>& out, UcxOp op, size_t i
     run_length = 0;
     run_pieces = 0;
   };
-  for (const Piece& piece : pieces) {
+  for (const Piece& piece : merged) {
     if (piece.size >= kContiguousPieceBytes) {
       end_run();
       for (uint64_t done = 0; done < piece.size; done += max_request) {
@@ -522,12 +536,12 @@ void UcxSegmentClient::Impl::AddOp(std::vector<Pending>& out, UcxOp op, size_t i
     p.offset = offset + from;
     p.total = length;
     p.bounced = bounced;
-    if (p.total == total) {
+    if (as_given && p.total == total) {
       if constexpr (std::is_same_v<Piece, MutPiece>) p.dst = &pieces;
       if constexpr (std::is_same_v<Piece, ConstPiece>) p.src = &pieces;
     } else {
-      if constexpr (std::is_same_v<Piece, MutPiece>) p.dst_part = Slice(pieces, from, length);
-      if constexpr (std::is_same_v<Piece, ConstPiece>) p.src_part = Slice(pieces, from, length);
+      if constexpr (std::is_same_v<Piece, MutPiece>) p.dst_part = Slice(merged, from, length);
+      if constexpr (std::is_same_v<Piece, ConstPiece>) p.src_part = Slice(merged, from, length);
     }
   }
 }

@@ -558,7 +558,9 @@ TEST(UcxLargeRangeTest, RangesLargerThanOneRequestAreSplitAndByteExact) {
 TEST(UcxLargeRangeTest, ManySmallPiecesGoThroughBounceBuffersByteExact) {
   // Runs of small pieces are gathered into (scattered out of) bounce buffers, of which a
   // connection has only a few: 24 ops of 2 MiB in 32 KiB pieces, with a large piece (sent on
-  // its own) in the middle of some, keep every buffer busy and wait for them.
+  // its own) in the middle of some, keep every buffer busy and wait for them. Each piece is
+  // followed by a gap of its own size in the caller's buffer: pieces adjacent in memory would
+  // be merged into one request.
   constexpr uint64_t kSize = uint64_t{64} << 20;
   constexpr uint64_t kOp = uint64_t{2} << 20;
   constexpr int kOps = 24;
@@ -568,9 +570,10 @@ TEST(UcxLargeRangeTest, ManySmallPiecesGoThroughBounceBuffersByteExact) {
   auto client = UcxSegmentClient::Connect((*server)->address(), kSegmentName, kTimeout);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
 
-  std::vector<uint8_t> source(kOps * kOp), target(kOps * kOp, 0);
+  std::vector<uint8_t> source(2 * kOps * kOp), target(2 * kOps * kOp, 0);
   for (uint64_t i = 0; i < source.size(); ++i) source[i] = Pattern(i, 77);
-  // Op k: pieces of 32 KiB, except (for odd k) one of 1 MiB after the first 256 KiB.
+  // Op k: pieces of 32 KiB, except (for odd k) one of 1 MiB after the first 256 KiB; the
+  // piece at byte `done` of the op lives at 2 x (k x kOp + done) in the buffer.
   auto cut = [&](uint8_t* base, int k, auto piece_type) {
     using Piece = decltype(piece_type);
     std::vector<Piece> pieces;
@@ -578,7 +581,7 @@ TEST(UcxLargeRangeTest, ManySmallPiecesGoThroughBounceBuffersByteExact) {
     while (done < kOp) {
       uint64_t size = (k % 2 == 1 && done == (256 << 10)) ? (1 << 20) : (32 << 10);
       size = std::min(size, kOp - done);
-      pieces.push_back(Piece{base + k * kOp + done, size});
+      pieces.push_back(Piece{base + 2 * (k * kOp + done), size});
       done += size;
     }
     return pieces;
@@ -593,13 +596,43 @@ TEST(UcxLargeRangeTest, ManySmallPiecesGoThroughBounceBuffersByteExact) {
   }
   for (const Status& st : (*client)->WriteBatch(writes)) ASSERT_TRUE(st.ok()) << st.ToString();
   for (int k = 0; k < kOps; ++k) {
-    ASSERT_EQ(std::memcmp(segment->base() + writes[k].offset, source.data() + k * kOp, kOp), 0)
-        << "op " << k << " landed wrong";
+    uint64_t at = writes[k].offset;
+    for (const ConstPiece& piece : writes[k].src) {
+      ASSERT_EQ(std::memcmp(segment->base() + at, piece.ptr, piece.size), 0)
+          << "op " << k << " landed wrong";
+      at += piece.size;
+    }
   }
   for (const Status& st : (*client)->ReadBatch(reads)) ASSERT_TRUE(st.ok()) << st.ToString();
-  EXPECT_TRUE(target == source);
+  for (int k = 0; k < kOps; ++k) {
+    for (size_t i = 0; i < reads[k].dst.size(); ++i) {
+      ASSERT_EQ(std::memcmp(reads[k].dst[i].ptr, writes[k].src[i].ptr, reads[k].dst[i].size), 0)
+          << "op " << k << " piece " << i;
+    }
+  }
   (*client).reset();
   (*server)->Stop();
+}
+
+TEST_F(UcxTransportTest, AdjacentAndPartlyAdjacentPiecesAreByteExact) {
+  // A 2 MiB range in 4 pieces that are adjacent in memory goes as one request; pieces that
+  // only partly touch (a gap between two pairs) as two; both byte-exact.
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::vector<uint8_t> buffer((4u << 20) + 4096, 0);
+  const uint64_t q = 512 << 10;
+  std::vector<MutPiece> adjacent, pairs;
+  for (int i = 0; i < 4; ++i) adjacent.push_back(MutPiece{buffer.data() + i * q, q});
+  for (int i = 0; i < 4; ++i) {
+    pairs.push_back(MutPiece{buffer.data() + (2u << 20) + i * q + (i >= 2 ? 4096 : 0), q});
+  }
+  const auto done = client->ReadBatch({{4096, adjacent}, {8192, pairs}});
+  ASSERT_TRUE(done[0].ok()) << done[0].ToString();
+  ASSERT_TRUE(done[1].ok()) << done[1].ToString();
+  EXPECT_EQ(std::memcmp(buffer.data(), segment_->base() + 4096, 4 * q), 0);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(std::memcmp(pairs[i].ptr, segment_->base() + 8192 + i * q, q), 0) << i;
+  }
 }
 
 // ---- A bare UCX peer: what UcxSegmentClient never sends -----------------------------------------
