@@ -487,7 +487,10 @@ class MasterServer::Service final : public rpc::Master::Service {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, mover.status().ToString());
     }
     rpc::TierMoveReply reply;
-    while (stream->Read(&reply)) (*mover)->Deliver(reply);
+    // The owner counts its tier as attached once it reads this.
+    if ((*mover)->Announce()) {
+      while (stream->Read(&reply)) (*mover)->Deliver(reply);
+    }
     h_.CloseTierMoves(hello.segment_id(), *mover,
                       context->IsCancelled() ? "cancelled" : "the store closed it");
     return grpc::Status::OK;

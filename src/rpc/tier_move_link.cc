@@ -69,9 +69,11 @@ void TierMoveLink::Run() {
       rpc::TierMoveRequest request;
       if (stream->Write(hello)) {
         opened_.fetch_add(1);
-        connected_.store(true);
-        logged_wait = false;
         while (stream->Read(&request)) {
+          // The master's first message (an empty request) says it attached the tier.
+          connected_.store(true);
+          logged_wait = false;
+          if (request.request_id() == 0) continue;
           served = true;
           std::vector<DemoteItem> items;
           items.reserve(request.items_size());

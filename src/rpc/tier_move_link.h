@@ -37,7 +37,8 @@ class TierMoveLink {
   TierMoveLink(const TierMoveLink&) = delete;
   TierMoveLink& operator=(const TierMoveLink&) = delete;
 
-  // Whether a stream is open and bound to the segment's current id.
+  // Whether a stream is open and the master accepted it (it attached the tier to the segment:
+  // from now on its demotions come here).
   bool connected() const { return connected_.load(); }
   // Streams opened so far (1 after the first; +1 per re-open).
   uint64_t opened() const { return opened_.load(); }

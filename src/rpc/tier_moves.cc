@@ -104,6 +104,15 @@ void RemoteTierMover::Deliver(const rpc::TierMoveReply& reply) {
   cv_.notify_all();
 }
 
+bool RemoteTierMover::Announce() {
+  std::lock_guard write_lock(write_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return false;
+  }
+  return write_(rpc::TierMoveRequest());
+}
+
 void RemoteTierMover::Close(const std::string& why) {
   std::lock_guard write_lock(write_mu_);  // waits out a write in progress
   std::lock_guard lock(mu_);

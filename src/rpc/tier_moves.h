@@ -45,6 +45,9 @@ class RemoteTierMover final : public TierMover {
   // An answer read from the stream. One for no request in flight (late, or made up) is
   // ignored and logged; one with the wrong number of results fails its request with RPC_FAIL.
   void Deliver(const rpc::TierMoveReply& reply);
+  // Tells the owner its stream is accepted (an empty request, request_id 0), once the mover is
+  // attached to the segment; false when the stream is broken or closed.
+  bool Announce();
   // The stream ended: fails the requests in flight and every later Demote; once it returns,
   // `write` is never called again.
   void Close(const std::string& why);
