@@ -477,6 +477,10 @@ std::vector<int> EmbeddedClient::PutImpl(const std::vector<std::string>& keys,
       }
       // The checksum is taken from the user's bytes while writing the first mapped replica.
       const uint64_t sum = GatherCopy(seg->base() + replicas[r].offset, pieces[idx[j]], !hashed);
+      if (!seg->alive()) {  // the owner died before or during the copy: the put is lost
+        copy_codes[j] = ToInt(ErrorCode::TRANSFER_FAIL);
+        return;
+      }
       backend_->transfers().AddWritten(seg->transport(), replicas[r].size);
       if (!hashed) checksums[j] = sum;
       hashed = true;
@@ -583,6 +587,9 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
         return;
       }
       const uint64_t sum = ScatterCopy(seg->base() + rep.offset, dst, verify);
+      // Asked after the copy: an owner alive now was alive through it (death is final), so the
+      // bytes were served, not read from a dead store's leftover memory.
+      if (!seg->alive()) continue;
       if (verify && sum != obj.checksum) {
         spdlog::error("checksum mismatch reading {} from segment {} at offset {}", keys[i],
                       seg->name(), rep.offset);
@@ -711,6 +718,7 @@ void EmbeddedClient::ReadRemoteReplicas(const std::vector<Result<ObjectReplicas>
         if (!seg || !seg->alive() || rep.offset + obj.size > seg->size()) continue;
         if (seg->mapped()) {
           const uint64_t sum = ScatterCopy(seg->base() + rep.offset, dsts[j], verify);
+          if (!seg->alive()) continue;  // after the copy, as in the first pass
           if (verify && sum != obj.checksum) continue;
           if (clock->Now() > obj.lease_deadline) break;  // LEASE_EXPIRED below
           results[idx[j]] = static_cast<int64_t>(obj.size);

@@ -42,6 +42,15 @@ class ShmWaker {
   const UniqueFd fd_;
 };
 
+// The handshake connection of one mapping. `alive` only ever goes from true to false.
+struct ShmLink {
+  explicit ShmLink(UniqueFd s) : socket(std::move(s)) {}
+  const UniqueFd socket;
+  std::atomic<bool> alive{true};
+
+  void MarkDead() { alive.store(false, std::memory_order_release); }
+};
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -179,13 +188,33 @@ Result<RawReply> ReceiveReply(int fd, Clock::time_point deadline, const MapError
 }  // namespace
 
 MappedSegment::MappedSegment(uint8_t* base, uint64_t size, uint64_t page_size, std::string name,
-                             std::string socket_path, std::shared_ptr<ShmWaker> waker)
+                             std::string socket_path, std::shared_ptr<ShmLink> link,
+                             std::shared_ptr<ShmWaker> waker)
     : base_(base),
       size_(size),
       page_size_(page_size),
       name_(std::move(name)),
       socket_path_(std::move(socket_path)),
+      link_(std::move(link)),
       waker_(std::move(waker)) {}
+
+bool MappedSegment::alive() const {
+  if (!link_->alive.load(std::memory_order_acquire)) return false;
+  // The server never writes after its reply: any event is a hang-up, an error or a broken
+  // protocol. A store killed before this call has had its end closed by the kernel already.
+  pollfd pfd{link_->socket.get(), POLLIN | POLLRDHUP, 0};
+  int ready;
+  do {
+    ready = ::poll(&pfd, 1, 0);
+  } while (ready < 0 && errno == EINTR);
+  if (ready < 0) return false;  // cannot tell (ENOMEM): not alive for this call, not marked dead
+  if (ready > 0 && pfd.revents != 0) {
+    link_->MarkDead();
+    return false;
+  }
+  // The mapper may have been destroyed (shutting the connection down) since the first load.
+  return link_->alive.load(std::memory_order_acquire);
+}
 
 MappedSegment::~MappedSegment() {
   ::munmap(base_, size_);
@@ -203,7 +232,9 @@ ShmSegmentMapper::~ShmSegmentMapper() {
   if (watcher_.joinable()) watcher_.join();
   std::lock_guard<std::mutex> lock(mu_);
   for (Watched& entry : watched_) {
-    if (auto segment = entry.segment.lock()) segment->MarkDead();
+    entry.link->MarkDead();
+    // Not close: a segment that outlives us may be polling the descriptor in alive().
+    ::shutdown(entry.link->socket.get(), SHUT_RDWR);
   }
   watched_.clear();
 }
@@ -318,14 +349,16 @@ Result<std::shared_ptr<MappedSegment>> ShmSegmentMapper::Map(const std::string& 
   std::lock_guard<std::mutex> lock(mu_);
   Status started = stopping_ ? Status(ErrorCode::INTERNAL_ERROR, "shm segment mapper: stopping")
                              : StartWatcherLocked();
+  auto link = std::make_shared<ShmLink>(std::move(sock));
   // Built even on failure, so that its destructor unmaps.
-  std::shared_ptr<MappedSegment> segment(new MappedSegment(
-      static_cast<uint8_t*>(base), size, reply->page_size, segment_name, socket_path, waker_));
+  std::shared_ptr<MappedSegment> segment(new MappedSegment(static_cast<uint8_t*>(base), size,
+                                                           reply->page_size, segment_name,
+                                                           socket_path, link, waker_));
   if (!started.ok()) {
-    segment->MarkDead();
+    link->MarkDead();
     return error(started.code(), started.message());
   }
-  watched_.push_back(Watched{std::move(sock), segment});
+  watched_.push_back(Watched{std::move(link), segment});
   waker_->Wake();
   return segment;
 }
@@ -344,7 +377,7 @@ void ShmSegmentMapper::Watch() {
       fds.clear();
       fds.push_back({waker->fd(), POLLIN, 0});
       for (const Watched& entry : watched_) {
-        fds.push_back({entry.socket.get(), POLLIN | POLLRDHUP, 0});
+        fds.push_back({entry.link->socket.get(), POLLIN | POLLRDHUP, 0});
       }
     }
     const int ready = ::poll(fds.data(), fds.size(), -1);
@@ -353,7 +386,8 @@ void ShmSegmentMapper::Watch() {
       spdlog::error("shm segment mapper: poll: {}; segments are no longer watched", Reason(errno));
       std::lock_guard<std::mutex> lock(mu_);
       for (Watched& entry : watched_) {
-        if (auto segment = entry.segment.lock()) segment->MarkDead();
+        entry.link->MarkDead();
+        ::shutdown(entry.link->socket.get(), SHUT_RDWR);
       }
       watched_.clear();
       return;
@@ -366,10 +400,10 @@ void ShmSegmentMapper::Watch() {
       // that broke the protocol. Either way the segment is no longer served.
       const int fd = fds[i].fd;
       auto it = std::find_if(watched_.begin(), watched_.end(),
-                             [fd](const Watched& entry) { return entry.socket.get() == fd; });
+                             [fd](const Watched& entry) { return entry.link->socket.get() == fd; });
       if (it == watched_.end()) continue;
+      it->link->MarkDead();
       if (auto segment = it->segment.lock()) {
-        segment->MarkDead();
         spdlog::info("shm segment mapper: segment '{}' at \"{}\" is gone (server hung up)",
                      segment->name(), segment->socket_path());
       }

@@ -19,6 +19,7 @@
 namespace tierkv::transport {
 
 class ShmWaker;
+struct ShmLink;
 
 // A store's segment mapped into this process (MAP_SHARED, read-write). The mapping lives as long
 // as this object, whatever happens to the store: copies that hold a shared_ptr stay safe after
@@ -38,21 +39,26 @@ class MappedSegment {
   const std::string& name() const { return name_; }
   const std::string& socket_path() const { return socket_path_; }
   // False once the store's connection hung up or failed (the store stopped or died), or once
-  // the mapper that watched it was destroyed. Never becomes true again.
-  bool alive() const { return alive_.load(std::memory_order_acquire); }
+  // the mapper that watched it was destroyed. Never becomes true again. Asks the connection
+  // itself (one zero-timeout poll) rather than waiting for the watcher thread to notice, so a
+  // store that is dead by the time of the call is never reported alive: check it after copying
+  // bytes out to know that a live store served them.
+  bool alive() const;
 
  private:
   friend class ShmSegmentMapper;
   MappedSegment(uint8_t* base, uint64_t size, uint64_t page_size, std::string name,
-                std::string socket_path, std::shared_ptr<ShmWaker> waker);
-  void MarkDead() { alive_.store(false, std::memory_order_release); }
+                std::string socket_path, std::shared_ptr<ShmLink> link,
+                std::shared_ptr<ShmWaker> waker);
 
   uint8_t* const base_;
   const uint64_t size_;
   const uint64_t page_size_;
   const std::string name_;
   const std::string socket_path_;
-  std::atomic<bool> alive_{true};
+  // The handshake connection, shared with the mapper's watcher: its descriptor stays open for as
+  // long as either holds it, so alive() never polls a closed (or reused) descriptor.
+  const std::shared_ptr<ShmLink> link_;
   const std::shared_ptr<ShmWaker> waker_;  // the mapper's watcher, poked on destruction
 };
 
@@ -60,8 +66,9 @@ class MappedSegment {
 // first successful Map) polls every open handshake connection and marks its segment dead as soon
 // as the connection hangs up or errors, then closes it; it also closes the connection of a
 // MappedSegment that was destroyed while alive. Thread-safety: Map and watched_connections may be
-// called concurrently from any thread. Destroying the mapper stops the watcher, closes every
-// connection and marks every segment it mapped dead (their mappings stay valid).
+// called concurrently from any thread. Destroying the mapper stops the watcher, shuts down every
+// connection (the store sees it close; the descriptor itself goes with the last of the segment
+// and the mapper) and marks every segment it mapped dead (their mappings stay valid).
 class ShmSegmentMapper {
  public:
   ShmSegmentMapper() = default;
@@ -86,15 +93,15 @@ class ShmSegmentMapper {
 
  private:
   struct Watched {
-    UniqueFd socket;
+    std::shared_ptr<ShmLink> link;
     std::weak_ptr<MappedSegment> segment;
   };
   Status StartWatcherLocked();  // requires mu_
   void Watch();                 // the watcher loop, on watcher_
 
   mutable std::mutex mu_;
-  // Only the watcher thread (or the destructor, after the join) erases entries and so closes
-  // their sockets: a descriptor being polled is never closed under the poll.
+  // Only the watcher thread (or the destructor, after the join) erases entries: a descriptor being
+  // polled is never closed under the poll.
   std::vector<Watched> watched_;     // guarded by mu_
   bool stopping_ = false;            // guarded by mu_
   std::shared_ptr<ShmWaker> waker_;  // guarded by mu_; set with watcher_

@@ -243,6 +243,29 @@ TEST_F(ShmTransportTest, StopMarksTheSegmentDeadAndLaterMapsFail) {
   server.reset();  // the destructor's Stop after an explicit one
 }
 
+// alive() answers from the connection itself, not from what the watcher thread has seen so far:
+// once the server has closed, no caller may still be told "alive" (the requester would copy a
+// dead owner's bytes). Many mappings make the watcher's pass long enough that, were alive() only
+// the watcher's flag, some would still read true right after Stop returns.
+TEST_F(ShmTransportTest, AliveTurnsFalseAsSoonAsTheServerHasClosedNotWhenTheWatcherWakes) {
+  for (int round = 0; round < 5; ++round) {
+    auto server = StartServer();
+    ASSERT_NE(server, nullptr);
+    ShmSegmentMapper mapper;
+    std::vector<std::shared_ptr<MappedSegment>> segments;
+    for (int i = 0; i < 64; ++i) {
+      auto mapped = mapper.Map(server->path(), kSegmentName, kTimeout);
+      ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
+      segments.push_back(*mapped);
+    }
+    server->Stop();  // every connection is closed when this returns
+    size_t still_alive = 0;
+    for (const auto& seg : segments) still_alive += seg->alive() ? 1 : 0;
+    EXPECT_EQ(still_alive, 0u) << "round " << round;
+    EXPECT_TRUE(WaitUntil([&] { return mapper.watched_connections() == 0; }));
+  }
+}
+
 TEST_F(ShmTransportTest, DroppingASegmentClosesItsConnection) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
