@@ -43,6 +43,10 @@ JsonLine& JsonLine::AddDouble(std::string_view key, double value) {
   (*json_)[std::string(key)] = value;
   return *this;
 }
+JsonLine& JsonLine::Add(std::string_view key, const std::vector<double>& values) {
+  (*json_)[std::string(key)] = values;
+  return *this;
+}
 JsonLine& JsonLine::AddInt(std::string_view key, int64_t value) {
   (*json_)[std::string(key)] = value;
   return *this;

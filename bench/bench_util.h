@@ -86,6 +86,9 @@ class JsonLine {
     }
   }
 
+  // A JSON array of numbers.
+  JsonLine& Add(std::string_view key, const std::vector<double>& values);
+
   std::string Dump() const;
   // Writes Dump() and a newline to stdout and flushes, so a reader of a pipe
   // sees each line as soon as it is measured.

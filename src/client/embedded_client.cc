@@ -348,13 +348,13 @@ void EmbeddedClient::LogTierCounters() const {
       "SSD tier counters: demoted {} objects ({} bytes), {} demotion failures, {} written "
       "behind, {} promoted; disk writes {} regions ({} flush errors), {} records appended "
       "({} bytes); {} regions reused ({} disk replicas dropped); staged {} pieces ({} bytes), "
-      "{} stage errors, {} read errors, {} checksum failures; staging {} reclaimed, {} "
-      "timeouts",
+      "{} stage errors; read {} objects directly ({} bytes), {} direct errors; {} read errors, "
+      "{} checksum failures; staging {} reclaimed, {} timeouts",
       m.demoted_objects, m.demoted_bytes, m.demotion_failures, m.written_behind, m.promoted_objects,
       t.log.flushes, t.log.flush_errors, t.log.appended_records, t.log.appended_bytes,
       t.log.evicted_regions, m.disk_replicas_dropped, t.staged_pieces, t.staged_bytes,
-      t.stage_errors, t.log.read_errors, t.log.checksum_failures, t.staging.reclaimed,
-      t.staging.timeouts);
+      t.stage_errors, t.direct_reads, t.direct_bytes, t.direct_errors, t.log.read_errors,
+      t.log.checksum_failures, t.staging.reclaimed, t.staging.timeouts);
 }
 
 Status EmbeddedClient::RegisterBuffer(void* ptr, size_t size) {

@@ -187,7 +187,12 @@ std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, boo
       if (--pieces_left[p.request] == 0) done_now.push_back(p.request);
     }
     io_uring_cq_advance(&r.ring, seen);
-    // Reported after the CQ advanced, so a slow callback never holds completion slots.
+  };
+  // Tells on_done of the requests reaped so far. Called after the queue was refilled, so the
+  // callbacks (which may take a while: a caller verifies the bytes there) run while the device
+  // has new reads in flight; reads complete in bursts, and reporting a burst before the refill
+  // left the device idle for all of its callbacks (measured: 15 % of a direct load's rate).
+  auto report = [&] {
     if (on_done) {
       for (size_t request : done_now) on_done(request, results[request]);
     }
@@ -234,6 +239,7 @@ std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, boo
         break;
       }
     }
+    report();
     if (in_flight == 0) continue;
     io_uring_cqe* cqe = nullptr;
     const int ret = io_uring_wait_cqe(&r.ring, &cqe);
@@ -244,6 +250,7 @@ std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, boo
     }
     reap();
   }
+  report();  // the last completions (or those reaped before the ring failed)
 
   if (!ring_error.empty()) {
     // Let the kernel finish with the caller's buffers before returning, then start over on a
@@ -255,6 +262,7 @@ std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, boo
       if (ret < 0) break;
       reap();
     }
+    report();
     io_uring_queue_exit(&r.ring);
     r.ring = io_uring{};
     const int ret = io_uring_queue_init(queue_depth_, &r.ring, /*flags=*/0);

@@ -65,6 +65,11 @@ std::vector<prometheus::MetricFamily> StoreCollector::Collect() const {
   add("staged_bytes_total", "Value bytes staged for requesters", MetricType::Counter,
       t.staged_bytes);
   add("stage_errors_total", "Staged ranges that failed", MetricType::Counter, t.stage_errors);
+  add("direct_reads_total", "Objects read straight into a caller's buffer (no staging)",
+      MetricType::Counter, t.direct_reads);
+  add("direct_bytes_total", "Value bytes read straight into callers' buffers", MetricType::Counter,
+      t.direct_bytes);
+  add("direct_errors_total", "Direct reads that failed", MetricType::Counter, t.direct_errors);
   add("staging_reclaimed_total", "Staging tickets reclaimed after their TTL", MetricType::Counter,
       t.staging.reclaimed);
   add("staging_timeouts_total", "Loads refused for lack of staging space in time",

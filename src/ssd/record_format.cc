@@ -66,7 +66,7 @@ void EncodeRecordHeader(const RecordHeader& h, uint8_t* dst) {
   Put16(dst + 4, kDiskFormatVersion);
   Put16(dst + 6, kRecordHeaderSize);
   Put32(dst + 8, h.key_size);
-  Put32(dst + 12, 0);  // flags, reserved
+  Put32(dst + 12, RecordValueAligned(h.value_size) ? kRecordFlagValueAligned : 0);
   Put64(dst + 16, h.value_size);
   Put64(dst + 24, h.value_checksum);
   Put64(dst + 32, h.generation);
@@ -89,7 +89,8 @@ Result<RegionHeader> DecodeRegionHeader(const uint8_t* src, size_t len) {
 Result<RecordHeader> DecodeRecordHeader(const uint8_t* src, size_t len) {
   Status s = CheckCommon("record header", src, len, kRecordMagic, kRecordHeaderSize);
   if (!s.ok()) return s;
-  if (Get32(src + 12) != 0) return Bad("record header", "unknown flags");
+  const uint32_t flags = Get32(src + 12);
+  if ((flags & ~kRecordFlagValueAligned) != 0) return Bad("record header", "unknown flags");
   RecordHeader h;
   h.key_size = Get32(src + 8);
   h.value_size = Get64(src + 16);
@@ -98,6 +99,9 @@ Result<RecordHeader> DecodeRecordHeader(const uint8_t* src, size_t len) {
   h.sequence = Get64(src + 40);
   h.key_hash = Get64(src + 48);
   if (h.key_size == 0) return Bad("record header", "empty key");
+  if (((flags & kRecordFlagValueAligned) != 0) != RecordValueAligned(h.value_size)) {
+    return Bad("record header", "layout flag does not match the value size");
+  }
   return h;
 }
 

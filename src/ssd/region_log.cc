@@ -247,10 +247,12 @@ Result<DiskLocation> RegionLog::Append(std::string_view key, const std::vector<C
   }
   Region& reg = regions_[open_];
   uint8_t* rec = buffers_[reg.buffer].mem.data() + used_;
+  const uint64_t value_at = RecordValueOffset(key.size(), value_size);
   std::memcpy(rec + kRecordHeaderSize, key.data(), key.size());
-  const uint64_t body = kRecordHeaderSize + key.size() + value_size;
-  const uint64_t checksum = GatherCopy(rec + kRecordHeaderSize + key.size(), pieces, true);
   // Zeroed padding: no stale bytes of an earlier region in the buffer reach the disk.
+  std::memset(rec + kRecordHeaderSize + key.size(), 0, value_at - kRecordHeaderSize - key.size());
+  const uint64_t body = value_at + value_size;
+  const uint64_t checksum = GatherCopy(rec + value_at, pieces, true);
   std::memset(rec + body, 0, span - body);
   RecordHeader h;
   h.key_size = static_cast<uint32_t>(key.size());
@@ -407,22 +409,39 @@ Status RegionLog::Stale(const DiskLocation& loc) {
 namespace {
 
 // The blocks a range needs, relative to the record start: [*begin, *begin + *len). A range at
-// value offset 0 starts at the record (header and key are checked); a later one covers only
-// its own value bytes.
-void RangeBlocks(uint64_t key_size, uint64_t value_offset, uint64_t length, uint64_t* begin,
-                 uint64_t* len) {
-  const uint64_t first = kRecordHeaderSize + key_size + value_offset;
-  *begin = value_offset == 0 ? 0 : first & ~(kBlockSize - 1);
+// value offset 0 starts at the record (header and key are checked) unless it is value_only;
+// a later one covers only its own value bytes.
+void RangeBlocks(uint64_t key_size, uint64_t value_size, uint64_t value_offset, uint64_t length,
+                 bool value_only, uint64_t* begin, uint64_t* len) {
+  const uint64_t first = RecordValueOffset(key_size, value_size) + value_offset;
+  *begin = value_offset == 0 && !value_only ? 0 : first & ~(kBlockSize - 1);
   *len = AlignUpToBlock(first + length) - *begin;
+}
+
+void RangeBlocks(const RangeRead& read, uint64_t* begin, uint64_t* len) {
+  RangeBlocks(read.key.size(), read.loc.size, read.value_offset, read.length, read.value_only,
+              begin, len);
+}
+
+// Where the range's first byte lands in its dst.
+const uint8_t* RangeValue(const RangeRead& read, uint64_t begin) {
+  return read.dst + (RecordValueOffset(read.key.size(), read.loc.size) + read.value_offset - begin);
 }
 
 }  // namespace
 
-uint64_t RegionLog::RangeReadBytes(uint64_t key_size, uint64_t value_offset, uint64_t length) {
+uint64_t RegionLog::RangeReadBytes(uint64_t key_size, uint64_t value_size, uint64_t value_offset,
+                                   uint64_t length) {
   uint64_t begin = 0;
   uint64_t len = 0;
-  RangeBlocks(key_size, value_offset, length, &begin, &len);
+  RangeBlocks(key_size, value_size, value_offset, length, /*value_only=*/false, &begin, &len);
   return len;
+}
+
+bool RegionLog::DirectReadable(uint64_t value_size, uint64_t value_offset, uint64_t length,
+                               const void* dst) {
+  return RecordValueAligned(value_size) && value_offset % kBlockSize == 0 && length > 0 &&
+         length % kBlockSize == 0 && reinterpret_cast<uintptr_t>(dst) % kBlockSize == 0;
 }
 
 Status RegionLog::CheckLocation(const DiskLocation& loc, std::string_view key) const {
@@ -451,6 +470,14 @@ Status RegionLog::CheckRange(const RangeRead& read) const {
   if (read.dst == nullptr || reinterpret_cast<uintptr_t>(read.dst) % kBlockSize != 0) {
     return Status(ErrorCode::INVALID_PARAMS, "region log: range destination is null or not " +
                                                  std::to_string(kBlockSize) + "-aligned");
+  }
+  if (read.value_only && !DirectReadable(loc.size, read.value_offset, read.length, read.dst)) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "region log: a value-only range needs a value of at least " +
+                      std::to_string(kAlignedValueMin) + " bytes and an offset and length that " +
+                      "are multiples of " + std::to_string(kBlockSize) + ": [" +
+                      std::to_string(read.value_offset) + ", +" + std::to_string(read.length) +
+                      ") of " + std::to_string(loc.size) + " bytes at " + Where(loc));
   }
   return Status::Ok();
 }
@@ -486,7 +513,7 @@ Status RegionLog::CheckHeader(const RangeRead& read, const uint8_t* rec, uint64_
   // Staged reads skip this: the requester hashes the whole value once, against the object
   // checksum. Read() promises verified bytes, so it hashes here.
   if (verify_value && !from_buffer && read.value_offset == 0 && read.length == loc.size &&
-      Checksum(rec + kRecordHeaderSize + read.key.size(), loc.size) != h->value_checksum) {
+      Checksum(rec + RecordValueOffset(read.key.size(), loc.size), loc.size) != h->value_checksum) {
     counters_.checksum_failures.fetch_add(1);
     return Status(ErrorCode::CHECKSUM_MISMATCH,
                   "region log: " + Where(loc) + ": value bytes do not match the checksum");
@@ -512,10 +539,14 @@ Status RegionLog::ReadBufferedLocked(const RangeRead& read, uint64_t begin, uint
                          /*from_buffer=*/true);
   if (!s.ok()) return s;
   // The header matched, so the whole record (span <= used - offset) is in the buffer.
-  std::memcpy(read.dst, rec + begin, len);
-  if (read.value_out != nullptr) {
-    *read.value_out = read.dst + (kRecordHeaderSize + read.key.size() + read.value_offset - begin);
+  if (read.value_only) {
+    // Exactly the caller's bytes: dst may be the user's buffer, with no room around the range.
+    std::memcpy(read.dst, rec + RecordValueOffset(read.key.size(), loc.size) + read.value_offset,
+                read.length);
+  } else {
+    std::memcpy(read.dst, rec + begin, len);
   }
+  if (read.value_out != nullptr) *read.value_out = RangeValue(read, begin);
   counters_.reads.fetch_add(1);
   return Status::Ok();
 }
@@ -530,13 +561,11 @@ Status RegionLog::FinishRangeRead(const RangeRead& read, const Status& io, uint6
     counters_.read_errors.fetch_add(1);
     return io;
   }
-  if (read.value_offset == 0) {
+  if (read.value_offset == 0 && !read.value_only) {
     Status s = CheckHeader(read, read.dst, len, verify_value, /*from_buffer=*/false);
     if (!s.ok()) return s;
   }
-  if (read.value_out != nullptr) {
-    *read.value_out = read.dst + (kRecordHeaderSize + read.key.size() + read.value_offset - begin);
-  }
+  if (read.value_out != nullptr) *read.value_out = RangeValue(read, begin);
   reg.last_access.store(clock_.fetch_add(1) + 1);
   counters_.reads.fetch_add(1);
   return Status::Ok();
@@ -563,7 +592,7 @@ std::vector<Status> RegionLog::ReadRangesImpl(const std::vector<RangeRead>& read
       ready(i);
       continue;
     }
-    RangeBlocks(reads[i].key.size(), reads[i].value_offset, reads[i].length, &begins[i], &lens[i]);
+    RangeBlocks(reads[i], &begins[i], &lens[i]);
     const Region& reg = regions_[reads[i].loc.region];
     // Step 1 of the reuse protocol: only a region sealed under this generation goes to disk.
     if (reg.sealed_generation.load() == reads[i].loc.generation) {
@@ -646,7 +675,7 @@ Status RegionLog::Read(const DiskLocation& loc, std::string_view key,
                                                   std::to_string(total) + " of " +
                                                   std::to_string(loc.size) + " bytes");
   }
-  const uint64_t bytes = RangeReadBytes(key.size(), 0, loc.size);
+  const uint64_t bytes = RangeReadBytes(key.size(), loc.size, 0, loc.size);
   std::unique_ptr<uint8_t, FreeDeleter> bounce(
       static_cast<uint8_t*>(std::aligned_alloc(kBlockSize, bytes)));
   if (!bounce) return Status(ErrorCode::INTERNAL_ERROR, "region log: out of memory for a read");
@@ -694,6 +723,13 @@ Result<RegionLog::ScanResult> RegionLog::ScanAll(const std::vector<Device*>& dev
     }
     auto rh = DecodeRegionHeader(buf, kBlockSize);
     if (rh.ok()) result.max_generation = std::max(result.max_generation, rh->generation);
+    if (!rh.ok() && rh.status().message().find("format version") != std::string::npos) {
+      // A tier file of an older (or newer) tierkv: its records are laid out differently.
+      spdlog::warn(
+          "region log scan: region {} skipped, its objects are not recovered: {} (this "
+          "build reads version {})",
+          r, rh.status().message(), kDiskFormatVersion);
+    }
     // Every checksum-valid record header at a block boundary bounds the generations a new
     // tenant must not reuse: leftover records past its own would otherwise look like its own.
     for (uint64_t off = kFirstRecordOffset; off + kRecordHeaderSize <= region_size;
@@ -720,7 +756,7 @@ Result<RegionLog::ScanResult> RegionLog::ScanAll(const std::vector<Device*>& dev
       const uint64_t span = RecordSpan(h->key_size, h->value_size);
       if (span > region_size - off) break;
       std::string key(reinterpret_cast<const char*>(rec + kRecordHeaderSize), h->key_size);
-      const uint8_t* value = rec + kRecordHeaderSize + h->key_size;
+      const uint8_t* value = rec + RecordValueOffset(h->key_size, h->value_size);
       if (RecordKeyHash(key) != h->key_hash ||
           Checksum(value, h->value_size) != h->value_checksum) {
         break;  // torn or corrupt: nothing after it is trusted

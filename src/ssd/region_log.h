@@ -145,12 +145,18 @@ struct RangeRead {
   uint64_t value_offset = 0;
   // > 0; 0 is accepted only with value_offset 0 (checks the header and key, reads no value).
   uint64_t length = 0;
-  // kBlockSize-aligned, at least RegionLog::RangeReadBytes(key.size(), value_offset, length)
-  // bytes (<= StagingNeed(length), see ssd/staging_area.h). Holds the aligned blocks read:
-  // for value_offset 0 the record header and key come first.
+  // kBlockSize-aligned, at least RegionLog::RangeReadBytes(key.size(), loc.size,
+  // value_offset, length) bytes (<= StagingNeed(length), see ssd/staging_area.h). Holds the
+  // aligned blocks read: for value_offset 0 the record header and key come first. With
+  // value_only: exactly `length` bytes, the range itself.
   uint8_t* dst = nullptr;
   // If not null, receives the address in dst of the first requested value byte (on success).
   const uint8_t** value_out = nullptr;
+  // Read only the range, straight into dst (a direct load into the caller's buffer): needs
+  // DirectReadable(loc.size, value_offset, length, dst), else INVALID_PARAMS. The record
+  // header is not read: reuse is caught by the region's sealed generation before and after
+  // the read, and wrong bytes by the caller's checksum over the value.
+  bool value_only = false;
 };
 
 class RegionLog {
@@ -183,7 +189,13 @@ class RegionLog {
                                  const RangeReady& on_ready = nullptr);
   // Bytes of dst a RangeRead needs: the blocks covering the range, from the record start
   // when value_offset is 0. At most StagingNeed(length) for keys of up to kMaxKeyLength.
-  static uint64_t RangeReadBytes(uint64_t key_size, uint64_t value_offset, uint64_t length);
+  static uint64_t RangeReadBytes(uint64_t key_size, uint64_t value_size, uint64_t value_offset,
+                                 uint64_t length);
+  // Whether a value_only RangeRead of [value_offset, +length) of a value of value_size bytes
+  // into dst is possible: a block-aligned value (RecordValueAligned), and an offset, length
+  // and dst address that are multiples of kBlockSize.
+  static bool DirectReadable(uint64_t value_size, uint64_t value_offset, uint64_t length,
+                             const void* dst);
 
   uint32_t num_regions() const { return num_regions_; }
   uint64_t region_size() const { return region_size_; }

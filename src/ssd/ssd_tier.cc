@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -102,6 +103,7 @@ struct SsdTier::Impl {
   std::unique_ptr<RegionLog> log;
   std::unique_ptr<StagingArea> staging;
   std::atomic<uint64_t> staged_pieces{0}, staged_bytes{0}, stage_errors{0};
+  std::atomic<uint64_t> direct_reads{0}, direct_bytes{0}, direct_errors{0};
 
   Result<std::unique_ptr<Device>> Wrap(Result<std::unique_ptr<Device>> device) const {
     if (!device.ok() || !options.TEST_wrap_device) return device;
@@ -291,6 +293,72 @@ Result<StageResult> SsdTier::Stage(const std::vector<StageRequest>& requests,
   return result;
 }
 
+bool SsdTier::DirectReadable(const DiskLocation& location, const std::vector<MutPiece>& dst) {
+  uint64_t offset = 0;
+  for (const MutPiece& p : dst) {
+    if (offset >= location.size || p.size > location.size - offset ||
+        !RegionLog::DirectReadable(location.size, offset, p.size, p.ptr)) {
+      return false;
+    }
+    offset += p.size;
+  }
+  return offset == location.size;
+}
+
+std::vector<Status> SsdTier::ReadDirect(const std::vector<DirectRequest>& requests,
+                                        const std::function<void(size_t, const Status&)>& on_done) {
+  std::vector<Status> out(requests.size());
+  std::vector<RangeRead> reads;
+  std::vector<size_t> owner;                        // request of each read
+  std::vector<size_t> pending(requests.size(), 0);  // pieces not yet read, per request
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const DirectRequest& r = requests[i];
+    if (!DirectReadable(r.location, r.dst)) {
+      out[i] = Status(ErrorCode::INVALID_PARAMS,
+                      "ssd tier: a direct read needs a value of at least " +
+                          std::to_string(kAlignedValueMin) + " bytes, a multiple of 4096, and " +
+                          "4096-aligned destination pieces adding up to it (value of " +
+                          std::to_string(r.location.size) + " bytes)");
+      if (on_done) on_done(i, out[i]);
+      continue;
+    }
+    uint64_t offset = 0;
+    for (const MutPiece& p : r.dst) {
+      RangeRead read{r.location, r.key, offset, p.size, static_cast<uint8_t*>(p.ptr), nullptr};
+      read.value_only = true;
+      reads.push_back(read);
+      owner.push_back(i);
+      ++pending[i];
+      offset += p.size;
+    }
+  }
+  if (!reads.empty()) {
+    std::mutex mu;  // pieces of one request may complete on different devices' threads
+    (void)impl_->log->ReadRanges(reads, [&](size_t k, const Status& status) {
+      const size_t i = owner[k];
+      {
+        std::lock_guard lock(mu);
+        if (!status.ok() && out[i].ok()) out[i] = status;
+        if (--pending[i] != 0) return;
+      }
+      // The last piece: out[i] is final, and no other thread touches it any more.
+      if (on_done) on_done(i, out[i]);
+    });
+  }
+  uint64_t failed = 0, bytes = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (out[i].ok()) {
+      bytes += requests[i].location.size;
+    } else {
+      ++failed;
+    }
+  }
+  impl_->direct_reads.fetch_add(requests.size() - failed);
+  impl_->direct_bytes.fetch_add(bytes);
+  impl_->direct_errors.fetch_add(failed);
+  return out;
+}
+
 Status SsdTier::Release(uint64_t ticket) { return impl_->staging->Release(ticket); }
 
 bool SsdTier::Held(uint64_t ticket) const { return impl_->staging->Held(ticket); }
@@ -310,6 +378,9 @@ SsdTierStats SsdTier::stats() const {
   s.staged_pieces = impl_->staged_pieces.load();
   s.staged_bytes = impl_->staged_bytes.load();
   s.stage_errors = impl_->stage_errors.load();
+  s.direct_reads = impl_->direct_reads.load();
+  s.direct_bytes = impl_->direct_bytes.load();
+  s.direct_errors = impl_->direct_errors.load();
   return s;
 }
 

@@ -7,6 +7,8 @@
 // their aligned record ranges with batched device reads (several in flight) and returns where
 // each range's bytes are. The requester copies them out, verifies them against the object
 // checksum, and calls Release(). Expired tickets are reclaimed by ReclaimExpired().
+// ReadDirect() is the in-process shortcut for block-aligned values and caller buffers: the
+// device reads straight into the caller's memory.
 //
 // Reads: a piece that starts at value offset 0 is read from the record's start, so its
 // header (magic, generation, key hash, sizes) and key bytes are checked; a piece that starts
@@ -95,6 +97,13 @@ struct StagedPiece {
 // called from several threads at once (one per device).
 using PieceReady = std::function<void(size_t index, const StagedPiece& piece)>;
 
+// One value to read straight into the caller's memory (a direct load, no staging copy).
+struct DirectRequest {
+  std::string_view key;
+  DiskLocation location;
+  std::vector<MutPiece> dst;  // in order, exactly location.size bytes in all
+};
+
 struct StageResult {
   uint64_t ticket = 0;              // 0 when no piece succeeded (nothing held)
   std::vector<StagedPiece> pieces;  // one per request, in order
@@ -106,6 +115,9 @@ struct SsdTierStats {
   uint64_t staged_pieces = 0;
   uint64_t staged_bytes = 0;  // value bytes made available
   uint64_t stage_errors = 0;  // pieces that failed
+  uint64_t direct_reads = 0;  // values read straight into a caller's memory
+  uint64_t direct_bytes = 0;
+  uint64_t direct_errors = 0;  // of them, failed
 };
 
 class SsdTier {
@@ -126,6 +138,22 @@ class SsdTier {
   // (see PieceReady), so the requester can copy it out while later pieces are still read.
   Result<StageResult> Stage(const std::vector<StageRequest>& requests,
                             const PieceReady& on_piece = nullptr);
+  // Whether ReadDirect can serve a value of location.size bytes into `dst`: a block-aligned
+  // value (at least kAlignedValueMin bytes) whose size is a multiple of 4096, and pieces whose
+  // addresses and sizes are multiples of 4096 and add up to exactly location.size.
+  static bool DirectReadable(const DiskLocation& location, const std::vector<MutPiece>& dst);
+  // Reads each value straight into its pieces (O_DIRECT into the caller's memory; no staging
+  // space, no ticket), all requests' reads in flight together (up to the device's queue
+  // depth; the rest follow as slots free up). One Status per request: the
+  // per-piece errors of Stage, and INVALID_PARAMS when !DirectReadable. The bytes are not
+  // verified here: the caller checks them against the object checksum. On failure the
+  // request's pieces hold unspecified bytes.
+  // `on_done` (optional) hears of each request once, as soon as its last piece is read
+  // (before ReadDirect returns; possibly from several threads at once, one per device; while
+  // it runs that device submits nothing new, so keep it short: e.g. verify the bytes).
+  std::vector<Status> ReadDirect(
+      const std::vector<DirectRequest>& requests,
+      const std::function<void(size_t, const Status&)>& on_done = nullptr);
   Status Release(uint64_t ticket);
   bool Held(uint64_t ticket) const;
   size_t ReclaimExpired();

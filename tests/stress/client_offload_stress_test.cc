@@ -15,7 +15,12 @@
 namespace tierkv {
 namespace {
 
-size_t SizeOf(int n) { return 8192 + static_cast<size_t>(n % 29) * 9000; }
+// Every third key has whole 4 KiB blocks of at least kAlignedValueMin bytes: read into an
+// aligned buffer it takes the direct path (SsdTier::ReadDirect), the others are staged.
+size_t SizeOf(int n) {
+  if (n % 3 == 0) return (16 + static_cast<size_t>(n % 13)) * 4096;
+  return 8192 + static_cast<size_t>(n % 29) * 9000;
+}
 void Fill(int n, uint8_t* out, size_t size) {
   uint64_t x = static_cast<uint64_t>(n) * 0x9E3779B97F4A7C15ull + 7;
   for (size_t i = 0; i < size; i += 8) {
@@ -49,7 +54,13 @@ TEST(ClientOffloadStress, ReadsRacingDemotionAndRegionReuseAreExactOrClean) {
   for (int t = 0; t < kThreads; ++t) {
     workers.emplace_back([&, t] {
       std::mt19937 rng(99 + t);
-      std::vector<uint8_t> src(1 << 20), dst(1 << 20), expect(1 << 20);
+      std::vector<uint8_t> src(1 << 20), expect(1 << 20);
+      // Odd threads read into a block-aligned buffer (direct loads), even ones into a
+      // misaligned one (staged loads).
+      std::vector<uint8_t> storage((1 << 20) + 8192);
+      uint8_t* aligned = reinterpret_cast<uint8_t*>(
+          (reinterpret_cast<uintptr_t>(storage.data()) + 4095) & ~uintptr_t{4095});
+      uint8_t* const dst = t % 2 == 1 ? aligned : aligned + 8;
       for (int op = 0; op < kOps; ++op) {
         const int n = static_cast<int>(rng() % kKeys);
         const std::string key = "stress-" + std::to_string(n);
@@ -59,10 +70,10 @@ TEST(ClientOffloadStress, ReadsRacingDemotionAndRegionReuseAreExactOrClean) {
           Fill(n, src.data(), size);
           (void)cl.Put(key, src.data(), size);
         } else if (what < 9) {
-          const int64_t got = cl.Get(key, dst.data(), dst.size());
+          const int64_t got = cl.Get(key, dst, 1 << 20);
           if (got == static_cast<int64_t>(size)) {
             Fill(n, expect.data(), size);
-            if (std::memcmp(dst.data(), expect.data(), size) == 0) {
+            if (std::memcmp(dst, expect.data(), size) == 0) {
               ++exact;
             } else {
               ++wrong;
@@ -84,11 +95,14 @@ TEST(ClientOffloadStress, ReadsRacingDemotionAndRegionReuseAreExactOrClean) {
   const auto st = cl.TEST_master()->master().Stats();
   EXPECT_GT(st.demoted_objects, 0u);
   EXPECT_GT(cl.TEST_tier()->stats().log.evicted_regions, 0u);
-  std::printf("exact %lu missing %lu other %lu demoted %lu regions reused %lu\n",
+  EXPECT_GT(cl.TEST_tier()->stats().direct_reads, 0u);
+  EXPECT_GT(cl.TEST_tier()->stats().staged_pieces, 0u);
+  std::printf("exact %lu missing %lu other %lu demoted %lu regions reused %lu direct %lu\n",
               static_cast<unsigned long>(exact.load()), static_cast<unsigned long>(missing.load()),
               static_cast<unsigned long>(other.load()),
               static_cast<unsigned long>(st.demoted_objects),
-              static_cast<unsigned long>(cl.TEST_tier()->stats().log.evicted_regions));
+              static_cast<unsigned long>(cl.TEST_tier()->stats().log.evicted_regions),
+              static_cast<unsigned long>(cl.TEST_tier()->stats().direct_reads));
 }
 
 }  // namespace

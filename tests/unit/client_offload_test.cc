@@ -17,6 +17,7 @@
 #include "common/logging.h"
 #include "device/faulty_device.h"
 #include "device_test_util.h"
+#include "ssd/record_format.h"
 #include "ssd/ssd_tier.h"
 
 namespace tierkv {
@@ -158,7 +159,7 @@ TEST_F(ClientOffloadTest, CorruptRecordIsChecksumMismatchAndZeroed) {
   ASSERT_TRUE(desc[0].ok());
   ASSERT_EQ((*desc[0])[0].tier, ReplicaTier::kDisk);
   // Flip one value byte on the disk (single file: the tier offset is the file offset).
-  const uint64_t at = (*desc[0])[0].offset + 64 + Key(1).size() + 1000;
+  const uint64_t at = (*desc[0])[0].offset + RecordValueOffset(Key(1).size(), kSize) + 1000;
   const int fd = ::open(MakeConfig().offload_paths[0].c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
   uint8_t b = 0;
@@ -195,6 +196,151 @@ TEST_F(ClientOffloadTest, ReadErrorsFailTheirKeysAndTheNextReadWorks) {
     EXPECT_EQ(out, std::vector<uint8_t>(kSize, 0));
     EXPECT_EQ(GetAllExact(8, kSize), 8);  // the IO path keeps working
   }
+}
+
+// ---- Direct loads: block-aligned values into block-aligned buffers, no staging ----------------
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using Aligned = std::unique_ptr<uint8_t, FreeDeleter>;
+Aligned AlignedBytes(size_t size, uint8_t fill) {
+  Aligned b(static_cast<uint8_t*>(std::aligned_alloc(4096, size)));
+  std::memset(b.get(), fill, size);
+  return b;
+}
+std::vector<uint8_t> Bytes(const uint8_t* p, size_t n) { return std::vector<uint8_t>(p, p + n); }
+
+TEST_F(ClientOffloadTest, DirectLoadsFillAlignedBuffersWithoutStagingOthersAreStaged) {
+  Open(MakeConfig());
+  constexpr size_t kSize = 256 * kKiB;       // block-aligned on disk, a multiple of 4096
+  constexpr size_t kOdd = 200 * kKiB + 100;  // block-aligned on disk, not a multiple of 4096
+  constexpr size_t kSmall = 16 * kKiB;       // packed after its key on disk
+  PutAll(16, kSize);
+  for (int i = 100; i < 104; ++i) {
+    auto data = Pattern(i < 102 ? kOdd : kSmall, static_cast<uint32_t>(i));
+    ASSERT_EQ(client_->Put(Key(i), data.data(), data.size()), 0);
+  }
+  ASSERT_GT(Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB), 0u);
+  ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+  for (int i : {0, 15, 100, 103}) {
+    ASSERT_EQ(Tiers(Key(i)), std::vector<ReplicaTier>{ReplicaTier::kDisk}) << i;
+  }
+
+  // One batch: whole aligned buffers, two aligned pieces per object, an aligned buffer at a
+  // misaligned address (+512), and values that cannot be read straight (odd size, small).
+  constexpr int kWhole = 8, kSplit = 4;
+  std::vector<Aligned> bufs;
+  std::vector<size_t> lengths;  // of bufs
+  std::vector<std::string> keys;
+  std::vector<std::vector<void*>> ptrs;
+  std::vector<std::vector<size_t>> sizes;
+  for (int i = 0; i < kWhole; ++i) {
+    bufs.push_back(AlignedBytes(kSize, 0xEE));
+    lengths.push_back(kSize);
+    keys.push_back(Key(i));
+    ptrs.push_back({bufs.back().get()});
+    sizes.push_back({kSize});
+  }
+  for (int i = kWhole; i < kWhole + kSplit; ++i) {
+    bufs.push_back(AlignedBytes(kSize, 0xEE));
+    lengths.push_back(kSize);
+    keys.push_back(Key(i));
+    ptrs.push_back({bufs.back().get() + kSize / 2, bufs.back().get()});  // halves swapped
+    sizes.push_back({kSize / 2, kSize / 2});
+  }
+  bufs.push_back(AlignedBytes(kSize + 4096, 0xEE));
+  lengths.push_back(kSize + 4096);
+  keys.push_back(Key(12));
+  ptrs.push_back({bufs.back().get() + 512});
+  sizes.push_back({kSize});
+  for (int i = 100; i < 104; ++i) {
+    const size_t n = i < 102 ? kOdd : kSmall;
+    bufs.push_back(AlignedBytes(AlignUpToBlock(n), 0xEE));
+    lengths.push_back(AlignUpToBlock(n));
+    keys.push_back(Key(i));
+    ptrs.push_back({bufs.back().get()});
+    sizes.push_back({n});
+  }
+  for (size_t k = 0; k < bufs.size(); ++k) {
+    ASSERT_TRUE(client_->RegisterBuffer(bufs[k].get(), lengths[k]).ok());
+  }
+  const SsdTierStats before = client_->TEST_tier()->stats();
+  auto got = client_->BatchGetIntoMultiBuffers(keys, ptrs, sizes);
+  const SsdTierStats after = client_->TEST_tier()->stats();
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const int i = k < kWhole + kSplit + 1 ? static_cast<int>(k) : static_cast<int>(k) + 100 - 13;
+    const size_t n = i < 100 ? kSize : (i < 102 ? kOdd : kSmall);
+    ASSERT_EQ(got[k], static_cast<int64_t>(n)) << keys[k];
+    const auto want = Pattern(n, static_cast<uint32_t>(i));
+    if (k >= kWhole && k < kWhole + kSplit) {
+      const uint8_t* b = bufs[k].get();
+      EXPECT_EQ(Bytes(b + kSize / 2, kSize / 2),
+                std::vector<uint8_t>(want.begin(), want.begin() + kSize / 2))
+          << keys[k];
+      EXPECT_EQ(Bytes(b, kSize / 2), std::vector<uint8_t>(want.begin() + kSize / 2, want.end()))
+          << keys[k];
+    } else {
+      EXPECT_EQ(Bytes(static_cast<const uint8_t*>(ptrs[k][0]), n), want) << keys[k];
+    }
+  }
+  // The first 12 went straight into their buffers; key 12 and the last four were staged.
+  EXPECT_EQ(after.direct_reads - before.direct_reads, uint64_t{kWhole + kSplit});
+  EXPECT_EQ(after.direct_bytes - before.direct_bytes, uint64_t{kWhole + kSplit} * kSize);
+  EXPECT_EQ(after.staged_pieces - before.staged_pieces, 5u);
+  EXPECT_EQ(after.direct_errors, 0u);
+}
+
+TEST_F(ClientOffloadTest, DirectLoadFaultsFailTheirKeysZeroedAndTheNextReadWorks) {
+  FaultyDevice* faulty = nullptr;
+  Open(MakeConfig(), [&](SsdTierOptions& o) {
+    o.TEST_wrap_device = [&](std::unique_ptr<Device> d) {
+      auto f = std::make_unique<FaultyDevice>(std::move(d));
+      faulty = f.get();
+      return std::unique_ptr<Device>(std::move(f));
+    };
+  });
+  ASSERT_NE(faulty, nullptr);
+  constexpr size_t kSize = 256 * kKiB;
+  PutAll(8, kSize);
+  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+  ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+  auto read_all = [&] {
+    int exact = 0;
+    for (int i = 0; i < 8; ++i) {
+      Aligned b = AlignedBytes(kSize, 0xEE);
+      if (client_->Get(Key(i), b.get(), kSize) == static_cast<int64_t>(kSize) &&
+          Bytes(b.get(), kSize) == Pattern(kSize, static_cast<uint32_t>(i))) {
+        ++exact;
+      }
+    }
+    return exact;
+  };
+  for (FaultKind kind : {FaultKind::kReadEio, FaultKind::kShortRead}) {
+    ASSERT_TRUE(faulty->AddFault(FaultRule::Once(kind)).ok());
+    Aligned b = AlignedBytes(kSize, 0xEE);
+    EXPECT_EQ(client_->Get(Key(0), b.get(), kSize), ToInt(ErrorCode::FILE_READ_FAIL));
+    EXPECT_EQ(Bytes(b.get(), kSize), std::vector<uint8_t>(kSize, 0)) << "never partial bytes";
+    EXPECT_EQ(read_all(), 8);  // the IO path keeps working
+  }
+  EXPECT_EQ(client_->TEST_tier()->stats().direct_errors, 2u);
+
+  // A flipped value byte on the disk: caught by the checksum in the caller's buffer, zeroed.
+  auto desc = client_->BatchGetReplicaDesc({Key(3)});
+  ASSERT_TRUE(desc[0].ok());
+  const uint64_t at = (*desc[0])[0].offset + RecordValueOffset(Key(3).size(), kSize) + 5000;
+  const int fd = ::open(MakeConfig().offload_paths[0].c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint8_t byte = 0;
+  ASSERT_EQ(::pread(fd, &byte, 1, static_cast<off_t>(at)), 1);
+  byte ^= 0x5A;
+  ASSERT_EQ(::pwrite(fd, &byte, 1, static_cast<off_t>(at)), 1);
+  ::fsync(fd);
+  ::close(fd);
+  Aligned b = AlignedBytes(kSize, 0xEE);
+  EXPECT_EQ(client_->Get(Key(3), b.get(), kSize), ToInt(ErrorCode::CHECKSUM_MISMATCH));
+  EXPECT_EQ(Bytes(b.get(), kSize), std::vector<uint8_t>(kSize, 0));
+  EXPECT_EQ(read_all(), 7);
 }
 
 TEST_F(ClientOffloadTest, WriteErrorsDropTheDemotedObjectsAndTheTierRecovers) {

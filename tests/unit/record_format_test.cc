@@ -48,7 +48,7 @@ TEST(RecordFormatTest, RecordHeaderByteLayoutIsLittleEndian) {
   uint8_t buf[kRecordHeaderSize];
   EncodeRecordHeader(SampleRecord(), buf);
   EXPECT_EQ(0, std::memcmp(buf, "TKRC", 4));
-  EXPECT_EQ(buf[4], 1);  // version
+  EXPECT_EQ(buf[4], 2);  // version
   EXPECT_EQ(buf[5], 0);
   EXPECT_EQ(buf[6], 64);     // header length
   EXPECT_EQ(buf[8], 17);     // key size
@@ -109,8 +109,9 @@ TEST(RecordFormatTest, ZeroesTruncationAndOtherVersionsAreRejected) {
   EncodeRecordHeader(SampleRecord(), buf);
   EXPECT_EQ(DecodeRecordHeader(buf, kRecordHeaderSize - 1).code(), ErrorCode::CHECKSUM_MISMATCH);
 
-  // A well-checksummed header of another version: refused by the version, not the checksum.
-  buf[4] = 2;
+  // A well-checksummed header of another version (1: the packed layout of every value):
+  // refused by the version, not the checksum.
+  buf[4] = 1;
   const uint64_t sum = Checksum(buf, 56);
   for (int i = 0; i < 8; ++i) buf[56 + i] = static_cast<uint8_t>(sum >> (8 * i));
   auto d = DecodeRecordHeader(buf, sizeof(buf));
@@ -123,6 +124,41 @@ TEST(RecordFormatTest, RecordSpanPadsToBlocks) {
   EXPECT_EQ(RecordSpan(32, kBlockSize - 64 - 32), kBlockSize);
   EXPECT_EQ(RecordSpan(32, kBlockSize - 64 - 32 + 1), 2 * kBlockSize);
   EXPECT_EQ(RecordSpan(10, 3 * kBlockSize), 4 * kBlockSize);
+}
+
+TEST(RecordFormatTest, BigValuesStartOnABlockOfTheirOwn) {
+  // Below the threshold the value follows the key; from it on, it starts on the next block.
+  EXPECT_FALSE(RecordValueAligned(kAlignedValueMin - 1));
+  EXPECT_TRUE(RecordValueAligned(kAlignedValueMin));
+  EXPECT_EQ(RecordValueOffset(10, kAlignedValueMin - 1), 64u + 10);
+  EXPECT_EQ(RecordValueOffset(10, kAlignedValueMin), kBlockSize);
+  EXPECT_EQ(RecordValueOffset(4032, kAlignedValueMin), kBlockSize);  // header + key = 1 block
+  EXPECT_EQ(RecordValueOffset(4033, kAlignedValueMin), 2 * kBlockSize);
+  // A 2 MiB value with a short key: one block of header and key, then exactly the value.
+  EXPECT_EQ(RecordSpan(40, uint64_t{2} << 20), (uint64_t{2} << 20) + kBlockSize);
+  EXPECT_EQ(RecordSpan(40, kAlignedValueMin + 1), kBlockSize + kAlignedValueMin + kBlockSize);
+
+  // The header says which layout it describes; a flag that contradicts the value size is
+  // refused (a reader would look for the value in the wrong place).
+  for (uint64_t value : {uint64_t{100}, kAlignedValueMin, uint64_t{2} << 20}) {
+    RecordHeader h = SampleRecord();
+    h.value_size = value;
+    uint8_t buf[kRecordHeaderSize];
+    EncodeRecordHeader(h, buf);
+    EXPECT_EQ(buf[12], RecordValueAligned(value) ? 1 : 0) << value;
+    ASSERT_TRUE(DecodeRecordHeader(buf, sizeof(buf)).ok()) << value;
+    buf[12] ^= 1;
+    const uint64_t sum = Checksum(buf, 56);
+    for (int i = 0; i < 8; ++i) buf[56 + i] = static_cast<uint8_t>(sum >> (8 * i));
+    auto d = DecodeRecordHeader(buf, sizeof(buf));
+    EXPECT_EQ(d.code(), ErrorCode::CHECKSUM_MISMATCH) << value;
+    EXPECT_NE(d.status().message().find("layout flag"), std::string::npos) << value;
+    buf[12] = 4;  // an unknown flag
+    const uint64_t sum2 = Checksum(buf, 56);
+    for (int i = 0; i < 8; ++i) buf[56 + i] = static_cast<uint8_t>(sum2 >> (8 * i));
+    d = DecodeRecordHeader(buf, sizeof(buf));
+    EXPECT_NE(d.status().message().find("unknown flags"), std::string::npos) << value;
+  }
 }
 
 }  // namespace

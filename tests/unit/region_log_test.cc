@@ -61,7 +61,11 @@ RegionLogOptions Small(RegionEvictionPolicy policy = RegionEvictionPolicy::kFifo
 
 // Value size that makes a record with a key of `key_size` bytes fill exactly `blocks` blocks.
 uint64_t FillBlocks(size_t key_size, uint64_t blocks) {
-  return blocks * kBlockSize - kRecordHeaderSize - key_size;
+  uint64_t value = blocks * kBlockSize - kRecordHeaderSize - key_size;
+  // A value this big starts on a block of its own: header and key take whole blocks.
+  if (RecordValueAligned(value)) value = blocks * kBlockSize - AlignUpToBlock(64 + key_size);
+  if (RecordSpan(key_size, value) != blocks * kBlockSize) std::abort();  // no such value
+  return value;
 }
 
 struct Evicted {
@@ -277,7 +281,8 @@ TEST_F(RegionLogTest, RolloverFlushesTheFullRegion) {
 TEST_F(RegionLogTest, RecordLargerThanARegionIsRefused) {
   auto dev = MakeDevice(2);
   auto log = Make({dev.get()});
-  const uint64_t max_value = kRegion - kBlockSize - kRecordHeaderSize - 3;
+  // The region header's block, the record header's and key's block, then the value.
+  const uint64_t max_value = kRegion - 2 * kBlockSize;
   auto too_big = Put(*log, "big", std::string(max_value + 1, 'x'));
   EXPECT_EQ(too_big.code(), ErrorCode::OBJECT_TOO_LARGE);
   EXPECT_NE(too_big.status().message().find("region capacity"), std::string::npos);
@@ -329,8 +334,9 @@ TEST_F(RegionLogTest, RegionsAreStripedOverDevices) {
     ASSERT_TRUE(rh.ok()) << r;
     EXPECT_EQ(rh->region_index, r);
     const std::string value = Pattern(FillBlocks(2, 63), r);
-    EXPECT_EQ(0,
-              std::memcmp(base + kBlockSize + kRecordHeaderSize + 2, value.data(), value.size()));
+    // A value this big starts on the block after its header's (disk-format.md).
+    EXPECT_EQ(0, std::memcmp(base + kBlockSize + RecordValueOffset(2, value.size()), value.data(),
+                             value.size()));
     auto v = Get(*log, locs[r], "s" + std::to_string(r));
     ASSERT_TRUE(v.ok());
     EXPECT_EQ(*v, value);
@@ -946,10 +952,10 @@ Result<std::string> ReadRange(RegionLog& log, const DiskLocation& loc, const std
   EXPECT_NE(value, nullptr);
   EXPECT_GE(value, buf.data());
   EXPECT_LE(value + length,
-            buf.data() + RegionLog::RangeReadBytes(key.size(), value_offset, length));
+            buf.data() + RegionLog::RangeReadBytes(key.size(), loc.size, value_offset, length));
   // Nothing past the blocks the range needs was touched.
-  for (uint64_t b = RegionLog::RangeReadBytes(key.size(), value_offset, length); b < buf.size();
-       ++b) {
+  for (uint64_t b = RegionLog::RangeReadBytes(key.size(), loc.size, value_offset, length);
+       b < buf.size(); ++b) {
     EXPECT_EQ(buf.data()[b], 0x5a) << "byte " << b << " written past the range's blocks";
     if (buf.data()[b] != 0x5a) break;
   }
@@ -963,10 +969,13 @@ TEST_F(RegionLogTest, RangeReadBytesFitsStagingNeed) {
          {uint64_t{0}, uint64_t{1}, uint64_t{4095}, uint64_t{4096}, uint64_t{12345}}) {
       for (uint64_t len : {uint64_t{1}, uint64_t{2}, uint64_t{4095}, uint64_t{4096}, uint64_t{4097},
                            uint64_t{65536}, uint64_t{100001}}) {
-        const uint64_t need = RegionLog::RangeReadBytes(key, off, len);
-        EXPECT_LE(need, StagingNeed(len)) << key << " " << off << " " << len;
-        EXPECT_EQ(need % kBlockSize, 0u);
-        EXPECT_GE(need, len);
+        // Values on both sides of the aligned-layout threshold.
+        for (uint64_t value : {off + len, off + len + kAlignedValueMin}) {
+          const uint64_t need = RegionLog::RangeReadBytes(key, value, off, len);
+          EXPECT_LE(need, StagingNeed(len)) << key << " " << value << " " << off << " " << len;
+          EXPECT_EQ(need % kBlockSize, 0u);
+          EXPECT_GE(need, len);
+        }
       }
     }
   }
@@ -975,7 +984,9 @@ TEST_F(RegionLogTest, RangeReadBytesFitsStagingNeed) {
 TEST_F(RegionLogTest, ReadRangesWholeAndPartialAreByteExact) {
   auto dev = MakeDevice(2);
   auto log = Make({dev.get()});
-  const std::vector<uint64_t> sizes = {1, 100, 4000, FillBlocks(3, 2), 10000, 50000};
+  // The last two are block-aligned on disk (RecordValueAligned).
+  const std::vector<uint64_t> sizes = {
+      1, 100, 4000, FillBlocks(3, 2), 10000, 50000, kAlignedValueMin, 100001};
   std::vector<Written> w;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const std::string key = "k" + std::to_string(i) + std::string(i * 37, 'x');
@@ -1008,6 +1019,74 @@ TEST_F(RegionLogTest, ReadRangesWholeAndPartialAreByteExact) {
   }
   EXPECT_EQ(log->stats().read_errors, 0u);
   EXPECT_GT(log->stats().reads, 2 * w.size());
+}
+
+// value_only ranges: the device reads exactly the range into the caller's memory (no header,
+// no bytes around it), from the open buffer and from the device; anything not block-aligned
+// is refused before any IO; a reused region answers OBJECT_NOT_FOUND.
+TEST_F(RegionLogTest, ValueOnlyRangesReadExactlyTheRangeIntoTheCallersBytes) {
+  auto dev = MakeDevice(4);
+  auto log = Make({dev.get()});
+  const std::string key = "direct";
+  const std::string value = Pattern(3 * 65536, 9);  // 192 KiB: block-aligned on disk
+  auto loc = Put(*log, key, value);
+  ASSERT_TRUE(loc.ok()) << loc.status().ToString();
+  const std::string odd = Pattern(kAlignedValueMin + 100, 4);  // aligned on disk, odd size
+  auto odd_loc = Put(*log, "odd", odd);
+  ASSERT_TRUE(odd_loc.ok());
+  const std::string small = Pattern(10000, 3);  // packed after its key
+  auto small_loc = Put(*log, "small", small);
+  ASSERT_TRUE(small_loc.ok());
+  ASSERT_TRUE(RegionLog::DirectReadable(value.size(), 0, value.size(), dev->TEST_data()));
+  EXPECT_FALSE(RegionLog::DirectReadable(small.size(), 0, 8192, dev->TEST_data()));
+
+  auto read = [&](const DiskLocation& at, const std::string& k, uint64_t off, uint64_t len,
+                  uint64_t dst_offset) -> Result<std::string> {
+    IoBuffer buf = Staging(len + 3 * 4096);
+    const uint8_t* p = nullptr;
+    RangeRead r{at, k, off, len, buf.data() + dst_offset, &p};
+    r.value_only = true;
+    Status st = std::move(log->ReadRanges({r})[0]);
+    // Not one byte outside [dst, dst + len) is touched, whatever happened.
+    for (uint64_t b = 0; b < buf.size(); ++b) {
+      if (b >= dst_offset && b < dst_offset + len) continue;
+      EXPECT_EQ(buf.data()[b], 0x5a) << "byte " << b << " outside the range was written";
+      if (buf.data()[b] != 0x5a) break;
+    }
+    if (!st.ok()) return st;
+    EXPECT_EQ(p, buf.data() + dst_offset);
+    return std::string(reinterpret_cast<const char*>(buf.data() + dst_offset), len);
+  };
+  for (int pass = 0; pass < 2; ++pass) {  // open buffer, then device
+    for (auto [off, len] : std::vector<std::pair<uint64_t, uint64_t>>{
+             {0, value.size()}, {65536, 131072}, {4096, 4096}, {value.size() - 4096, 4096}}) {
+      auto v = read(*loc, key, off, len, 4096);
+      ASSERT_TRUE(v.ok()) << pass << " [" << off << ", +" << len << "): " << v.status().ToString();
+      EXPECT_EQ(*v, value.substr(off, len)) << pass << " [" << off << ", +" << len << ")";
+    }
+    auto head = read(*odd_loc, "odd", 0, kAlignedValueMin, 4096);  // its whole blocks
+    ASSERT_TRUE(head.ok()) << head.status().ToString();
+    EXPECT_EQ(*head, odd.substr(0, kAlignedValueMin));
+    // Refused before any IO: a packed value, an unaligned offset, length or destination, a
+    // range past the value (the odd value's last partial block), the wrong key's location.
+    EXPECT_EQ(read(*small_loc, "small", 0, 8192, 4096).status().code(), ErrorCode::INVALID_PARAMS);
+    EXPECT_EQ(read(*loc, key, 100, 4096, 4096).status().code(), ErrorCode::INVALID_PARAMS);
+    EXPECT_EQ(read(*loc, key, 0, 5000, 4096).status().code(), ErrorCode::INVALID_PARAMS);
+    EXPECT_EQ(read(*loc, key, 0, 4096, 512).status().code(), ErrorCode::INVALID_PARAMS);
+    EXPECT_EQ(read(*odd_loc, "odd", kAlignedValueMin, 4096, 4096).status().code(),
+              ErrorCode::INVALID_PARAMS);
+    ASSERT_TRUE(log->Flush().ok());
+  }
+  EXPECT_EQ(log->stats().read_errors, 0u);
+
+  // Fill the log until the first region is reused: its location is stale, never new bytes.
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(Put(*log, "filler" + std::to_string(i), Pattern(3 * 65536, 100 + i)).ok());
+  }
+  ASSERT_TRUE(log->Flush().ok());
+  ASSERT_FALSE(evicted_.empty());
+  auto stale = read(*loc, key, 0, value.size(), 4096);
+  EXPECT_EQ(stale.status().code(), ErrorCode::OBJECT_NOT_FOUND) << stale.status().ToString();
 }
 
 TEST_F(RegionLogTest, ReadRangesStreamsAnObjectThroughASmallBuffer) {
