@@ -39,7 +39,8 @@ constexpr size_t kSpotBytes = 64;  // checked at each end of every object
 constexpr size_t kFullCheckEvery = 32;
 constexpr uint32_t kFioWideQueueDepth = 32;  // the informational extra read job
 constexpr uint32_t kRingQueueDepth = 32;     // DeviceOptions::queue_depth (io_uring ring)
-constexpr int kFioBaselineRuns = 3;          // fio runs per baseline and rep (median)
+// Timed loads per rep, each followed by one run of each fio baseline; medians count.
+constexpr int kLoadRuns = 3;
 constexpr int64_t kTmpfsMagic = 0x01021994;
 // The segment holds the working set plus this share of it free below the eviction watermark,
 // so nothing is evicted (or demoted) before the timed demotion.
@@ -155,6 +156,7 @@ struct RepResult {
   double demote_gbps = 0, load_gbps = 0;
   double fio_write_gbps = 0, fio_read_gbps = 0, fio_read_wide_gbps = 0;
   std::vector<double> fio_write_runs, fio_read_runs;  // each baseline run (median above)
+  std::vector<double> load_runs;                      // each timed load (median above)
 };
 
 // What a rep learned about the client's setup (the same in every rep).
@@ -187,12 +189,30 @@ class DiskRun {
 
   Result<RepResult> OneRep(int rep) {
     RepResult result;
-    if (Status s = ClientRep(rep, &result); !s.ok()) return s;
-    if (Status s = FioRep(rep, &result); !s.ok()) return s;
+    Fio fio;
+    fio.file = dir_ + "/fio.dat";
+    struct Remover {
+      std::string path;
+      ~Remover() {
+        std::error_code ignored;
+        fs::remove(path, ignored);
+      }
+    } remover{fio.file};
+    // The client's loads and fio's baseline runs alternate inside ClientRep.
+    if (Status s = ClientRep(rep, &result, &fio); !s.ok()) return s;
+    if (Status s = FinishFio(rep, &fio, &result); !s.ok()) return s;
     return result;
   }
 
  private:
+  // fio's side of a rep: its jobs, the hugetlb reservation, and the baseline runs so far.
+  struct Fio {
+    std::string file;
+    FioJob write, read, wide;
+    std::unique_ptr<HugetlbReservation> reservation;
+    std::vector<double> writes, reads;
+  };
+
   void Report(int rep, const std::string& phase) {
     if (!progress_->enabled()) return;
     progress_->Update("rep " + std::to_string(rep + 1) + "/" + std::to_string(o_.common.reps) +
@@ -262,7 +282,7 @@ class DiskRun {
            std::to_string(st.evicted_objects) + " evicted";
   }
 
-  Status ClientRep(int rep, RepResult* result) {
+  Status ClientRep(int rep, RepResult* result, Fio* fio) {
     Report(rep, "starting the client (segment " + FormatBytes(g_.segment_bytes) + ", tier file " +
                     FormatBytes(g_.capacity) + ", staging " +
                     FormatBytes(config_.staging_buffer_size) + ")");
@@ -317,121 +337,137 @@ class DiskRun {
     }
     result->demote_gbps = Gbps(g_.value_bytes, demote_seconds);
 
-    // Load (timed): every object read back through staged loads into the poisoned destination.
-    Poison(rep);
+    // Load (timed), kLoadRuns times, interleaved with fio's baseline runs so that both medians
+    // sample the disk over the same stretch of time (one run on this virtual disk swings by
+    // +-10 %): fio write (a fresh file), load, fio read. Each read, the tier's and fio's, then
+    // reads data written before another 1 GiB of IO (what a host-side cache of the virtual
+    // disk sees is the same for both).
+    if (Status s = PrepareFio(rep, fio); !s.ok()) return s;
     if (Status s = client->RegisterBuffer(dst_.data(), dst_.size()); !s.ok()) return s;
+    FailureLog failures;
+    for (int run = 0; run < kLoadRuns && failures.empty(); ++run) {
+      if (Status s = FioBaselineRun(rep, run, /*write=*/true, fio); !s.ok()) return s;
+      Result<double> gbps = LoadOnce(rep, run, *client, *tier, &failures);
+      if (!gbps.ok()) return gbps.status();
+      result->load_runs.push_back(*gbps);
+      if (Status s = FioBaselineRun(rep, run, /*write=*/false, fio); !s.ok()) return s;
+    }
+    result->load_gbps = Median(result->load_runs);
+    (void)client->UnregisterBuffer(src_.data());
+    (void)client->UnregisterBuffer(dst_.data());
+    return failures.ToStatus("load");
+  }
+
+  // One timed load of every object into the poisoned destination; checks the codes, the path
+  // the bytes took and the bytes. GB/s, or the failure.
+  Result<double> LoadOnce(int rep, int run, EmbeddedClient& client, SsdTier& tier,
+                          FailureLog* failures) {
+    Poison(rep + run);
     const std::vector<Batch> batches = Batches(dst_.data());
     std::vector<std::vector<int64_t>> results(batches.size());
-    Report(rep, "load (" + FormatBytes(g_.value_bytes) + ")");
-    watch.Restart();
+    const SsdTierStats before = tier.stats();
+    Report(rep, "load " + std::to_string(run + 1) + "/" + std::to_string(kLoadRuns) + " (" +
+                    FormatBytes(g_.value_bytes) + ")");
+    Stopwatch watch;
     for (size_t b = 0; b < batches.size(); ++b) {
       results[b] =
-          client->BatchGetIntoMultiBuffers(batches[b].keys, batches[b].ptrs, batches[b].sizes);
+          client.BatchGetIntoMultiBuffers(batches[b].keys, batches[b].ptrs, batches[b].sizes);
     }
     const double load_seconds = watch.Seconds();
-    FailureLog failures;
     for (size_t b = 0; b < batches.size(); ++b) {
       for (size_t k = 0; k < batches[b].keys.size(); ++k) {
         const int64_t got =
             k < results[b].size() ? results[b][k] : ToInt(ErrorCode::INTERNAL_ERROR);
         if (got != static_cast<int64_t>(o_.object_bytes)) {
-          failures.Add("load of " + batches[b].keys[k] + ": " +
-                       (got < 0 ? CodeString(got) : std::to_string(got) + " bytes"));
+          failures->Add("load of " + batches[b].keys[k] + ": " +
+                        (got < 0 ? CodeString(got) : std::to_string(got) + " bytes"));
         }
       }
     }
-    if (Status s = failures.ToStatus("load"); !s.ok()) return s;
+    if (Status s = failures->ToStatus("load"); !s.ok()) return s;
     // Every value byte came the expected way: straight into the destination, or through the
     // tier's staging buffer (objects too big for one part are streamed in several pieces).
-    const uint64_t staged = tier->stats().staged_bytes - tier_after.staged_bytes;
-    const uint64_t direct = tier->stats().direct_bytes - tier_after.direct_bytes;
+    const uint64_t staged = tier.stats().staged_bytes - before.staged_bytes;
+    const uint64_t direct = tier.stats().direct_bytes - before.direct_bytes;
     if ((g_.direct ? direct : staged) != g_.value_bytes || staged + direct != g_.value_bytes) {
       return Failed("load: the SSD tier read " + std::to_string(direct) + " bytes directly and " +
                     std::to_string(staged) + " bytes through staging for " +
                     std::to_string(g_.value_bytes) + " bytes of objects (expected all " +
                     (g_.direct ? "direct" : "staged") + ")");
     }
-    result->load_gbps = Gbps(g_.value_bytes, load_seconds);
-    CheckBytes(rep, &failures);
-    (void)client->UnregisterBuffer(src_.data());
-    (void)client->UnregisterBuffer(dst_.data());
-    return failures.ToStatus("load");
+    CheckBytes(rep + run, failures);
+    return Gbps(g_.value_bytes, load_seconds);
   }
 
-  // Hugetlb pages fio needs for a job's buffers: bs x iodepth rounded up to the page size,
-  // and one page of slack.
-  Status FioRep(int rep, RepResult* result) {
-    const std::string file = dir_ + "/fio.dat";
-    struct Remover {
-      std::string path;
-      ~Remover() {
-        std::error_code ignored;
-        fs::remove(path, ignored);
-      }
-    } remover{file};
+  // The jobs (once the client's load queue depth is known) and fio's hugetlb pages.
+  Status PrepareFio(int rep, Fio* fio) {
     // The same bytes the region log wrote: whole flushes of its write size, one at a time.
-    FioJob write{.name = "write",
-                 .write = true,
-                 .block_bytes = g_.flush_bytes,
-                 .size_bytes = g_.regions * g_.flush_bytes,
-                 .iodepth = 1};
+    fio->write = FioJob{.name = "write",
+                        .write = true,
+                        .block_bytes = g_.flush_bytes,
+                        .size_bytes = g_.regions * g_.flush_bytes,
+                        .iodepth = 1};
     // The same bytes the loads read: one value (direct) or record span (staged) per request,
-    // as many in flight as one part issues.
-    FioJob read{.name = "read",
-                .write = false,
-                .block_bytes = g_.read_bytes,
-                .size_bytes = g_.objects * g_.read_bytes,
-                .iodepth = setup_.load_queue_depth};
-    FioJob wide = read;
-    wide.name = "read_qd" + std::to_string(kFioWideQueueDepth);
-    wide.iodepth = kFioWideQueueDepth;
+    // as many in flight as a load keeps.
+    fio->read = FioJob{.name = "read",
+                       .write = false,
+                       .block_bytes = g_.read_bytes,
+                       .size_bytes = g_.objects * g_.read_bytes,
+                       .iodepth = setup_.load_queue_depth};
+    fio->wide = fio->read;
+    fio->wide.name = "read_qd" + std::to_string(kFioWideQueueDepth);
+    fio->wide.iodepth = kFioWideQueueDepth;
     // fio's buffers on 2 MiB pages like the tier's (--fio-mem auto/mmaphuge): the jobs run one
     // after the other, so the largest job's pages are enough.
-    std::unique_ptr<HugetlbReservation> reservation;
     if (o_.fio_mem != "malloc") {
       uint64_t needed = 0;
-      for (const FioJob* job : {&write, &read, &wide}) {
+      for (const FioJob* job : {&fio->write, &fio->read, &fio->wide}) {
         needed = std::max(needed, HugetlbPagesFor(*job));
       }
       Report(rep, "reserving " + std::to_string(needed) + " hugetlb pages for fio");
-      reservation = std::make_unique<HugetlbReservation>(needed);
-      if (!reservation->ok() && o_.fio_mem == "mmaphuge") {
+      fio->reservation = std::make_unique<HugetlbReservation>(needed);
+      if (!fio->reservation->ok() && o_.fio_mem == "mmaphuge") {
         return Bad("--fio-mem mmaphuge: fio needs " + std::to_string(needed) +
                    " free hugetlb pages and they could not be reserved (" +
                    std::to_string(ReadHugetlbPages().free) + " free; " + kNrHugepages +
                    (access(kNrHugepages, W_OK) == 0 ? " raised, too few granted)"
                                                     : " not writable: run as root)"));
       }
-      setup_.fio_hugetlb_raised = reservation->raised();
+      setup_.fio_hugetlb_raised = fio->reservation->raised();
     }
-    setup_.fio_huge_pages = reservation != nullptr && reservation->ok();
-    // The baselines of the ratios (write, read) run kFioBaselineRuns times, alternating, and
-    // count by their median: one fio run on this virtual disk swings by +-10 %, far more than
-    // the tier's own figure. The informational qd32 read runs once.
-    // Every write run starts from a fresh file, as the tier writes into a freshly fallocated
-    // one: overwriting blocks fio wrote before skips the filesystem's conversion of unwritten
-    // extents and measured 3.2-3.8 GB/s against 1.9-2.0 for a fresh file (same run, same disk).
-    std::vector<double> writes, reads;
-    for (int run = 0; run < kFioBaselineRuns; ++run) {
+    setup_.fio_huge_pages = fio->reservation != nullptr && fio->reservation->ok();
+    for (FioJob* job : {&fio->write, &fio->read, &fio->wide}) {
+      job->huge_pages = setup_.fio_huge_pages;
+    }
+    return Status::Ok();
+  }
+
+  // One run of a baseline: the write (of a fresh file) or the read (of that file). Every
+  // write starts from a fresh file, as the tier writes into a freshly fallocated one:
+  // overwriting blocks fio wrote before skips the filesystem's conversion of unwritten extents
+  // and measured 3.2-3.8 GB/s against 1.9-2.0 for a fresh file (same run, same disk).
+  Status FioBaselineRun(int rep, int run, bool write, Fio* fio) {
+    if (write) {
       std::error_code ignored;
-      fs::remove(file, ignored);
-      for (FioJob* job : {&write, &read}) {
-        job->huge_pages = setup_.fio_huge_pages;
-        Report(rep, "fio " + job->name + " " + std::to_string(run + 1) + "/" +
-                        std::to_string(kFioBaselineRuns) +
-                        (job->huge_pages ? " (2 MiB pages)" : " (malloc)"));
-        Result<double> gbps = RunFio(*job, file, dir_, direct_io_);
-        if (!gbps.ok()) return gbps.status();
-        (job == &write ? writes : reads).push_back(*gbps);
-      }
+      fs::remove(fio->file, ignored);
     }
-    result->fio_write_gbps = Median(writes);
-    result->fio_read_gbps = Median(reads);
-    result->fio_write_runs = writes;
-    result->fio_read_runs = reads;
-    wide.huge_pages = setup_.fio_huge_pages;
-    Report(rep, "fio " + wide.name + (wide.huge_pages ? " (2 MiB pages)" : " (malloc)"));
-    Result<double> gbps = RunFio(wide, file, dir_, direct_io_);
+    FioJob& job = write ? fio->write : fio->read;
+    Report(rep, "fio " + job.name + " " + std::to_string(run + 1) + "/" +
+                    std::to_string(kLoadRuns) + (job.huge_pages ? " (2 MiB pages)" : " (malloc)"));
+    Result<double> gbps = RunFio(job, fio->file, dir_, direct_io_);
+    if (!gbps.ok()) return gbps.status();
+    (write ? fio->writes : fio->reads).push_back(*gbps);
+    return Status::Ok();
+  }
+
+  // The baselines' medians, and the informational qd32 read (once).
+  Status FinishFio(int rep, Fio* fio, RepResult* result) {
+    result->fio_write_gbps = Median(fio->writes);
+    result->fio_read_gbps = Median(fio->reads);
+    result->fio_write_runs = fio->writes;
+    result->fio_read_runs = fio->reads;
+    Report(rep, "fio " + fio->wide.name + (fio->wide.huge_pages ? " (2 MiB pages)" : " (malloc)"));
+    Result<double> gbps = RunFio(fio->wide, fio->file, dir_, direct_io_);
     if (!gbps.ok()) return gbps.status();
     result->fio_read_wide_gbps = *gbps;
     return Status::Ok();
@@ -570,6 +606,7 @@ Status RunDiskBench(const DiskBenchOptions& options) {
   DiskRun run(options, config, geometry, dir, direct_io, *src, *dst, &progress);
   std::vector<double> demote, load, fio_write, fio_read, fio_wide;
   std::vector<double> fio_write_runs, fio_read_runs;  // every baseline run of every rep
+  std::vector<double> load_runs;                      // every timed load of every rep
   for (int rep = 0; rep < options.common.reps; ++rep) {
     Result<RepResult> r = run.OneRep(rep);
     if (!r.ok()) {
@@ -583,6 +620,7 @@ Status RunDiskBench(const DiskBenchOptions& options) {
     fio_wide.push_back(r->fio_read_wide_gbps);
     for (double v : r->fio_write_runs) fio_write_runs.push_back(Round3(v));
     for (double v : r->fio_read_runs) fio_read_runs.push_back(Round3(v));
+    for (double v : r->load_runs) load_runs.push_back(Round3(v));
   }
   progress.Done();
   RepResult m;
@@ -631,6 +669,7 @@ Status RunDiskBench(const DiskBenchOptions& options) {
              geometry.value_bytes);
       client(line)
           .Add("load_path", geometry.direct ? "direct" : "staged")
+          .Add("runs_gbps", load_runs)
           .Add("device_bytes", geometry.objects * geometry.read_bytes)
           .Add("gbps", Round3(m.load_gbps))
           .Emit();

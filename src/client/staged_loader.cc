@@ -3,9 +3,14 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <map>
+#include <mutex>
+#include <system_error>
+#include <thread>
 
 #include "common/checksum.h"
 #include "ssd/ssd_tier.h"
@@ -72,13 +77,16 @@ StagedLoadStats StagedLoader::Load(std::vector<DiskRead>& reads) const {
 void StagedLoader::LoadDirect(SsdTier& tier, const std::vector<DiskRead*>& reads,
                               StagedLoadStats& stats) const {
   // One call for the whole batch: the device keeps its queue full (refilled as reads
-  // complete), and each object is verified on the IO thread as soon as its read completes,
-  // while the others are still in flight; only the last object's check is not overlapped.
+  // complete). Each object is verified (xxh3 in the caller's buffer) as soon as its read is
+  // in, by a helper thread while reads are still in flight, and by this thread too once the
+  // last read is in. Why two: a virtual disk (the reference VM) completes a batch's reads
+  // nearly together, at its end; verified one after the other on one thread, a call of 32
+  // objects of 2 MiB spent ~2.7 of its ~26 ms hashing with the device idle.
   std::vector<DirectRequest> requests;
   requests.reserve(reads.size());
   for (const DiskRead* r : reads) requests.push_back(DirectRequest{*r->key, r->location, r->dst});
   ++stats.direct_parts;
-  (void)tier.ReadDirect(requests, [&](size_t j, const Status& read) {
+  auto verify = [&](size_t j, const Status& read) {
     DiskRead& r = *reads[j];
     if (!read.ok()) {
       spdlog::warn("direct read of {} from the SSD tier failed: {}", *r.key, read.ToString());
@@ -92,11 +100,58 @@ void StagedLoader::LoadDirect(SsdTier& tier, const std::vector<DiskRead*>& reads
       return;
     }
     r.result = static_cast<int64_t>(r.location.size);
+  };
+  if (reads.size() < 2) {  // nothing to share
+    (void)tier.ReadDirect(requests, verify);
+    return;
+  }
+  std::mutex mu;
+  std::condition_variable ready;
+  std::deque<std::pair<size_t, Status>> queue;  // read, not yet verified
+  bool io_done = false;
+  // Verifies queued objects until the queue is empty and, if `wait`, no read is left.
+  auto drain = [&](bool wait) {
+    std::unique_lock lock(mu);
+    while (true) {
+      if (wait) ready.wait(lock, [&] { return io_done || !queue.empty(); });
+      if (queue.empty()) return;
+      auto [j, status] = std::move(queue.front());
+      queue.pop_front();
+      lock.unlock();
+      verify(j, status);
+      lock.lock();
+    }
+  };
+  std::thread helper;
+  try {
+    helper = std::thread([&] { drain(/*wait=*/true); });
+  } catch (const std::system_error&) {
+    // No thread to spare: this thread verifies everything once the reads are in.
+  }
+  (void)tier.ReadDirect(requests, [&](size_t j, const Status& read) {
+    std::lock_guard lock(mu);
+    queue.emplace_back(j, read);
+    ready.notify_one();
   });
+  {
+    std::lock_guard lock(mu);
+    io_done = true;
+  }
+  ready.notify_all();
+  drain(/*wait=*/false);
+  if (helper.joinable()) helper.join();
 }
 
 void StagedLoader::LoadFromTier(SsdTier& tier, std::vector<DiskRead*>& all,
                                 StagedLoadStats& stats) const {
+  // In disk order (region, then offset): a batch's keys come in the caller's order, which
+  // need not be the order demotion wrote them in, and a drive (or a virtual disk's host
+  // cache) reads sequential ranges faster than scattered ones (fio on the reference VM: 2 MiB
+  // reads at qd32, 2.3-2.5 GB/s sequential against 1.9-2.5 random).
+  std::stable_sort(all.begin(), all.end(), [](const DiskRead* a, const DiskRead* b) {
+    return std::pair(a->location.region, a->location.offset) <
+           std::pair(b->location.region, b->location.offset);
+  });
   // Block-aligned values bound for block-aligned buffers are read straight into them; the
   // others go through the staging buffer.
   std::vector<DiskRead*> direct, reads;

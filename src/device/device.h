@@ -43,8 +43,10 @@ struct IoRequest {
 // Completion callback of a batch: called once per request, with its index in the batch and
 // its final status, as soon as that request is done (so the caller can use its bytes while
 // the rest are still in flight). Called on the thread that issued the batch, before the
-// batch call returns, in completion order; it must not throw and should return quickly:
-// while it runs no new request is submitted.
+// batch call returns, in completion order; it must not throw. While it runs no new request is
+// submitted; the io_uring device calls it only after refilling its queue with the requests
+// waiting, so a callback that takes a while (e.g. hashing the bytes) overlaps the reads in
+// flight.
 using IoDone = std::function<void(size_t index, const Status& status)>;
 
 class Device {

@@ -61,6 +61,12 @@ TEST(ClientOffloadStress, ReadsRacingDemotionAndRegionReuseAreExactOrClean) {
       uint8_t* aligned = reinterpret_cast<uint8_t*>(
           (reinterpret_cast<uintptr_t>(storage.data()) + 4095) & ~uintptr_t{4095});
       uint8_t* const dst = t % 2 == 1 ? aligned : aligned + 8;
+      // Batches of 3 keys into 3 aligned slots of 320 KiB (direct loads of several objects).
+      constexpr size_t kSlot = 320 << 10;
+      std::vector<uint8_t> batch_storage(3 * kSlot + 4096);
+      uint8_t* const slots = reinterpret_cast<uint8_t*>(
+          (reinterpret_cast<uintptr_t>(batch_storage.data()) + 4095) & ~uintptr_t{4095});
+      ASSERT_TRUE(cl.RegisterBuffer(slots, 3 * kSlot).ok());
       for (int op = 0; op < kOps; ++op) {
         const int n = static_cast<int>(rng() % kKeys);
         const std::string key = "stress-" + std::to_string(n);
@@ -69,6 +75,32 @@ TEST(ClientOffloadStress, ReadsRacingDemotionAndRegionReuseAreExactOrClean) {
         if (what < 4) {
           Fill(n, src.data(), size);
           (void)cl.Put(key, src.data(), size);
+        } else if (what == 8) {
+          std::vector<std::string> keys;
+          std::vector<std::vector<void*>> ptrs;
+          std::vector<std::vector<size_t>> sizes;
+          for (int k = 0; k < 3; ++k) {
+            const int m = (n / 3 * 3 + 3 * k) % kKeys;  // keys with whole 4 KiB blocks
+            keys.push_back("stress-" + std::to_string(m));
+            ptrs.push_back({slots + k * kSlot});
+            sizes.push_back({SizeOf(m)});  // batch gets take exact sizes
+          }
+          const std::vector<int64_t> got = cl.BatchGetIntoMultiBuffers(keys, ptrs, sizes);
+          for (int k = 0; k < 3; ++k) {
+            const int m = (n / 3 * 3 + 3 * k) % kKeys;
+            if (got[k] == static_cast<int64_t>(SizeOf(m))) {
+              Fill(m, expect.data(), SizeOf(m));
+              if (std::memcmp(slots + k * kSlot, expect.data(), SizeOf(m)) == 0) {
+                ++exact;
+              } else {
+                ++wrong;
+              }
+            } else if (got[k] == ToInt(ErrorCode::OBJECT_NOT_FOUND)) {
+              ++missing;
+            } else {
+              ++other;
+            }
+          }
         } else if (what < 9) {
           const int64_t got = cl.Get(key, dst, 1 << 20);
           if (got == static_cast<int64_t>(size)) {
