@@ -138,12 +138,17 @@ Geometry ComputeGeometry(const DiskBenchOptions& o, double high_watermark) {
 }
 
 // Reads a load keeps in flight. Direct loads (SsdTier::ReadDirect) submit a whole call's
-// reads at once and the io_uring ring (kRingQueueDepth) keeps min(batch, ring) in flight,
-// refilled as reads complete. Staged loads cut a batch into parts of at most min(usable / 2,
-// kPipelinePart) staging bytes (StagingNeed per object) and issue each part's reads together.
+// reads at once and the io_uring ring keeps min(batch, kRingQueueDepth, 16 MiB of reads) in
+// flight, refilled as reads complete. Staged loads cut a batch into parts of at most min(usable /
+// 2, kPipelinePart) staging bytes (StagingNeed per object) and issue each part's reads together.
 uint32_t LoadQueueDepth(const DiskBenchOptions& o, bool direct, double usable_ratio,
                         uint64_t staging_capacity) {
-  if (direct) return static_cast<uint32_t>(std::min<uint64_t>(kRingQueueDepth, o.batch));
+  if (direct) {
+    // The ring also bounds a batch's bytes in flight (DeviceOptions::max_inflight_bytes).
+    const uint64_t by_bytes =
+        std::max<uint64_t>(1, DeviceOptions{}.max_inflight_bytes / o.object_bytes);
+    return static_cast<uint32_t>(std::min<uint64_t>({kRingQueueDepth, o.batch, by_bytes}));
+  }
   const StagedLoader loader(usable_ratio, nullptr);
   const uint64_t usable = loader.PartBudget(staging_capacity);
   const uint64_t part = std::min(usable / 2, StagedLoader::kPipelinePart);

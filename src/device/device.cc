@@ -146,6 +146,7 @@ Result<std::unique_ptr<Device>> OpenDevice(int fd, uint64_t size, uint64_t align
     UringDeviceOptions uring_options;
     uring_options.queue_depth = options.queue_depth;
     uring_options.num_rings = options.num_rings;
+    uring_options.max_inflight_bytes = options.max_inflight_bytes;
     uring_options.TEST_fail_setup = options.TEST_fail_uring_setup;
     Result<std::unique_ptr<UringDevice>> uring =
         UringDevice::Open(fd, size, alignment, uring_options);

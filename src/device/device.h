@@ -114,6 +114,9 @@ struct DeviceOptions {
   // take a free ring, so this bounds how many batches run in parallel).
   uint32_t queue_depth = 32;
   uint32_t num_rings = 4;
+  // io_uring: bytes a batch keeps in flight at most (one request always goes, whatever its
+  // size); 0 = only queue_depth bounds it. See UringDeviceOptions.
+  uint64_t max_inflight_bytes = uint64_t{16} << 20;
   // Test hook: make io_uring setup fail as if io_uring were disabled (tests the fallback).
   bool TEST_fail_uring_setup = false;
 };

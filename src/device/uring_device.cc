@@ -44,8 +44,12 @@ struct UringDevice::Ring {
 };
 
 UringDevice::UringDevice(int fd, uint64_t size, uint64_t alignment, uint32_t queue_depth,
-                         uint64_t max_piece)
-    : Device(size, alignment), fd_(fd), queue_depth_(queue_depth), max_piece_(max_piece) {}
+                         uint64_t max_inflight_bytes, uint64_t max_piece)
+    : Device(size, alignment),
+      fd_(fd),
+      queue_depth_(queue_depth),
+      max_inflight_bytes_(max_inflight_bytes),
+      max_piece_(max_piece) {}
 
 UringDevice::~UringDevice() {
   for (auto& ring : rings_) {
@@ -75,8 +79,8 @@ Result<std::unique_ptr<UringDevice>> UringDevice::Open(int fd, uint64_t size, ui
     return Status(ErrorCode::INVALID_PARAMS, "io_uring piece size " + std::to_string(max_piece) +
                                                  " is not a multiple of the alignment up to 1 GiB");
   }
-  std::unique_ptr<UringDevice> device(
-      new UringDevice(fd, size, alignment, options.queue_depth, max_piece));
+  std::unique_ptr<UringDevice> device(new UringDevice(fd, size, alignment, options.queue_depth,
+                                                      options.max_inflight_bytes, max_piece));
   Result<std::unique_ptr<PosixDevice>> fallback = PosixDevice::Open(fd, size, alignment);
   if (!fallback.ok()) return fallback.status();
   device->fallback_ = std::move(fallback).value();
@@ -155,9 +159,10 @@ std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, boo
   for (const Piece& p : pieces) ++pieces_left[p.request];
   const uint64_t generation = ++r.generation;
 
-  size_t next = 0;       // next piece to prepare
-  size_t queued = 0;     // prepared, not yet accepted by the kernel
-  size_t in_flight = 0;  // accepted, not yet completed
+  size_t next = 0;         // next piece to prepare
+  size_t queued = 0;       // prepared, not yet accepted by the kernel
+  size_t in_flight = 0;    // accepted, not yet completed
+  uint64_t bytes_out = 0;  // of the pieces queued or in flight
   auto fail = [&](size_t piece, const std::string& what) {
     const Piece& p = pieces[piece];
     if (results[p.request].ok()) results[p.request] = IoError(write, p.offset, p.len, what);
@@ -179,6 +184,7 @@ std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, boo
       completed[index] = true;
       --in_flight;
       const Piece& p = pieces[index];
+      bytes_out -= p.len;
       if (cqe->res < 0) {
         fail(index, ErrnoText(-cqe->res));
       } else if (static_cast<uint32_t>(cqe->res) != p.len && results[p.request].ok()) {
@@ -202,10 +208,16 @@ std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, boo
   std::string ring_error;  // set when the ring itself (not one IO) failed
   int busy_retries = 0;
   while (next < pieces.size() || queued > 0 || in_flight > 0) {
-    while (next < pieces.size() && queued + in_flight < queue_depth_) {
+    while (next < pieces.size() && queued + in_flight < queue_depth_ &&
+           (queued + in_flight == 0 || max_inflight_bytes_ == 0 ||
+            bytes_out + pieces[next].len <= max_inflight_bytes_)) {
       io_uring_sqe* sqe = io_uring_get_sqe(&r.ring);
       if (sqe == nullptr) break;
       const Piece& p = pieces[next];
+      bytes_out += p.len;
+      if (bytes_out > peak_bytes_out_.load(std::memory_order_relaxed)) {
+        peak_bytes_out_.store(bytes_out, std::memory_order_relaxed);  // racy max: tests only
+      }
       if (write) {
         io_uring_prep_write(sqe, fd_, p.buf, p.len, p.offset);
       } else {

@@ -34,6 +34,15 @@ class PosixDevice;
 struct UringDeviceOptions {
   uint32_t queue_depth = 32;  // 1..4096: requests in flight per ring
   uint32_t num_rings = 4;     // 1..64: batches served in parallel
+  // Bytes one batch keeps in flight at most (a request is always allowed when none is in
+  // flight, whatever its size); 0 = no bound beyond queue_depth. Why 16 MiB: a virtual disk
+  // (the reference VM) completes what is in flight nearly together, so the in-flight bytes
+  // are the wave in which completions come back. 8 reads of 2 MiB keep it as busy as 32 (fio:
+  // same GB/s at qd8 and qd32), and a caller that checks each completed object (direct
+  // loads) then overlaps those checks with the next wave instead of holding a 64 MiB wave's
+  // checks back to the end of a call (paired bench disk runs: 2.08-2.57 GB/s against
+  // 1.86-2.32).
+  uint64_t max_inflight_bytes = uint64_t{16} << 20;
   // Test hook: make ring setup fail as if io_uring were disabled (EPERM), to exercise the
   // fallback of OpenDevice.
   bool TEST_fail_setup = false;
@@ -54,6 +63,8 @@ class UringDevice final : public Device {
 
   int fd() const { return fd_; }
   uint32_t queue_depth() const { return queue_depth_; }
+  // Most bytes one batch has had queued or in flight at once, since Open. For tests.
+  uint64_t TEST_peak_inflight_bytes() const { return peak_bytes_out_.load(); }
 
  protected:
   Status DoRead(uint64_t offset, void* buf, uint64_t len) override;
@@ -66,13 +77,16 @@ class UringDevice final : public Device {
  private:
   struct Ring;  // io_uring + its mutex; defined in the .cc to keep liburing out of headers
 
-  UringDevice(int fd, uint64_t size, uint64_t alignment, uint32_t queue_depth, uint64_t max_piece);
+  UringDevice(int fd, uint64_t size, uint64_t alignment, uint32_t queue_depth,
+              uint64_t max_inflight_bytes, uint64_t max_piece);
   std::vector<Status> Run(const std::vector<IoRequest>& requests, bool write,
                           const IoDone& on_done);
 
   const int fd_;
   const uint32_t queue_depth_;
-  const uint64_t max_piece_;  // requests are split into pieces of at most this size
+  const uint64_t max_inflight_bytes_;  // 0: unbounded
+  const uint64_t max_piece_;           // requests are split into pieces of at most this size
+  std::atomic<uint64_t> peak_bytes_out_{0};
   std::vector<std::unique_ptr<Ring>> rings_;
   std::atomic<uint32_t> next_ring_{0};
   std::unique_ptr<PosixDevice> fallback_;  // serves retired rings' calls

@@ -447,6 +447,49 @@ TEST(UringDeviceTest, SplitsLargeRequestsIntoPieces) {
   }
 }
 
+// max_inflight_bytes: a batch never has more bytes in flight than the bound, except a single
+// request bigger than the bound (which still goes, alone). With room for exactly one request,
+// requests complete strictly in order.
+TEST(UringDeviceTest, BoundsTheBytesInFlight) {
+  ScratchDir dir;
+  TierFile file = MakeTierFile(dir, "tier", 4 * kMiB);
+  ASSERT_GE(file.fd(), 0);
+  UringDeviceOptions options;
+  options.queue_depth = 8;
+  options.num_rings = 1;
+  options.max_inflight_bytes = 32 * kKiB;
+  Result<std::unique_ptr<UringDevice>> device =
+      UringDevice::Open(file.fd(), file.capacity(), file.alignment(), options);
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  IoBuffer out = MakeBuffer(2 * kMiB);
+  IoBuffer in = MakeBuffer(2 * kMiB);
+  Fill(out.data(), 2 * kMiB, 5);
+  {  // written through another device, so this one's peak counts only the reads below
+    auto writer = UringDevice::Open(file.fd(), file.capacity(), file.alignment(), options);
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE((*writer)->Write(0, out.data(), 2 * kMiB).ok());
+  }
+  std::vector<IoRequest> requests;
+  for (uint64_t i = 0; i < 16; ++i) {
+    requests.push_back(IoRequest{i * 32 * kKiB, in.data() + i * 32 * kKiB, 32 * kKiB});
+  }
+  // Without the bound, 8 of these (256 KiB) would be queued at once.
+  std::vector<Status> small = (*device)->ReadBatch(requests);
+  for (const Status& s : small) EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ((*device)->TEST_peak_inflight_bytes(), 32 * kKiB);
+  requests.push_back(IoRequest{kMiB, in.data() + kMiB, kMiB});  // 32x the bound
+  std::vector<size_t> order;
+  std::vector<Status> read =
+      (*device)->ReadBatch(requests, [&](size_t i, const Status&) { order.push_back(i); });
+  for (const Status& s : read) EXPECT_TRUE(s.ok()) << s.ToString();
+  std::vector<size_t> expected(requests.size());
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] = i;
+  EXPECT_EQ(order, expected) << "more than one request was in flight";
+  EXPECT_EQ((*device)->TEST_peak_inflight_bytes(), kMiB);  // the big one, alone
+  EXPECT_EQ(std::memcmp(in.data(), out.data(), 16 * 32 * kKiB), 0);
+  EXPECT_EQ(std::memcmp(in.data() + kMiB, out.data() + kMiB, kMiB), 0);
+}
+
 TEST(UringDeviceTest, RejectsBadOptions) {
   UringDeviceOptions options;
   options.queue_depth = 0;
