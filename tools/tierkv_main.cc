@@ -171,8 +171,9 @@ int main(int argc, char** argv) {
   CLI::App* disk = bench->add_subcommand(
       "disk",
       "The SSD tier through the client API (embedded): demotion (EvictFromSegment + Flush) and "
-      "staged loads (BatchGetIntoMultiBuffers) over an O_DIRECT io_uring tier file, against fio "
-      "on a file in the same directory");
+      "loads (BatchGetIntoMultiBuffers: direct, or staged) over an O_DIRECT io_uring tier file, "
+      "against fio on a file in the same directory (3 loads per rep interleaved with fio's runs; "
+      "medians)");
   AddCommonFlags(disk, &disk_options.common);
   disk->add_option("--dir", disk_options.dir,
                    "Directory for the bench files (created if missing; files removed at the end)")
