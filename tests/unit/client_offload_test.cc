@@ -95,6 +95,34 @@ class ClientOffloadTest : public ::testing::Test {
     return out;
   }
   MasterService& Master() { return client_->TEST_master()->master(); }
+  // Opens the client with its tier's device wrapped in a FaultyDevice, and returns that.
+  FaultyDevice* OpenFaulty(const Config& c) {
+    FaultyDevice* faulty = nullptr;
+    Open(c, [&](SsdTierOptions& o) {
+      o.TEST_wrap_device = [&faulty](std::unique_ptr<Device> d) {
+        auto f = std::make_unique<FaultyDevice>(std::move(d));
+        faulty = f.get();
+        return std::unique_ptr<Device>(std::move(f));
+      };
+    });
+    return faulty;
+  }
+  // Flips one byte of `key`'s value (of `size` bytes) on the disk, `at` bytes into the value
+  // (single tier file: the tier offset is the file offset).
+  void FlipDiskByte(const std::string& key, size_t size, uint64_t at) {
+    auto desc = client_->BatchGetReplicaDesc({key});
+    ASSERT_TRUE(desc[0].ok());
+    ASSERT_EQ((*desc[0])[0].tier, ReplicaTier::kDisk);
+    const uint64_t pos = (*desc[0])[0].offset + RecordValueOffset(key.size(), size) + at;
+    const int fd = ::open(MakeConfig().offload_paths[0].c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    uint8_t b = 0;
+    ASSERT_EQ(::pread(fd, &b, 1, static_cast<off_t>(pos)), 1);
+    b ^= 0x5A;
+    ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(pos)), 1);
+    ::fsync(fd);
+    ::close(fd);
+  }
 
   test_util::ScratchDir dir_;
   std::unique_ptr<EmbeddedClient> client_;
@@ -155,19 +183,7 @@ TEST_F(ClientOffloadTest, CorruptRecordIsChecksumMismatchAndZeroed) {
   PutAll(3, kSize);
   Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
   ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
-  auto desc = client_->BatchGetReplicaDesc({Key(1)});
-  ASSERT_TRUE(desc[0].ok());
-  ASSERT_EQ((*desc[0])[0].tier, ReplicaTier::kDisk);
-  // Flip one value byte on the disk (single file: the tier offset is the file offset).
-  const uint64_t at = (*desc[0])[0].offset + RecordValueOffset(Key(1).size(), kSize) + 1000;
-  const int fd = ::open(MakeConfig().offload_paths[0].c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  uint8_t b = 0;
-  ASSERT_EQ(::pread(fd, &b, 1, static_cast<off_t>(at)), 1);
-  b ^= 0x5A;
-  ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(at)), 1);
-  ::fsync(fd);
-  ::close(fd);
+  FlipDiskByte(Key(1), kSize, 1000);
   std::vector<uint8_t> out(kSize, 0xEE);
   EXPECT_EQ(client_->Get(Key(1), out.data(), out.size()), ToInt(ErrorCode::CHECKSUM_MISMATCH));
   EXPECT_EQ(out, std::vector<uint8_t>(kSize, 0));  // never the corrupt bytes
@@ -176,14 +192,7 @@ TEST_F(ClientOffloadTest, CorruptRecordIsChecksumMismatchAndZeroed) {
 }
 
 TEST_F(ClientOffloadTest, ReadErrorsFailTheirKeysAndTheNextReadWorks) {
-  FaultyDevice* faulty = nullptr;
-  Open(MakeConfig(), [&](SsdTierOptions& o) {
-    o.TEST_wrap_device = [&](std::unique_ptr<Device> d) {
-      auto f = std::make_unique<FaultyDevice>(std::move(d));
-      faulty = f.get();
-      return std::unique_ptr<Device>(std::move(f));
-    };
-  });
+  FaultyDevice* faulty = OpenFaulty(MakeConfig());
   ASSERT_NE(faulty, nullptr);
   constexpr size_t kSize = 256 * kKiB;
   PutAll(8, kSize);
@@ -292,14 +301,7 @@ TEST_F(ClientOffloadTest, DirectLoadsFillAlignedBuffersWithoutStagingOthersAreSt
 }
 
 TEST_F(ClientOffloadTest, DirectLoadFaultsFailTheirKeysZeroedAndTheNextReadWorks) {
-  FaultyDevice* faulty = nullptr;
-  Open(MakeConfig(), [&](SsdTierOptions& o) {
-    o.TEST_wrap_device = [&](std::unique_ptr<Device> d) {
-      auto f = std::make_unique<FaultyDevice>(std::move(d));
-      faulty = f.get();
-      return std::unique_ptr<Device>(std::move(f));
-    };
-  });
+  FaultyDevice* faulty = OpenFaulty(MakeConfig());
   ASSERT_NE(faulty, nullptr);
   constexpr size_t kSize = 256 * kKiB;
   PutAll(8, kSize);
@@ -326,17 +328,7 @@ TEST_F(ClientOffloadTest, DirectLoadFaultsFailTheirKeysZeroedAndTheNextReadWorks
   EXPECT_EQ(client_->TEST_tier()->stats().direct_errors, 2u);
 
   // A flipped value byte on the disk: caught by the checksum in the caller's buffer, zeroed.
-  auto desc = client_->BatchGetReplicaDesc({Key(3)});
-  ASSERT_TRUE(desc[0].ok());
-  const uint64_t at = (*desc[0])[0].offset + RecordValueOffset(Key(3).size(), kSize) + 5000;
-  const int fd = ::open(MakeConfig().offload_paths[0].c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  uint8_t byte = 0;
-  ASSERT_EQ(::pread(fd, &byte, 1, static_cast<off_t>(at)), 1);
-  byte ^= 0x5A;
-  ASSERT_EQ(::pwrite(fd, &byte, 1, static_cast<off_t>(at)), 1);
-  ::fsync(fd);
-  ::close(fd);
+  FlipDiskByte(Key(3), kSize, 5000);
   Aligned b = AlignedBytes(kSize, 0xEE);
   EXPECT_EQ(client_->Get(Key(3), b.get(), kSize), ToInt(ErrorCode::CHECKSUM_MISMATCH));
   EXPECT_EQ(Bytes(b.get(), kSize), std::vector<uint8_t>(kSize, 0));
@@ -344,14 +336,7 @@ TEST_F(ClientOffloadTest, DirectLoadFaultsFailTheirKeysZeroedAndTheNextReadWorks
 }
 
 TEST_F(ClientOffloadTest, WriteErrorsDropTheDemotedObjectsAndTheTierRecovers) {
-  FaultyDevice* faulty = nullptr;
-  Open(MakeConfig(), [&](SsdTierOptions& o) {
-    o.TEST_wrap_device = [&](std::unique_ptr<Device> d) {
-      auto f = std::make_unique<FaultyDevice>(std::move(d));
-      faulty = f.get();
-      return std::unique_ptr<Device>(std::move(f));
-    };
-  });
+  FaultyDevice* faulty = OpenFaulty(MakeConfig());
   constexpr size_t kSize = 256 * kKiB;
   for (FaultKind kind : {FaultKind::kWriteEio, FaultKind::kWriteEnospc, FaultKind::kShortWrite}) {
     SCOPED_TRACE(static_cast<int>(kind));
