@@ -300,6 +300,28 @@ TEST_F(ClientOffloadTest, DirectLoadsFillAlignedBuffersWithoutStagingOthersAreSt
   EXPECT_EQ(after.direct_errors, 0u);
 }
 
+// With offload_page_cache_reads the tier reads through a buffered descriptor: direct loads
+// still land exactly in the caller's aligned buffers (no alignment rule broken, no staging).
+TEST_F(ClientOffloadTest, DirectLoadsThroughThePageCache) {
+  Config c = MakeConfig();
+  c.offload_page_cache_reads = true;
+  Open(c);
+  constexpr size_t kSize = 128 * kKiB;
+  PutAll(24, kSize);
+  ASSERT_GT(Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB), 0u);
+  ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+  for (int round = 0; round < 2; ++round) {  // the second round reads cached pages
+    for (int i = 0; i < 24; ++i) {
+      Aligned b = AlignedBytes(kSize + 4096, 0xEE);
+      ASSERT_EQ(client_->Get(Key(i), b.get(), kSize), static_cast<int64_t>(kSize)) << i;
+      EXPECT_EQ(Bytes(b.get(), kSize), Pattern(kSize, static_cast<uint32_t>(i))) << i;
+      EXPECT_EQ(b.get()[kSize], 0xEE) << "a byte past the object was written";
+    }
+  }
+  EXPECT_EQ(client_->TEST_tier()->stats().direct_reads, 48u);
+  EXPECT_EQ(client_->TEST_tier()->stats().staged_pieces, 0u);
+}
+
 TEST_F(ClientOffloadTest, DirectLoadFaultsFailTheirKeysZeroedAndTheNextReadWorks) {
   FaultyDevice* faulty = OpenFaulty(MakeConfig());
   ASSERT_NE(faulty, nullptr);
