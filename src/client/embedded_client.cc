@@ -466,8 +466,10 @@ std::vector<int> EmbeddedClient::PutImpl(const std::vector<std::string>& keys,
     const auto& replicas = started[j]->replicas;
     bool hashed = false;
     for (size_t r = 0; r < replicas.size(); ++r) {
+      // FindSegment returns no segment of a dead owner; a mapped one is asked again after the
+      // copy.
       auto seg = backend_->FindSegment(replicas[r].segment);
-      if (!seg || !seg->alive() || replicas[r].offset + replicas[r].size > seg->size()) {
+      if (!seg || replicas[r].offset + replicas[r].size > seg->size()) {
         copy_codes[j] = ToInt(ErrorCode::TRANSFER_FAIL);
         return;
       }
@@ -580,8 +582,9 @@ std::vector<int64_t> EmbeddedClient::GetImpl(const std::vector<std::string>& key
         has_disk = true;
         continue;
       }
-      auto seg = backend_->FindSegment(rep.segment);  // keeps the memory mapped while copying
-      if (!seg || !seg->alive() || rep.offset + obj.size > seg->size()) continue;
+      // Keeps the memory mapped while copying; never a dead owner's (asked again after the copy).
+      auto seg = backend_->FindSegment(rep.segment);
+      if (!seg || rep.offset + obj.size > seg->size()) continue;
       if (!seg->mapped()) {
         remote_from[j] = k + 1;  // read over the network after this pass, from replica k on
         return;
@@ -715,7 +718,7 @@ void EmbeddedClient::ReadRemoteReplicas(const std::vector<Result<ObjectReplicas>
         const ReplicaLocation& rep = obj.replicas[k];
         if (rep.tier != ReplicaTier::kMemory) continue;
         auto seg = backend_->FindSegment(rep.segment);
-        if (!seg || !seg->alive() || rep.offset + obj.size > seg->size()) continue;
+        if (!seg || rep.offset + obj.size > seg->size()) continue;
         if (seg->mapped()) {
           const uint64_t sum = ScatterCopy(seg->base() + rep.offset, dsts[j], verify);
           if (!seg->alive()) continue;  // after the copy, as in the first pass

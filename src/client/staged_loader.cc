@@ -33,27 +33,6 @@ Result<StageResult> StagePart(SsdTier& tier, const std::vector<DiskRead*>& part)
   return tier.Stage(requests);
 }
 
-template <typename Part, typename Finish>
-void Pipeline(const std::vector<std::vector<DiskRead*>>& parts, const Part& start,
-              const Finish& finish) {
-  // Part k is finished (copied out or verified) on another thread, with the pool, while this
-  // thread reads part k+1. Reads stay on the calling thread so they are submitted at once; a
-  // reading thread would wait for a CPU the copy keeps busy (measured: the disk sat idle ~20%
-  // of a load that way).
-  auto current = start(parts[0]);
-  for (size_t k = 0; k < parts.size(); ++k) {
-    if (k + 1 == parts.size()) {
-      finish(parts[k], current);  // nothing left to overlap with
-      break;
-    }
-    std::future<void> finishing =
-        std::async(std::launch::async,
-                   [&, k, mine = std::move(current)]() mutable { finish(parts[k], mine); });
-    current = start(parts[k + 1]);
-    finishing.get();
-  }
-}
-
 }  // namespace
 
 uint64_t StagedLoader::PartBudget(uint64_t capacity) const {
@@ -74,8 +53,7 @@ StagedLoadStats StagedLoader::Load(std::vector<DiskRead>& reads) const {
   return stats;
 }
 
-void StagedLoader::LoadDirect(SsdTier& tier, const std::vector<DiskRead*>& reads,
-                              StagedLoadStats& stats) const {
+void StagedLoader::LoadDirect(SsdTier& tier, const std::vector<DiskRead*>& reads) const {
   // One call for the whole batch: the device keeps its queue full (refilled as reads
   // complete). Each object is verified (xxh3 in the caller's buffer) as soon as its read is
   // in, by a helper thread while reads are still in flight, and by this thread too once the
@@ -85,7 +63,6 @@ void StagedLoader::LoadDirect(SsdTier& tier, const std::vector<DiskRead*>& reads
   std::vector<DirectRequest> requests;
   requests.reserve(reads.size());
   for (const DiskRead* r : reads) requests.push_back(DirectRequest{*r->key, r->location, r->dst});
-  ++stats.direct_parts;
   auto verify = [&](size_t j, const Status& read) {
     DiskRead& r = *reads[j];
     if (!read.ok()) {
@@ -156,9 +133,9 @@ void StagedLoader::LoadFromTier(SsdTier& tier, std::vector<DiskRead*>& all,
   // others go through the staging buffer.
   std::vector<DiskRead*> direct, reads;
   for (DiskRead* r : all) {
-    (direct_ && SsdTier::DirectReadable(r->location, r->dst) ? direct : reads).push_back(r);
+    (SsdTier::DirectReadable(r->location, r->dst) ? direct : reads).push_back(r);
   }
-  if (!direct.empty()) LoadDirect(tier, direct, stats);
+  if (!direct.empty()) LoadDirect(tier, direct);
   if (reads.empty()) return;
   const uint64_t usable = PartBudget(tier.staging_capacity());
   // At most half the usable budget per part, so the next part stages while this one is
@@ -218,8 +195,22 @@ void StagedLoader::LoadFromTier(SsdTier& tier, std::vector<DiskRead*>& all,
       }
     }
   };
-  Pipeline(
-      parts, [&](const std::vector<DiskRead*>& part) { return StagePart(tier, part); }, copy_out);
+  // Pipeline: part k is copied out on another thread (with the pool) while this thread
+  // stages part k+1. Staging stays on the calling thread so the next reads are submitted at
+  // once; a staging thread would wait for a CPU the copy keeps busy (measured: the disk sat
+  // idle ~20% of a load that way).
+  Result<StageResult> staged = StagePart(tier, parts[0]);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    if (k + 1 == parts.size()) {
+      copy_out(parts[k], staged);  // nothing left to overlap with
+      break;
+    }
+    std::future<void> copying =
+        std::async(std::launch::async,
+                   [&, k, current = std::move(staged)]() mutable { copy_out(parts[k], current); });
+    staged = StagePart(tier, parts[k + 1]);
+    copying.get();
+  }
 }
 
 void StagedLoader::Stream(SsdTier& tier, DiskRead& r, uint64_t usable) const {

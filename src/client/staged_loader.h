@@ -2,9 +2,9 @@
 //
 // Direct loads: a value of at least kAlignedValueMin bytes whose size is a multiple of 4096,
 // bound for pieces whose addresses and sizes are multiples of 4096 (SsdTier::DirectReadable),
-// is read by the device straight into those pieces (O_DIRECT) and verified there, in parts of
-// kPipelinePart bytes (the next part read while this one is verified): no staging space and
-// no copy. Everything else is staged as below.
+// is read by the device straight into those pieces (O_DIRECT) and verified there, all of a
+// batch's in one SsdTier::ReadDirect call (each object verified as its read completes): no
+// staging space and no copy. Everything else is staged as below.
 //
 // What: given the disk reads of one get batch, asks the owning tier to stage them and copies
 // the staged bytes into the caller's buffers, verifying every object against its checksum
@@ -48,7 +48,6 @@ struct DiskRead {
 struct StagedLoadStats {
   uint64_t parts = 0;  // staged parts
   uint64_t streamed_objects = 0;
-  uint64_t direct_parts = 0;  // parts read straight into the caller's buffers
 };
 
 class StagedLoader {
@@ -58,10 +57,8 @@ class StagedLoader {
   // a call's last part (which nothing overlaps) stays short; 8 measured better than 16.
   static constexpr uint64_t kPipelinePart = uint64_t{8} * ((2u << 20) + 8192);
 
-  // `direct`: read block-aligned values bound for block-aligned buffers straight into them
-  // (SsdTier::ReadDirect) instead of through the staging buffer.
-  StagedLoader(double usable_ratio, TransferPool* pool, bool direct = true)
-      : usable_ratio_(usable_ratio), pool_(pool), direct_(direct) {}
+  StagedLoader(double usable_ratio, TransferPool* pool)
+      : usable_ratio_(usable_ratio), pool_(pool) {}
 
   // Loads every read (reads of several tiers are handled tier by tier). Sets each result.
   StagedLoadStats Load(std::vector<DiskRead>& reads) const;
@@ -71,12 +68,11 @@ class StagedLoader {
 
  private:
   void LoadFromTier(SsdTier& tier, std::vector<DiskRead*>& reads, StagedLoadStats& stats) const;
-  void LoadDirect(SsdTier& tier, const std::vector<DiskRead*>& reads, StagedLoadStats& stats) const;
+  void LoadDirect(SsdTier& tier, const std::vector<DiskRead*>& reads) const;
   void Stream(SsdTier& tier, DiskRead& read, uint64_t budget) const;
 
   const double usable_ratio_;
   TransferPool* const pool_;
-  const bool direct_;
 };
 
 }  // namespace tierkv

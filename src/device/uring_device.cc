@@ -163,6 +163,7 @@ std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, boo
   size_t queued = 0;       // prepared, not yet accepted by the kernel
   size_t in_flight = 0;    // accepted, not yet completed
   uint64_t bytes_out = 0;  // of the pieces queued or in flight
+  uint64_t peak_out = 0;   // the most bytes_out has been
   auto fail = [&](size_t piece, const std::string& what) {
     const Piece& p = pieces[piece];
     if (results[p.request].ok()) results[p.request] = IoError(write, p.offset, p.len, what);
@@ -215,9 +216,7 @@ std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, boo
       if (sqe == nullptr) break;
       const Piece& p = pieces[next];
       bytes_out += p.len;
-      if (bytes_out > peak_bytes_out_.load(std::memory_order_relaxed)) {
-        peak_bytes_out_.store(bytes_out, std::memory_order_relaxed);  // racy max: tests only
-      }
+      peak_out = std::max(peak_out, bytes_out);
       if (write) {
         io_uring_prep_write(sqe, fd_, p.buf, p.len, p.offset);
       } else {
@@ -263,6 +262,7 @@ std::vector<Status> UringDevice::Run(const std::vector<IoRequest>& requests, boo
     reap();
   }
   report();  // the last completions (or those reaped before the ring failed)
+  if (peak_out > peak_bytes_out_.load()) peak_bytes_out_.store(peak_out);  // racy max: tests only
 
   if (!ring_error.empty()) {
     // Let the kernel finish with the caller's buffers before returning, then start over on a

@@ -95,6 +95,12 @@ class ClientOffloadTest : public ::testing::Test {
     return out;
   }
   MasterService& Master() { return client_->TEST_master()->master(); }
+  // Puts keys [first, first+n), evicts them all to the tier and flushes it.
+  void PutAndDemote(int n, size_t size, int first = 0) {
+    PutAll(n, size, first);
+    Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+    ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+  }
   // Opens the client with its tier's device wrapped in a FaultyDevice, and returns that.
   FaultyDevice* OpenFaulty(const Config& c) {
     FaultyDevice* faulty = nullptr;
@@ -180,9 +186,7 @@ TEST_F(ClientOffloadTest, SmallStagingBudgetSplitsBatchesAndStreamsLargeObjects)
 TEST_F(ClientOffloadTest, CorruptRecordIsChecksumMismatchAndZeroed) {
   Open(MakeConfig());
   constexpr size_t kSize = 200 * kKiB;
-  PutAll(3, kSize);
-  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
-  ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+  ASSERT_NO_FATAL_FAILURE(PutAndDemote(3, kSize));
   FlipDiskByte(Key(1), kSize, 1000);
   std::vector<uint8_t> out(kSize, 0xEE);
   EXPECT_EQ(client_->Get(Key(1), out.data(), out.size()), ToInt(ErrorCode::CHECKSUM_MISMATCH));
@@ -195,9 +199,7 @@ TEST_F(ClientOffloadTest, ReadErrorsFailTheirKeysAndTheNextReadWorks) {
   FaultyDevice* faulty = OpenFaulty(MakeConfig());
   ASSERT_NE(faulty, nullptr);
   constexpr size_t kSize = 256 * kKiB;
-  PutAll(8, kSize);
-  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
-  ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+  ASSERT_NO_FATAL_FAILURE(PutAndDemote(8, kSize));
   for (FaultKind kind : {FaultKind::kReadEio, FaultKind::kShortRead}) {
     ASSERT_TRUE(faulty->AddFault(FaultRule::Once(kind)).ok());
     std::vector<uint8_t> out(kSize, 0xEE);
@@ -326,9 +328,7 @@ TEST_F(ClientOffloadTest, DirectLoadFaultsFailTheirKeysZeroedAndTheNextReadWorks
   FaultyDevice* faulty = OpenFaulty(MakeConfig());
   ASSERT_NE(faulty, nullptr);
   constexpr size_t kSize = 256 * kKiB;
-  PutAll(8, kSize);
-  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
-  ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+  ASSERT_NO_FATAL_FAILURE(PutAndDemote(8, kSize));
   auto read_all = [&] {
     int exact = 0;
     for (int i = 0; i < 8; ++i) {
@@ -373,9 +373,7 @@ TEST_F(ClientOffloadTest, WriteErrorsDropTheDemotedObjectsAndTheTierRecovers) {
     EXPECT_LT(found, 8);
     // The next demotion and flush work.
     ASSERT_TRUE(client_->RemoveAll(true) >= 0);
-    PutAll(8, kSize, 100);
-    Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
-    ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+    ASSERT_NO_FATAL_FAILURE(PutAndDemote(8, kSize, 100));
     EXPECT_EQ(GetAllExact(8, kSize, 100), 8);
   }
 }
