@@ -39,7 +39,7 @@ constexpr size_t kSpotBytes = 64;  // checked at each end of every object
 constexpr size_t kFullCheckEvery = 32;
 constexpr uint32_t kFioWideQueueDepth = 32;  // the informational extra read job
 constexpr uint32_t kRingQueueDepth = 32;     // DeviceOptions::queue_depth (io_uring ring)
-// Timed loads per rep, each followed by one run of each fio baseline; medians count.
+// Timed loads per rep, each between a fio write and a fio read (see ClientRep).
 constexpr int kLoadRuns = 3;
 constexpr int64_t kTmpfsMagic = 0x01021994;
 // The segment holds the working set plus this share of it free below the eviction watermark,
@@ -47,6 +47,10 @@ constexpr int64_t kTmpfsMagic = 0x01021994;
 constexpr double kSegmentHeadroom = 1.1;
 
 double Round3(double value) { return std::round(value * 1000.0) / 1000.0; }
+std::vector<double> Rounded(std::vector<double> values) {
+  for (double& v : values) v = Round3(v);
+  return values;
+}
 
 std::string ObjectKey(size_t index) { return "bench-disk@" + HexHash64(index); }
 
@@ -162,6 +166,10 @@ struct RepResult {
   double fio_write_gbps = 0, fio_read_gbps = 0, fio_read_wide_gbps = 0;
   std::vector<double> fio_write_runs, fio_read_runs;  // each baseline run (median above)
   std::vector<double> load_runs;                      // each timed load (median above)
+  // Paired ratios: the demotion against the mean of the fio writes just before and after it;
+  // each load against the fio read right after it (same stretch of the disk's drift).
+  double demote_pair_ratio = 0;
+  std::vector<double> load_pair_ratios;
 };
 
 // What a rep learned about the client's setup (the same in every rep).
@@ -320,6 +328,10 @@ class DiskRun {
       return Failed("after the puts: " + StatsText(before) + "; expected " +
                     std::to_string(g_.objects) + " objects in memory only");
     }
+    // The demotion is timed between two fio writes (of fresh files): the one before it here,
+    // the first of the load runs' after it.
+    if (Status s = PrepareFio(rep, fio); !s.ok()) return s;
+    if (Status s = FioBaselineRun(rep, -1, /*write=*/true, fio); !s.ok()) return s;
 
     // Demote (timed): evict the whole segment through the tier mover, then flush.
     Report(rep, "demote (" + FormatBytes(g_.value_bytes) + ")");
@@ -342,20 +354,25 @@ class DiskRun {
     }
     result->demote_gbps = Gbps(g_.value_bytes, demote_seconds);
 
-    // Load (timed), kLoadRuns times, interleaved with fio's baseline runs so that both medians
-    // sample the disk over the same stretch of time (one run on this virtual disk swings by
-    // +-10 %): fio write (a fresh file), load, fio read. Each read, the tier's and fio's, then
-    // reads data written before another 1 GiB of IO (what a host-side cache of the virtual
-    // disk sees is the same for both).
-    if (Status s = PrepareFio(rep, fio); !s.ok()) return s;
+    // Load (timed), kLoadRuns times, interleaved with fio's baseline runs so that each load
+    // and its baseline sample the disk over the same stretch of time (this virtual disk drifts
+    // by +-10 % over seconds): fio write (a fresh file), load, fio read. Each read, the tier's
+    // and fio's, then reads data written before another 1 GiB of IO (what a host-side cache of
+    // the virtual disk sees is the same for both).
     if (Status s = client->RegisterBuffer(dst_.data(), dst_.size()); !s.ok()) return s;
     FailureLog failures;
     for (int run = 0; run < kLoadRuns && failures.empty(); ++run) {
       if (Status s = FioBaselineRun(rep, run, /*write=*/true, fio); !s.ok()) return s;
+      if (run == 0) {
+        const double around = (fio->writes[0] + fio->writes[1]) / 2;
+        result->demote_pair_ratio = around > 0 ? result->demote_gbps / around : 0;
+      }
       Result<double> gbps = LoadOnce(rep, run, *client, *tier, &failures);
       if (!gbps.ok()) return gbps.status();
       result->load_runs.push_back(*gbps);
       if (Status s = FioBaselineRun(rep, run, /*write=*/false, fio); !s.ok()) return s;
+      const double read = fio->reads.back();
+      result->load_pair_ratios.push_back(read > 0 ? *gbps / read : 0);
     }
     result->load_gbps = Median(result->load_runs);
     (void)client->UnregisterBuffer(src_.data());
@@ -457,8 +474,10 @@ class DiskRun {
       fs::remove(fio->file, ignored);
     }
     FioJob& job = write ? fio->write : fio->read;
-    Report(rep, "fio " + job.name + " " + std::to_string(run + 1) + "/" +
-                    std::to_string(kLoadRuns) + (job.huge_pages ? " (2 MiB pages)" : " (malloc)"));
+    Report(rep, "fio " + job.name + " " +
+                    (run < 0 ? std::string("before the demotion")
+                             : std::to_string(run + 1) + "/" + std::to_string(kLoadRuns)) +
+                    (job.huge_pages ? " (2 MiB pages)" : " (malloc)"));
     Result<double> gbps = RunFio(job, fio->file, dir_, direct_io_);
     if (!gbps.ok()) return gbps.status();
     (write ? fio->writes : fio->reads).push_back(*gbps);
@@ -490,10 +509,10 @@ class DiskRun {
   Setup setup_;
 };
 
-double Ratio(double value, double baseline) { return baseline > 0 ? value / baseline : 0; }
-
+// `r` holds the medians of every run; the ratios are the medians of the paired ratios.
 void PrintHuman(std::ostream& out, const DiskBenchOptions& o, const Geometry& g, const Setup& setup,
-                const std::string& dir, const char* fs_name, bool direct, const RepResult& r) {
+                const std::string& dir, const char* fs_name, bool direct, const RepResult& r,
+                double load_ratio, size_t load_pairs, double demote_ratio, size_t demote_pairs) {
   char line[320];
   out << "tierkv bench disk (client API, embedded, SSD tier): " << FormatBytes(g.value_bytes)
       << " of " << FormatBytes(o.object_bytes) << " objects (" << g.objects << "), region "
@@ -502,24 +521,25 @@ void PrintHuman(std::ostream& out, const DiskBenchOptions& o, const Geometry& g,
       << (direct ? ", O_DIRECT" : ", buffered (no O_DIRECT)") << ", io_uring, fio buffers "
       << (setup.fio_huge_pages ? "on 2 MiB hugetlb pages"
                                : "malloc (4 KiB pages: no hugetlb pages could be reserved)")
-      << ", median of " << o.common.reps << " rep" << (o.common.reps == 1 ? "" : "s") << "\n";
+      << ", " << o.common.reps << " rep" << (o.common.reps == 1 ? "" : "s")
+      << "; GB/s: medians of every run; ratio: median of each run against the fio run(s) beside "
+         "it ("
+      << demote_pairs << " demotions, " << load_pairs << " loads)\n";
   std::snprintf(line, sizeof(line), "  %-7s %12s %3s %9s %9s %7s\n", "op", "block", "qd", "GB/s",
                 "fio GB/s", "ratio");
   out << line;
   std::snprintf(line, sizeof(line), "  %-7s %12s %3d %9.2f %9.2f %7.2f\n", "demote",
                 FormatBytes(g.flush_bytes).c_str(), 1, r.demote_gbps, r.fio_write_gbps,
-                Ratio(r.demote_gbps, r.fio_write_gbps));
+                demote_ratio);
   out << line;
   std::snprintf(line, sizeof(line), "  %-7s %12s %3u %9.2f %9.2f %7.2f\n", "load",
                 FormatBytes(g.read_bytes).c_str(), setup.load_queue_depth, r.load_gbps,
-                r.fio_read_gbps, Ratio(r.load_gbps, r.fio_read_gbps));
+                r.fio_read_gbps, load_ratio);
   out << line;
   std::snprintf(line, sizeof(line), "  (fio read at qd%u, same block: %.2f GB/s)\n",
                 kFioWideQueueDepth, r.fio_read_wide_gbps);
   out << line;
   auto verdict = [](double ratio, double target) { return ratio >= target ? "PASS" : "FAIL"; };
-  const double load_ratio = Ratio(r.load_gbps, r.fio_read_gbps);
-  const double demote_ratio = Ratio(r.demote_gbps, r.fio_write_gbps);
   std::snprintf(line, sizeof(line),
                 "load %.2f GB/s = %.3f x fio (target >= %.2f: %s), "
                 "demote %.2f GB/s = %.3f x fio (target >= %.2f: %s)\n",
@@ -609,9 +629,10 @@ Status RunDiskBench(const DiskBenchOptions& options) {
                "measure buffered IO");
   }
   DiskRun run(options, config, geometry, dir, direct_io, *src, *dst, &progress);
-  std::vector<double> demote, load, fio_write, fio_read, fio_wide;
+  std::vector<double> demote, fio_wide;
   std::vector<double> fio_write_runs, fio_read_runs;  // every baseline run of every rep
   std::vector<double> load_runs;                      // every timed load of every rep
+  std::vector<double> demote_pairs, load_pairs;       // every paired ratio of every rep
   for (int rep = 0; rep < options.common.reps; ++rep) {
     Result<RepResult> r = run.OneRep(rep);
     if (!r.ok()) {
@@ -619,23 +640,24 @@ Status RunDiskBench(const DiskBenchOptions& options) {
       return r.status();
     }
     demote.push_back(r->demote_gbps);
-    load.push_back(r->load_gbps);
-    fio_write.push_back(r->fio_write_gbps);
-    fio_read.push_back(r->fio_read_gbps);
     fio_wide.push_back(r->fio_read_wide_gbps);
     for (double v : r->fio_write_runs) fio_write_runs.push_back(Round3(v));
     for (double v : r->fio_read_runs) fio_read_runs.push_back(Round3(v));
     for (double v : r->load_runs) load_runs.push_back(Round3(v));
+    demote_pairs.push_back(Round3(r->demote_pair_ratio));
+    for (double v : r->load_pair_ratios) load_pairs.push_back(Round3(v));
   }
   progress.Done();
+  // Absolute figures: medians over every run. Ratios: medians of the paired ratios (each
+  // client run against the fio run(s) beside it), which cancels the disk's drift between runs.
   RepResult m;
   m.demote_gbps = Median(demote);
-  m.load_gbps = Median(load);
-  m.fio_write_gbps = Median(fio_write);
-  m.fio_read_gbps = Median(fio_read);
+  m.load_gbps = Median(load_runs);
+  m.fio_write_gbps = Median(fio_write_runs);
+  m.fio_read_gbps = Median(fio_read_runs);
   m.fio_read_wide_gbps = Median(fio_wide);
-  const double load_ratio = Ratio(m.load_gbps, m.fio_read_gbps);
-  const double demote_ratio = Ratio(m.demote_gbps, m.fio_write_gbps);
+  const double load_ratio = Median(load_pairs);
+  const double demote_ratio = Median(demote_pairs);
   const Setup& setup = run.setup();
 
   if (options.common.json) {
@@ -665,6 +687,8 @@ Status RunDiskBench(const DiskBenchOptions& options) {
       common(line, "demote", "client", geometry.flush_bytes, 1, geometry.value_bytes);
       client(line)
           .Add("device_bytes", geometry.written_bytes)
+          .Add("runs_gbps", Rounded(demote))
+          .Add("pair_ratios", demote_pairs)
           .Add("gbps", Round3(m.demote_gbps))
           .Emit();
     }
@@ -675,6 +699,7 @@ Status RunDiskBench(const DiskBenchOptions& options) {
       client(line)
           .Add("load_path", geometry.direct ? "direct" : "staged")
           .Add("runs_gbps", load_runs)
+          .Add("pair_ratios", load_pairs)
           .Add("device_bytes", geometry.objects * geometry.read_bytes)
           .Add("gbps", Round3(m.load_gbps))
           .Emit();
@@ -712,6 +737,9 @@ Status RunDiskBench(const DiskBenchOptions& options) {
         .Add("demote_gbps", Round3(m.demote_gbps))
         .Add("fio_write_gbps", Round3(m.fio_write_gbps))
         .Add("demote_ratio", Round3(demote_ratio))
+        .Add("ratio_method", "median of paired runs")
+        .Add("load_pairs", load_pairs.size())
+        .Add("demote_pairs", demote_pairs.size())
         .Add("load_queue_depth", setup.load_queue_depth)
         .Add("load_path", geometry.direct ? "direct" : "staged")
         .Add("fio_read_qd32_gbps", Round3(m.fio_read_wide_gbps))
@@ -722,7 +750,7 @@ Status RunDiskBench(const DiskBenchOptions& options) {
         .Emit();
   }
   PrintHuman(options.common.json ? std::cerr : std::cout, options, geometry, setup, dir, fs_name,
-             run.direct_io(), m);
+             run.direct_io(), m, load_ratio, load_pairs.size(), demote_ratio, demote_pairs.size());
   return Status::Ok();
 }
 

@@ -26,11 +26,12 @@
 namespace tierkv::bench {
 
 struct DiskBenchOptions {
-  // 3 reps by default: each rep is a fresh put and demotion of the whole working set (one
-  // timed sample of the demotion) and takes ~12 s, so the demote figure too is a median of
-  // 3. --config is the base client config; the bench sets the segment, SSD tier and staging
-  // keys itself (see the docs).
-  CommonOptions common{.json = false, .progress = false, .reps = 3, .config_path = {}};
+  // 5 reps by default: each rep is a fresh put and demotion of the whole working set (one
+  // timed demotion, between two fio writes) and 3 timed loads (each between a fio write and a
+  // fio read), and takes ~13 s; the ratios are medians of 5 demotion and 15 load pairs.
+  // --config is the base client config; the bench sets the segment, SSD tier and staging keys
+  // itself (see the docs).
+  CommonOptions common{.json = false, .progress = false, .reps = 5, .config_path = {}};
   // Directory for the tier file and fio's file; created if missing (and then removed).
   std::string dir = "./tierkv-disk-bench";
   bool allow_tmpfs = false;  // tmpfs has no O_DIRECT: refused unless set

@@ -11,7 +11,10 @@ std::vector<Result<DiskLocation>> LocalTierMover::Demote(const std::vector<Demot
                        "demote of " + item.key + ": range outside segment");
       continue;
     }
-    out.push_back(tier_->Append(item.key, {ConstPiece{segment_->base() + item.offset, item.size}}));
+    // The checksum recorded at PutEnd: not recomputed, so the record never vouches for bytes
+    // that changed in memory since the put.
+    out.push_back(tier_->Append(item.key, {ConstPiece{segment_->base() + item.offset, item.size}},
+                                item.checksum));
   }
   return out;
 }

@@ -1,7 +1,8 @@
 // LocalTierMover: the tier mover of a segment whose SSD tier lives in this process.
 //
 // The master calls Demote() with memory ranges of `segment`; they are appended to `tier`'s
-// region log (copied into the open region buffer, flushed when it fills). Embedded mode and
+// region log (copied into the open region buffer, flushed when it fills), with the checksum the
+// master recorded at PutEnd (not recomputed). Embedded mode and
 // the store process use it; the master reaches a remote owner's mover over RPC instead.
 // Thread-safety: thread-safe (the tier serializes appends).
 #pragma once

@@ -78,6 +78,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -175,7 +176,13 @@ class RegionLog {
   RegionLog& operator=(const RegionLog&) = delete;
 
   // Appends key -> concatenation of `value` pieces; see the class comment for errors.
-  Result<DiskLocation> Append(std::string_view key, const std::vector<ConstPiece>& value);
+  // `value_checksum`: the value's xxh3-64 when the caller already has it (demotion passes the
+  // one recorded at PutEnd); the value is then copied without hashing it again, and the record
+  // carries that checksum, so bytes that changed since it was taken fail every read and are
+  // skipped by warm restart instead of being certified anew. Without it the log hashes the
+  // value as it copies.
+  Result<DiskLocation> Append(std::string_view key, const std::vector<ConstPiece>& value,
+                              std::optional<uint64_t> value_checksum = std::nullopt);
   // Writes out and seals the open region if it holds any record (the next Append opens
   // another region), then waits for every region write in flight. FILE_WRITE_FAIL if one of
   // them, or any background write since the previous Flush, failed (see the class comment).

@@ -206,8 +206,9 @@ SsdTier::~SsdTier() {
   if (!s.ok()) spdlog::warn("ssd tier: flush at shutdown failed: {}", s.ToString());
 }
 
-Result<DiskLocation> SsdTier::Append(std::string_view key, const std::vector<ConstPiece>& value) {
-  return impl_->log->Append(key, value);
+Result<DiskLocation> SsdTier::Append(std::string_view key, const std::vector<ConstPiece>& value,
+                                     std::optional<uint64_t> value_checksum) {
+  return impl_->log->Append(key, value, value_checksum);
 }
 
 Status SsdTier::Flush() { return impl_->log->Flush(); }

@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -131,7 +132,9 @@ class SsdTier {
   SsdTier(const SsdTier&) = delete;
   SsdTier& operator=(const SsdTier&) = delete;
 
-  Result<DiskLocation> Append(std::string_view key, const std::vector<ConstPiece>& value);
+  // As RegionLog::Append (`value_checksum`: the value's xxh3-64 if the caller has it).
+  Result<DiskLocation> Append(std::string_view key, const std::vector<ConstPiece>& value,
+                              std::optional<uint64_t> value_checksum = std::nullopt);
   Status Flush();
 
   // `on_piece` (optional) hears of each piece as soon as its bytes are staged and checked

@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/embedded_client.h"
@@ -419,6 +421,35 @@ TEST_F(ClientOffloadTest, WarmRestartBringsDemotedObjectsBack) {
   EXPECT_EQ(Master().Stats().objects, 0u);
   client_.reset();
   EXPECT_FALSE(std::filesystem::exists(c.offload_paths[0]));
+}
+
+// Bytes changed in memory after the put (a stray write into the segment) are demoted with the
+// checksum recorded at PutEnd, not one taken from the changed bytes: loads fail them, and a warm
+// restart does not bring them back as if they were intact.
+TEST_F(ClientOffloadTest, BytesChangedInMemoryAfterThePutAreNeverVouchedForOnDisk) {
+  Config c = MakeConfig();
+  c.offload_warm_restart = true;
+  c.default_kv_lease_ttl_ms = 1;  // the lookup below must not pin the object in memory
+  Open(c);
+  constexpr size_t kSize = 256 * kKiB;
+  PutAll(3, kSize);
+  auto desc = client_->BatchGetReplicaDesc({Key(2)});
+  ASSERT_TRUE(desc[0].ok());
+  ASSERT_EQ((*desc[0])[0].tier, ReplicaTier::kMemory);
+  client_->TEST_segment()->base()[(*desc[0])[0].offset + 1234] ^= 0x5A;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the lease runs out
+  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+  ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+  ASSERT_EQ(Tiers(Key(2)), std::vector<ReplicaTier>{ReplicaTier::kDisk});
+  std::vector<uint8_t> out(kSize, 0xEE);
+  EXPECT_EQ(client_->Get(Key(2), out.data(), out.size()), ToInt(ErrorCode::CHECKSUM_MISMATCH));
+  EXPECT_EQ(out, std::vector<uint8_t>(kSize, 0));
+  EXPECT_EQ(GetAllExact(2, kSize), 2);
+  client_.reset();
+  Open(c);
+  EXPECT_EQ(Master().Stats().objects, 2u);
+  EXPECT_EQ(GetAllExact(2, kSize), 2);
+  EXPECT_EQ(GetAllExact(1, kSize, 2, /*missing_ok=*/true), 0);
 }
 
 TEST_F(ClientOffloadTest, KilledOwnerLosesAtMostItsUnflushedRegion) {
