@@ -748,13 +748,16 @@ Result<RegionLog::ScanResult> RegionLog::ScanAll(const std::vector<Device*>& dev
     RegionScan& region = result.regions[r];
     region.generation = rh->generation;
     uint64_t off = kFirstRecordOffset;
+    uint64_t sequence = 0;  // of the record expected at `off`
+    uint64_t skipped = 0;
     while (off + kRecordHeaderSize <= region_size) {
       const uint8_t* rec = buf + off;
       auto h = DecodeRecordHeader(rec, region_size - off);
       // A bad header is the end of the region's log (zeroes or a torn write); one of another
-      // generation is a previous tenant's record past this tenant's last one.
-      if (!h.ok() || h->generation != rh->generation || h->key_size > kMaxKeyLength ||
-          h->value_size > region_size) {
+      // generation is a previous tenant's record past this tenant's last one; one out of
+      // sequence is not the record appended here.
+      if (!h.ok() || h->generation != rh->generation || h->sequence != sequence ||
+          h->key_size > kMaxKeyLength || h->value_size > region_size) {
         break;
       }
       const uint64_t span = RecordSpan(h->key_size, h->value_size);
@@ -763,11 +766,23 @@ Result<RegionLog::ScanResult> RegionLog::ScanAll(const std::vector<Device*>& dev
       const uint8_t* value = rec + RecordValueOffset(h->key_size, h->value_size);
       if (RecordKeyHash(key) != h->key_hash ||
           Checksum(value, h->value_size) != h->value_checksum) {
-        break;  // torn or corrupt: nothing after it is trusted
+        // Torn (part of the region's write missing) or bytes that changed before they were
+        // written: this record is lost. Its header is intact (its checksum covers the sizes),
+        // so the next record's place is known, and that record is checked on its own.
+        ++skipped;
+      } else {
+        region.records.push_back(ScannedRecord{std::move(key),
+                                               DiskLocation{r, rh->generation, off, h->value_size},
+                                               h->value_checksum});
       }
-      region.records.push_back(ScannedRecord{
-          std::move(key), DiskLocation{r, rh->generation, off, h->value_size}, h->value_checksum});
       off += span;
+      ++sequence;
+    }
+    if (skipped > 0) {
+      spdlog::warn(
+          "region log scan: region {}: {} record(s) whose key or value does not match its "
+          "checksum skipped, {} kept",
+          r, skipped, region.records.size());
     }
   }
   return result;

@@ -179,8 +179,8 @@ class RegionLog {
   // `value_checksum`: the value's xxh3-64 when the caller already has it (demotion passes the
   // one recorded at PutEnd); the value is then copied without hashing it again, and the record
   // carries that checksum, so bytes that changed since it was taken fail every read and are
-  // skipped by warm restart instead of being certified anew. Without it the log hashes the
-  // value as it copies.
+  // skipped by warm restart (Scan) instead of being certified anew. Without it the log hashes
+  // the value as it copies.
   Result<DiskLocation> Append(std::string_view key, const std::vector<ConstPiece>& value,
                               std::optional<uint64_t> value_checksum = std::nullopt);
   // Writes out and seals the open region if it holds any record (the next Append opens
@@ -213,9 +213,12 @@ class RegionLog {
 
   // Reads every region of `devices` (laid out as Create would with `options`), and returns
   // the valid records: a region counts only with a valid header; its scan stops at the first
-  // record that is missing, torn, corrupt or of another generation. For a key found more
-  // than once, the newest (highest generation, then offset) wins. A region that cannot be
-  // read is skipped with a warning. INVALID_PARAMS as for Create.
+  // record whose header is missing, torn, corrupt, of another generation or out of sequence,
+  // and skips (with a warning) a record whose header is intact but whose key or value does not
+  // match its checksums (a torn write, or bytes that changed before they were appended with
+  // their caller's checksum). For a key found more than once, the newest (highest
+  // generation, then offset) wins. A region that cannot be read is skipped with a warning.
+  // INVALID_PARAMS as for Create.
   static Result<std::vector<ScannedRecord>> Scan(const std::vector<Device*>& devices,
                                                  const RegionLogOptions& options);
 
