@@ -161,15 +161,26 @@ uint32_t LoadQueueDepth(const DiskBenchOptions& o, bool direct, double usable_ra
       std::min<uint64_t>({per_part, kRingQueueDepth, static_cast<uint64_t>(o.batch)}));
 }
 
+double Ratio(double value, double baseline) { return baseline > 0 ? value / baseline : 0; }
+
+// What one rep measured.
 struct RepResult {
-  double demote_gbps = 0, load_gbps = 0;
-  double fio_write_gbps = 0, fio_read_gbps = 0, fio_read_wide_gbps = 0;
-  std::vector<double> fio_write_runs, fio_read_runs;  // each baseline run (median above)
-  std::vector<double> load_runs;                      // each timed load (median above)
+  double demote_gbps = 0;
+  double fio_read_wide_gbps = 0;                      // the informational qd32 read
+  std::vector<double> fio_write_runs, fio_read_runs;  // each baseline run
+  std::vector<double> load_runs;                      // each timed load
   // Paired ratios: the demotion against the mean of the fio writes just before and after it;
   // each load against the fio read right after it (same stretch of the disk's drift).
   double demote_pair_ratio = 0;
   std::vector<double> load_pair_ratios;
+};
+
+// What a run reports: GB/s medians over every run of every rep, ratios the medians of the pairs.
+struct Summary {
+  double demote_gbps = 0, load_gbps = 0;
+  double fio_write_gbps = 0, fio_read_gbps = 0, fio_read_wide_gbps = 0;
+  double demote_ratio = 0, load_ratio = 0;
+  size_t demote_pairs = 0, load_pairs = 0;
 };
 
 // What a rep learned about the client's setup (the same in every rep).
@@ -363,18 +374,14 @@ class DiskRun {
     FailureLog failures;
     for (int run = 0; run < kLoadRuns && failures.empty(); ++run) {
       if (Status s = FioBaselineRun(rep, run, /*write=*/true, fio); !s.ok()) return s;
-      if (run == 0) {
-        const double around = (fio->writes[0] + fio->writes[1]) / 2;
-        result->demote_pair_ratio = around > 0 ? result->demote_gbps / around : 0;
-      }
       Result<double> gbps = LoadOnce(rep, run, *client, *tier, &failures);
       if (!gbps.ok()) return gbps.status();
       result->load_runs.push_back(*gbps);
       if (Status s = FioBaselineRun(rep, run, /*write=*/false, fio); !s.ok()) return s;
-      const double read = fio->reads.back();
-      result->load_pair_ratios.push_back(read > 0 ? *gbps / read : 0);
+      result->load_pair_ratios.push_back(Ratio(*gbps, fio->reads.back()));
     }
-    result->load_gbps = Median(result->load_runs);
+    // The writes just before and after the demotion (the first run's).
+    result->demote_pair_ratio = Ratio(result->demote_gbps, (fio->writes[0] + fio->writes[1]) / 2);
     (void)client->UnregisterBuffer(src_.data());
     (void)client->UnregisterBuffer(dst_.data());
     return failures.ToStatus("load");
@@ -484,10 +491,8 @@ class DiskRun {
     return Status::Ok();
   }
 
-  // The baselines' medians, and the informational qd32 read (once).
+  // The baselines' runs, and the informational qd32 read (once).
   Status FinishFio(int rep, Fio* fio, RepResult* result) {
-    result->fio_write_gbps = Median(fio->writes);
-    result->fio_read_gbps = Median(fio->reads);
     result->fio_write_runs = fio->writes;
     result->fio_read_runs = fio->reads;
     Report(rep, "fio " + fio->wide.name + (fio->wide.huge_pages ? " (2 MiB pages)" : " (malloc)"));
@@ -509,10 +514,8 @@ class DiskRun {
   Setup setup_;
 };
 
-// `r` holds the medians of every run; the ratios are the medians of the paired ratios.
 void PrintHuman(std::ostream& out, const DiskBenchOptions& o, const Geometry& g, const Setup& setup,
-                const std::string& dir, const char* fs_name, bool direct, const RepResult& r,
-                double load_ratio, size_t load_pairs, double demote_ratio, size_t demote_pairs) {
+                const std::string& dir, const char* fs_name, bool direct, const Summary& r) {
   char line[320];
   out << "tierkv bench disk (client API, embedded, SSD tier): " << FormatBytes(g.value_bytes)
       << " of " << FormatBytes(o.object_bytes) << " objects (" << g.objects << "), region "
@@ -524,17 +527,17 @@ void PrintHuman(std::ostream& out, const DiskBenchOptions& o, const Geometry& g,
       << ", " << o.common.reps << " rep" << (o.common.reps == 1 ? "" : "s")
       << "; GB/s: medians of every run; ratio: median of each run against the fio run(s) beside "
          "it ("
-      << demote_pairs << " demotions, " << load_pairs << " loads)\n";
+      << r.demote_pairs << " demotions, " << r.load_pairs << " loads)\n";
   std::snprintf(line, sizeof(line), "  %-7s %12s %3s %9s %9s %7s\n", "op", "block", "qd", "GB/s",
                 "fio GB/s", "ratio");
   out << line;
   std::snprintf(line, sizeof(line), "  %-7s %12s %3d %9.2f %9.2f %7.2f\n", "demote",
                 FormatBytes(g.flush_bytes).c_str(), 1, r.demote_gbps, r.fio_write_gbps,
-                demote_ratio);
+                r.demote_ratio);
   out << line;
   std::snprintf(line, sizeof(line), "  %-7s %12s %3u %9.2f %9.2f %7.2f\n", "load",
                 FormatBytes(g.read_bytes).c_str(), setup.load_queue_depth, r.load_gbps,
-                r.fio_read_gbps, load_ratio);
+                r.fio_read_gbps, r.load_ratio);
   out << line;
   std::snprintf(line, sizeof(line), "  (fio read at qd%u, same block: %.2f GB/s)\n",
                 kFioWideQueueDepth, r.fio_read_wide_gbps);
@@ -543,9 +546,9 @@ void PrintHuman(std::ostream& out, const DiskBenchOptions& o, const Geometry& g,
   std::snprintf(line, sizeof(line),
                 "load %.2f GB/s = %.3f x fio (target >= %.2f: %s), "
                 "demote %.2f GB/s = %.3f x fio (target >= %.2f: %s)\n",
-                r.load_gbps, load_ratio, kLoadRatioTarget, verdict(load_ratio, kLoadRatioTarget),
-                r.demote_gbps, demote_ratio, kDemoteRatioTarget,
-                verdict(demote_ratio, kDemoteRatioTarget));
+                r.load_gbps, r.load_ratio, kLoadRatioTarget,
+                verdict(r.load_ratio, kLoadRatioTarget), r.demote_gbps, r.demote_ratio,
+                kDemoteRatioTarget, verdict(r.demote_ratio, kDemoteRatioTarget));
   out << line << std::flush;
 }
 
@@ -650,14 +653,16 @@ Status RunDiskBench(const DiskBenchOptions& options) {
   progress.Done();
   // Absolute figures: medians over every run. Ratios: medians of the paired ratios (each
   // client run against the fio run(s) beside it), which cancels the disk's drift between runs.
-  RepResult m;
+  Summary m;
   m.demote_gbps = Median(demote);
   m.load_gbps = Median(load_runs);
   m.fio_write_gbps = Median(fio_write_runs);
   m.fio_read_gbps = Median(fio_read_runs);
   m.fio_read_wide_gbps = Median(fio_wide);
-  const double load_ratio = Median(load_pairs);
-  const double demote_ratio = Median(demote_pairs);
+  m.load_ratio = Median(load_pairs);
+  m.demote_ratio = Median(demote_pairs);
+  m.load_pairs = load_pairs.size();
+  m.demote_pairs = demote_pairs.size();
   const Setup& setup = run.setup();
 
   if (options.common.json) {
@@ -733,13 +738,13 @@ Status RunDiskBench(const DiskBenchOptions& options) {
         .Add("bench", "disk")
         .Add("load_gbps", Round3(m.load_gbps))
         .Add("fio_read_gbps", Round3(m.fio_read_gbps))
-        .Add("load_ratio", Round3(load_ratio))
+        .Add("load_ratio", Round3(m.load_ratio))
         .Add("demote_gbps", Round3(m.demote_gbps))
         .Add("fio_write_gbps", Round3(m.fio_write_gbps))
-        .Add("demote_ratio", Round3(demote_ratio))
+        .Add("demote_ratio", Round3(m.demote_ratio))
         .Add("ratio_method", "median of paired runs")
-        .Add("load_pairs", load_pairs.size())
-        .Add("demote_pairs", demote_pairs.size())
+        .Add("load_pairs", m.load_pairs)
+        .Add("demote_pairs", m.demote_pairs)
         .Add("load_queue_depth", setup.load_queue_depth)
         .Add("load_path", geometry.direct ? "direct" : "staged")
         .Add("fio_read_qd32_gbps", Round3(m.fio_read_wide_gbps))
@@ -750,7 +755,7 @@ Status RunDiskBench(const DiskBenchOptions& options) {
         .Emit();
   }
   PrintHuman(options.common.json ? std::cerr : std::cout, options, geometry, setup, dir, fs_name,
-             run.direct_io(), m, load_ratio, load_pairs.size(), demote_ratio, demote_pairs.size());
+             run.direct_io(), m);
   return Status::Ok();
 }
 
