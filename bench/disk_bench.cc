@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "client/embedded_client.h"
+#include "client/client_impl.h"
 #include "client/staged_loader.h"
 #include "fio_runner.h"
 #include "ssd/record_format.h"
@@ -144,7 +144,7 @@ Geometry ComputeGeometry(const DiskBenchOptions& o, double high_watermark) {
 // Reads a load keeps in flight. Direct loads (SsdTier::ReadDirect) submit a whole call's
 // reads at once and the io_uring ring keeps min(batch, kRingQueueDepth, 16 MiB of reads) in
 // flight, refilled as reads complete. Staged loads cut a batch into parts of at most min(usable /
-// 2, kPipelinePart) staging bytes (StagingNeed per object) and issue each part's reads together.
+// 2, kStageBatchBytes) staging bytes (StagingNeed per object) and issue each part's reads together.
 uint32_t LoadQueueDepth(const DiskBenchOptions& o, bool direct, double usable_ratio,
                         uint64_t staging_capacity) {
   if (direct) {
@@ -155,7 +155,7 @@ uint32_t LoadQueueDepth(const DiskBenchOptions& o, bool direct, double usable_ra
   }
   const StagedLoader loader(usable_ratio, nullptr);
   const uint64_t usable = loader.PartBudget(staging_capacity);
-  const uint64_t part = std::min(usable / 2, StagedLoader::kPipelinePart);
+  const uint64_t part = std::min(usable / 2, kStageBatchBytes);
   const uint64_t per_part = std::max<uint64_t>(1, part / StagingNeed(o.object_bytes));
   return static_cast<uint32_t>(
       std::min<uint64_t>({per_part, kRingQueueDepth, static_cast<uint64_t>(o.batch)}));
@@ -310,16 +310,16 @@ class DiskRun {
     Report(rep, "starting the client (segment " + FormatBytes(g_.segment_bytes) + ", tier file " +
                     FormatBytes(g_.capacity) + ", staging " +
                     FormatBytes(config_.staging_buffer_size) + ")");
-    Result<std::unique_ptr<EmbeddedClient>> created = EmbeddedClient::Create(config_);
+    Result<std::unique_ptr<ClientImpl>> created = ClientImpl::CreateEmbedded(config_);
     if (!created.ok()) return created.status();
-    std::unique_ptr<EmbeddedClient> client = std::move(created).value();
-    SsdTier* tier = client->TEST_tier();
+    std::unique_ptr<ClientImpl> client = std::move(created).value();
+    SsdTier* tier = client->store()->tier().get();
     if (tier == nullptr) return Failed("the client opened no SSD tier");
-    MasterService& master = client->TEST_master()->master();
+    MasterService& master = client->in_process_master()->master();
     setup_.staging_capacity = tier->staging_capacity();
     setup_.load_queue_depth =
         LoadQueueDepth(o_, g_.direct, config_.staging_usable_ratio, setup_.staging_capacity);
-    setup_.segment_pages = client->TEST_segment()->page_kind();
+    setup_.segment_pages = client->store()->segment()->page_kind();
 
     // Put (untimed): every object from the registered source buffer.
     Report(rep, "put (" + FormatBytes(g_.value_bytes) + ")");
@@ -347,7 +347,7 @@ class DiskRun {
     // Demote (timed): evict the whole segment through the tier mover, then flush.
     Report(rep, "demote (" + FormatBytes(g_.value_bytes) + ")");
     Stopwatch watch;
-    const uint64_t freed = master.EvictFromSegment(client->TEST_segment_id(), g_.segment_bytes);
+    const uint64_t freed = master.EvictFromSegment(client->store()->segment_id(), g_.segment_bytes);
     const Status flushed = tier->Flush();
     const double demote_seconds = watch.Seconds();
     if (!flushed.ok()) return Failed("flushing the SSD tier: " + flushed.ToString());
@@ -389,7 +389,7 @@ class DiskRun {
 
   // One timed load of every object into the poisoned destination; checks the codes, the path
   // the bytes took and the bytes. GB/s, or the failure.
-  Result<double> LoadOnce(int rep, int run, EmbeddedClient& client, SsdTier& tier,
+  Result<double> LoadOnce(int rep, int run, ClientImpl& client, SsdTier& tier,
                           FailureLog* failures) {
     Poison(rep + run);
     const std::vector<Batch> batches = Batches(dst_.data());

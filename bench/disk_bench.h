@@ -1,7 +1,7 @@
 // `tierkv bench disk`: the SSD tier measured through the client API (embedded mode) against
 // fio on a file in the same directory, in the same run.
 //
-// Per rep, a fresh EmbeddedClient with enable_offload (one tier file in --dir, enough regions
+// Per rep, a fresh ClientImpl with enable_offload (one tier file in --dir, enough regions
 // for the working set plus a spare, so nothing is evicted from disk) gets every object put
 // from a registered, pre-faulted source buffer (untimed). Demote (timed → demote_gbps): the
 // master's EvictFromSegment over the whole segment (every object written to the tier's

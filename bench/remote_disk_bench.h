@@ -12,7 +12,7 @@
 // requester verifies every object's checksum). Every result code is checked and the bytes
 // verified outside timing. Baselines: fio (io_uring, O_DIRECT, the same buffer page size
 // policy as `bench disk`) reading the same bytes in record-sized blocks at the queue depth the
-// store's stagers reach together (UcxSegmentServer::kStagerThreads batches of kStageBatchBytes),
+// store's stagers reach together (TierStager::kThreads batches of kStageBatchBytes),
 // and writing them in region-sized blocks at queue
 // depth 1. Output: see docs/benchmarks.md. Every process and file is removed at the end.
 #pragma once

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds tierkv and runs every test, stopping at the first failure:
-#   0. clang-format check of every C++ file.
+#   0. clang-format check of every C++ file, and the layer order of the includes
+#      (scripts/check-layers.sh).
 #   1. Release (-O3, as scripts/demo.sh builds) build in build/: the whole ctest suite, then a
 #      smoke run of `tierkv bench embedded --json` whose summary line must parse.
 #   2. ASan+UBSan build in build-asan/: the whole ctest suite.
@@ -45,9 +46,10 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 
 bash scripts/install-deps.sh
 
-begin "format check (clang-format, .clang-format)"
+begin "format and layer check (clang-format, scripts/check-layers.sh)"
 mapfile -t sources < <(git ls-files '*.cc' '*.h' 2>/dev/null || find include src tools tests bench -name '*.cc' -o -name '*.h')
 clang-format --dry-run --Werror "${sources[@]}"
+bash scripts/check-layers.sh
 summary+=("format")
 
 # ---- 1. normal build ---------------------------------------------------------

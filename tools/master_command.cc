@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <utility>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -12,6 +14,7 @@
 #include "metrics/metrics_registry.h"
 #include "metrics/metrics_server.h"
 #include "rpc/master_server.h"
+#include "tierkv/config.h"
 
 namespace tierkv::cli {
 namespace {
@@ -19,18 +22,36 @@ namespace {
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
 
+// Defaults: those of the config keys the flags stand for (tierkv/config.h).
 struct MasterFlags {
   std::string host = "127.0.0.1";
   int port = 50051;
-  int64_t lease_ttl_ms = 10000;
-  double high_watermark = 0.90;
-  double eviction_ratio = 0.05;
+  uint64_t lease_ttl_ms = Config{}.default_kv_lease_ttl_ms;
+  double high_watermark = Config{}.eviction_high_watermark_ratio;
+  double eviction_ratio = Config{}.eviction_ratio;
   int64_t client_ttl_ms = 10000;
-  int64_t put_timeout_ms = 30000;
+  uint64_t put_timeout_ms = Config{}.put_start_discard_timeout_ms;
   int64_t tier_move_timeout_ms = 30000;
-  uint32_t shards = 64;
+  uint32_t shards = Config{}.metadata_shards;
   int metrics_port = 9003;  // -1 = no metrics server
 };
+
+// ValidateConfig's message with each config key replaced by the flag that set it.
+std::string FlagsInMessage(std::string message) {
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"default_kv_lease_ttl_ms", "--lease-ttl-ms"},
+      {"eviction_high_watermark_ratio", "--high-watermark"},
+      {"eviction_ratio", "--eviction-ratio"},
+      {"put_start_discard_timeout_ms", "--put-timeout-ms"},
+      {"metadata_shards", "--shards"}};
+  for (const auto& [key, flag] : kFlags) {
+    for (size_t at = message.find(key); at != std::string::npos; at = message.find(key, at)) {
+      message.replace(at, std::strlen(key), flag);
+      at += std::strlen(flag);
+    }
+  }
+  return message;
+}
 
 int RunMaster(const MasterFlags& flags) {
   if (std::getenv("TIERKV_LOG_LEVEL") == nullptr) spdlog::set_level(spdlog::level::info);
@@ -49,14 +70,22 @@ int RunMaster(const MasterFlags& flags) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a reader that went away must not kill the master
 
+  // The master's flags are the config keys of an embedded master: one validation for both
+  // (ValidateConfig), the error naming the flag.
+  Config as_config;
+  as_config.default_kv_lease_ttl_ms = flags.lease_ttl_ms;
+  as_config.eviction_high_watermark_ratio = flags.high_watermark;
+  as_config.eviction_ratio = flags.eviction_ratio;
+  as_config.put_start_discard_timeout_ms = flags.put_timeout_ms;
+  as_config.metadata_shards = flags.shards;
+  if (Status st = ValidateConfig(as_config); !st.ok()) {
+    std::cerr << "tierkv master: error: " << FlagsInMessage(st.message()) << std::endl;
+    return kExitUsage;
+  }
   MasterServerOptions options;
   options.host = flags.host;
   options.port = flags.port;
-  options.master.lease_ttl = Millis(flags.lease_ttl_ms);
-  options.master.high_watermark = flags.high_watermark;
-  options.master.eviction_ratio = flags.eviction_ratio;
-  options.master.put_timeout = Millis(flags.put_timeout_ms);
-  options.master.shards = flags.shards;
+  options.master = MasterOptionsFrom(as_config);
   options.client_ttl = Millis(flags.client_ttl_ms);
   options.tier_move_timeout = Millis(flags.tier_move_timeout_ms);
   if (flags.metrics_port >= 0) options.metrics = std::make_shared<MetricsRegistry>();
@@ -129,17 +158,16 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
       ->add_option("--lease-ttl-ms", flags->lease_ttl_ms,
                    "Read lease granted by Exists/GetReplicas, in ms (leased objects are not "
                    "evicted or removed)")
-      ->check(CLI::Range(int64_t{1}, int64_t{86'400'000}))
       ->capture_default_str();
   master
       ->add_option("--high-watermark", flags->high_watermark,
-                   "Segment usage ratio above which eviction starts")
-      ->check(CLI::Range(0.01, 1.0))
+                   "Segment usage ratio above which eviction starts, in (0, 1] and at least "
+                   "--eviction-ratio (config key eviction_high_watermark_ratio)")
       ->capture_default_str();
   master
       ->add_option("--eviction-ratio", flags->eviction_ratio,
-                   "Share of a segment freed below the watermark by one eviction pass")
-      ->check(CLI::Range(0.0, 1.0))
+                   "Share of a segment freed below the watermark by one eviction pass, in (0, 1] "
+                   "(config key eviction_ratio)")
       ->capture_default_str();
   master
       ->add_option("--client-ttl-ms", flags->client_ttl_ms,
@@ -150,8 +178,8 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   master
       ->add_option("--put-timeout-ms", flags->put_timeout_ms,
-                   "Pending puts (PutStart without PutEnd) older than this are reclaimed")
-      ->check(CLI::Range(int64_t{1}, int64_t{86'400'000}))
+                   "Pending puts (PutStart without PutEnd) older than this are reclaimed; > 0 "
+                   "(config key put_start_discard_timeout_ms)")
       ->capture_default_str();
   master
       ->add_option("--tier-move-timeout-ms", flags->tier_move_timeout_ms,
@@ -160,8 +188,9 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
                    "when the write fails)")
       ->check(CLI::Range(int64_t{1}, int64_t{86'400'000}))
       ->capture_default_str();
-  master->add_option("--shards", flags->shards, "Metadata shards (lock striping)")
-      ->check(CLI::Range(1, 65536))
+  master
+      ->add_option("--shards", flags->shards,
+                   "Metadata shards (lock striping), 1..4096 (config key metadata_shards)")
       ->capture_default_str();
   master
       ->add_option("--metrics-port", flags->metrics_port,

@@ -8,10 +8,11 @@
 #include <memory>
 #include <string>
 
-#include "client/embedded_client.h"
 #include "metrics/metrics_registry.h"
 #include "metrics/metrics_server.h"
 #include "metrics/store_collector.h"
+#include "rpc/create_client.h"
+#include "store/store.h"
 #include "tierkv/config.h"
 
 namespace tierkv::cli {
@@ -66,25 +67,33 @@ int RunStore(const StoreFlags& flags) {
   if (!flags.hostname.empty()) config.local_hostname = flags.hostname;
   if (flags.small_pages) config.use_huge_pages = false;
 
-  auto created = EmbeddedClient::CreateRemote(config, flags.data_host);
+  auto backend = ConnectRemoteBackend(config);
+  if (!backend.ok()) {
+    std::cerr << "tierkv store: error: " << backend.status().ToString() << std::endl;
+    return backend.code() == ErrorCode::INVALID_CONFIG ? kExitUsage : kExitFailed;
+  }
+  StoreOptions store_options;
+  store_options.data_host = flags.data_host;
+  auto created = Store::Create(config, *backend, store_options);
   if (!created.ok()) {
     std::cerr << "tierkv store: error: " << created.status().ToString() << std::endl;
     return created.code() == ErrorCode::INVALID_CONFIG ? kExitUsage : kExitFailed;
   }
-  std::unique_ptr<EmbeddedClient> store = std::move(created).value();
+  std::unique_ptr<Store> store = std::move(created).value();
   std::shared_ptr<MetricsRegistry> registry;
   std::shared_ptr<StoreCollector> collector;
   std::unique_ptr<MetricsServer> metrics;
   if (flags.metrics_port >= 0) {
     registry = std::make_shared<MetricsRegistry>();
-    EmbeddedClient* s = store.get();
-    collector = std::make_shared<StoreCollector>([s, size = config.global_segment_size] {
+    const Store* s = store.get();
+    const RemoteBackend* b = backend->get();
+    collector = std::make_shared<StoreCollector>([s, b, size = config.global_segment_size] {
       StoreFigures f;
-      f.segment = s->mounted_segment_name();
+      f.segment = s->mounted_name();
       f.segment_bytes = size;
       f.shm_connections = s->shm_connections();
-      f.master_connected = s->master_connected();
-      f.registrations = s->registrations();
+      f.master_connected = b->remote_master().connected();
+      f.registrations = b->remote_master().registrations();
       f.transfers = s->served_transfers();
       if (const auto& tier = s->tier()) {
         f.has_tier = true;
@@ -108,7 +117,7 @@ int RunStore(const StoreFlags& flags) {
     metrics = std::move(serving).value();
   }
   // The first line is what scripts and MasterProcess wait for; the metrics line follows it.
-  std::cout << "tierkv store serving segment " << store->mounted_segment_name() << " ("
+  std::cout << "tierkv store serving segment " << store->mounted_name() << " ("
             << config.global_segment_size << " bytes) on master " << config.master_server_address
             << std::endl;
   if (metrics != nullptr)

@@ -1,8 +1,8 @@
 // The tierkv client: put and get KV-cache objects in the shared pool.
 //
 // Results per key follow Mooncake's store API: >= 0 is success (bytes read for
-// gets, 0 for puts/removes), a negative value is an ErrorCode. One bad key never
-// fails its neighbours. All methods are thread-safe.
+// gets, 0 for puts/removes), a negative value is an ErrorCode (docs/errors.md). One bad key
+// never fails its neighbours. All methods are thread-safe and may be called concurrently.
 #pragma once
 
 #include <cstddef>
@@ -19,49 +19,72 @@ namespace tierkv {
 
 class Client {
  public:
-  // Builds a client for `config`. Embedded mode without master_server_address
-  // starts an in-process master and mounts this process's segment.
-  // Fails with INVALID_CONFIG, UNAVAILABLE_IN_CURRENT_MODE (a remote master,
-  // standalone-store or enable_offload: not in this build yet) or
-  // INTERNAL_ERROR (segment memory could not be mapped or pre-faulted).
+  // Builds a client for `config`: embedded mode without master_server_address starts an
+  // in-process master; with it (both modes) the client registers with that `tierkv master`.
+  // Mode embedded contributes a segment of global_segment_size (and, with enable_offload, the
+  // SSD tier behind it); standalone-store contributes nothing. Fails with INVALID_CONFIG (a
+  // rejected config, the message names the key), UNAVAILABLE_IN_CURRENT_MODE (a remote master
+  // in a program linked with tierkv::embedded; protocol rdma without verbs devices; a
+  // device_name this host lacks), RPC_FAIL (no master answered within 5 s, or it did not take
+  // the SSD tier's stream), INTERNAL_ERROR (segment memory could not be mapped or pre-faulted),
+  // FILE_OPEN_FAIL (a tier file could not be created or reopened), TRANSFER_FAIL (the segment
+  // could not be served on the network). Thread-safe.
   static Result<std::unique_ptr<Client>> Create(const Config& config);
+  // Unmounts the contributed segment (its replicas are dropped) and stops what the client
+  // started. No call may be in progress.
   virtual ~Client() = default;
 
-  // Registers [ptr, ptr+size) for zero-copy batch transfers. Overlapping an
-  // existing registration -> INVALID_PARAMS. The caller keeps ownership.
+  // Registers [ptr, ptr+size) for zero-copy batch transfers. INVALID_PARAMS for a null pointer,
+  // size 0 or an overlap with an existing registration. The caller keeps ownership and keeps
+  // the memory valid until UnregisterBuffer.
   virtual Status RegisterBuffer(void* ptr, size_t size) = 0;
   // Unregisters the buffer registered at exactly `ptr` (else INVALID_PARAMS).
   virtual Status UnregisterBuffer(void* ptr) = 0;
 
-  // Puts one object from any memory (no registration needed). 0 or an error.
+  // Puts one object from any memory (no registration needed); `data` is only read during the
+  // call. 0, or an error: INVALID_KEY, INVALID_PARAMS (size 0, null data, group_ids not one per
+  // key), OBJECT_ALREADY_EXISTS (the first writer won: treat as success), OBJECT_TOO_LARGE,
+  // NO_AVAILABLE_HANDLE (no space even after eviction), TRANSFER_FAIL (a replica's owner died or
+  // could not be reached: nothing was stored), OBJECT_NOT_FOUND / INVALID_WRITE (the pending
+  // put was reclaimed after put_start_discard_timeout_ms), RPC_FAIL (remote master).
   virtual int Put(const std::string& key, const void* data, size_t size,
                   const ReplicateConfig& config = {}) = 0;
-  // Reads one object into [buf, buf+capacity). Bytes read, or an error;
-  // BUFFER_OVERFLOW when capacity < object size (nothing is written then).
+  // Reads one object into [buf, buf+capacity). Bytes read, or an error: INVALID_KEY,
+  // INVALID_PARAMS (null buf), OBJECT_NOT_FOUND, REPLICA_IS_NOT_READY (its put has not ended),
+  // BUFFER_OVERFLOW (capacity < object size; nothing is written), and the transfer errors:
+  // TRANSFER_FAIL, CHECKSUM_MISMATCH, LEASE_EXPIRED (the read outlived its lease), the SSD
+  // tier's FILE_READ_FAIL, RPC_FAIL. On a transfer error the object's bytes in buf are zeroed,
+  // never left wrong.
   virtual int64_t Get(const std::string& key, void* buf, size_t capacity) = 0;
 
-  // Object i is the concatenation of buffers ptrs[i][j] of sizes[i][j].
-  // Per key: 0, or an error (OBJECT_ALREADY_EXISTS means someone else put it).
+  // Object i is the concatenation of buffers ptrs[i][j] of sizes[i][j] (registered ones unless
+  // require_registered_buffers is false). Per key: 0, or Put's errors, and DUPLICATE_KEY (the
+  // key appears earlier in the batch), BUFFER_NOT_REGISTERED, INVALID_PARAMS (ptrs[i] and
+  // sizes[i] missing or of different lengths).
   virtual std::vector<int> BatchPutFromMultiBuffers(const std::vector<std::string>& keys,
                                                     const std::vector<std::vector<void*>>& ptrs,
                                                     const std::vector<std::vector<size_t>>& sizes,
                                                     const ReplicateConfig& config = {}) = 0;
-  // Object i is scattered over ptrs[i][j]; the sizes must add up to the object
-  // size exactly (smaller: BUFFER_OVERFLOW, larger: INVALID_PARAMS).
-  // Per key: bytes read, or an error.
+  // Object i is scattered over ptrs[i][j]; the sizes must add up to the object size exactly
+  // (smaller: BUFFER_OVERFLOW, larger: INVALID_PARAMS). Per key: bytes read, or Get's errors,
+  // DUPLICATE_KEY and BUFFER_NOT_REGISTERED.
   virtual std::vector<int64_t> BatchGetIntoMultiBuffers(
       const std::vector<std::string>& keys, const std::vector<std::vector<void*>>& ptrs,
       const std::vector<std::vector<size_t>>& sizes) = 0;
 
-  // Per key: 1 exists (readable), 0 does not, or an error. Grants a read lease.
+  // Per key: 1 exists (readable), 0 does not (absent, or its put has not ended), or
+  // INVALID_KEY / RPC_FAIL. Grants a read lease on what exists.
   virtual std::vector<int> BatchIsExist(const std::vector<std::string>& keys) = 0;
-  // Per key: where its replicas are (tier, segment), or an error. Grants a lease.
+  // Per key: where its replicas are (tier, segment, offset), or INVALID_KEY, OBJECT_NOT_FOUND,
+  // REPLICA_IS_NOT_READY, RPC_FAIL. Grants a read lease.
   virtual std::vector<Result<std::vector<ReplicaDesc>>> BatchGetReplicaDesc(
       const std::vector<std::string>& keys) = 0;
 
-  // Removes one object. OBJECT_HAS_LEASE while leased unless `force`.
+  // Removes one object. 0, or INVALID_KEY, OBJECT_NOT_FOUND, OBJECT_HAS_LEASE (leased, unless
+  // `force`), REPLICA_IS_NOT_READY (its put has not ended), RPC_FAIL.
   virtual int Remove(const std::string& key, bool force = false) = 0;
-  // Removes every complete object (leased ones only with `force`); the count.
+  // Removes every complete object (leased ones only with `force`); the count removed (0 when a
+  // remote master could not be reached; logged).
   virtual int64_t RemoveAll(bool force = false) = 0;
 };
 

@@ -71,7 +71,11 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-// A value or a failed Status. Accessing value() of a failed Result aborts.
+// Prints `status` to stderr and aborts: what reading the value of a failed Result does.
+[[noreturn]] void AbortOnFailedResult(const Status& status);
+
+// A value or a failed Status. Accessing the value of a failed Result (value(), *, ->) aborts
+// with the status on stderr; check ok() first.
 template <typename T>
 class [[nodiscard]] Result {
  public:
@@ -84,15 +88,24 @@ class [[nodiscard]] Result {
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
   ErrorCode code() const { return status_.code(); }
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
+  T& value() & { return Checked(); }
+  const T& value() const& { return Checked(); }
+  T&& value() && { return std::move(Checked()); }
+  T* operator->() { return &Checked(); }
+  const T* operator->() const { return &Checked(); }
+  T& operator*() & { return Checked(); }
+  const T& operator*() const& { return Checked(); }
 
  private:
+  T& Checked() {
+    if (!value_.has_value()) AbortOnFailedResult(status_);
+    return *value_;
+  }
+  const T& Checked() const {
+    if (!value_.has_value()) AbortOnFailedResult(status_);
+    return *value_;
+  }
+
   std::optional<T> value_;
   Status status_;
 };

@@ -24,11 +24,16 @@ struct ReplicateConfig {
 
 enum class ReplicaTier : uint8_t { kMemory = 0, kDisk = 1 };
 
+// Where one replica of an object is (Client::BatchGetReplicaDesc). The same in every mode: a
+// disk replica's place is given in its owner's SSD tier, wherever that owner runs.
 struct ReplicaDesc {
   ReplicaTier tier = ReplicaTier::kMemory;
-  std::string segment_name;
+  std::string segment_name;  // the segment the replica is on, or whose SSD tier holds it
+  // Memory: the byte offset of the object in the segment. Disk: the byte offset of the
+  // object's record within its region of the tier.
   uint64_t offset = 0;
-  uint64_t size = 0;
+  uint64_t size = 0;      // the object's size in bytes
+  uint32_t region = 0;    // disk: the region of the tier holding the record; memory: 0
 };
 
 }  // namespace tierkv

@@ -1,11 +1,12 @@
-// ClientBackend: what a client's data path needs from the deployment it runs in — the
-// master's batched metadata calls and the bytes of the segments replicas live on.
+// ClientBackend: what the client's data path needs from the deployment it runs in — the master
+// (MasterApi), the bytes of the segments replicas live on, the SSD tiers behind them — and, as a
+// SegmentHost, where this process's own Store mounts its segment.
 //
 // Implementations: InProcessBackend (embedded mode: a MasterService in this process, segment
-// memory by pointer) and RemoteBackend (a `tierkv master` over gRPC, other processes'
-// segments mapped through a transport). The metadata calls have MasterService's semantics
-// (see master/master_service.h); lease deadlines are on this process's steady clock
-// (`clock()`).
+// memory by pointer; client/in_process_backend.h) and RemoteBackend (a `tierkv master` over
+// gRPC, other processes' segments reached through the shm and UCX transports;
+// rpc/remote_backend.h). Only segment access and transports differ between them: the client
+// is one implementation (client/client_impl.h) over either.
 // Thread-safety: all methods are thread-safe.
 #pragma once
 
@@ -13,10 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "common/clock.h"
-#include "master/master_service.h"
-#include "memory/segment_access.h"
+#include "client/segment_access.h"
+#include "common/disk_location.h"
+#include "master/master_api.h"
 #include "ssd/ssd_tier.h"
+#include "store/segment_host.h"
 #include "transfer/copy.h"
 #include "transfer/transfer_counters.h"
 
@@ -41,35 +43,16 @@ struct RemoteStage {
   std::vector<MutPiece> dst;  // exactly location.size bytes
 };
 
-class ClientBackend {
+class ClientBackend : public SegmentHost {
  public:
-  virtual ~ClientBackend() = default;
-
-  virtual std::vector<Result<PutStartResult>> PutStart(const std::vector<std::string>& keys,
-                                                       const std::vector<uint64_t>& sizes,
-                                                       const ReplicateConfig& config) = 0;
-  virtual std::vector<Status> PutEnd(const std::vector<std::string>& keys,
-                                     const std::vector<uint64_t>& put_ids,
-                                     const std::vector<uint64_t>& checksums) = 0;
-  virtual std::vector<Status> PutRevoke(const std::vector<std::string>& keys,
-                                        const std::vector<uint64_t>& put_ids) = 0;
-  virtual std::vector<int> Exists(const std::vector<std::string>& keys) = 0;
-  virtual std::vector<Result<ObjectReplicas>> GetReplicas(const std::vector<std::string>& keys) = 0;
-  virtual std::vector<Result<PutStartResult>> PromoteStart(const std::vector<std::string>& keys,
-                                                           uint32_t min_hits) = 0;
-  virtual std::vector<Status> PromoteEnd(const std::vector<std::string>& keys,
-                                         const std::vector<uint64_t>& promotion_ids,
-                                         const std::vector<bool>& ok) = 0;
-  virtual Status Remove(const std::string& key, bool force) = 0;
-  virtual uint64_t RemoveAll(bool force) = 0;
-  // The clock lease deadlines are on.
-  virtual const Clock* clock() const = 0;
+  ~ClientBackend() override = default;
 
   // The bytes of segment `id` (the master's id), or null if this client cannot reach them
   // (unknown segment, owner gone, no transport to its host). May connect to the owner on
-  // first use.
+  // first use; never waits for the master while another thread copies to a segment it knows.
   virtual std::shared_ptr<SegmentAccess> FindSegment(SegmentId id) = 0;
-  // The SSD tier behind segment `id`, or null (disk replicas of it cannot be loaded here).
+  // The SSD tier behind segment `id` when it lives in this process, or null (disk replicas
+  // of it are loaded through its owner: StageRemote).
   virtual std::shared_ptr<SsdTier> FindTier(SegmentId id) = 0;
   // The segment's registered name, or "" when unknown.
   virtual std::string SegmentName(SegmentId id) = 0;

@@ -1,8 +1,11 @@
-// InProcessBackend: ClientBackend of embedded mode — an InProcessMaster's MasterService and
-// the memory of the segments mounted on it. Thread-safety: thread-safe.
+// InProcessBackend: the ClientBackend of embedded mode — an InProcessMaster's MasterService and
+// the memory of the segments mounted on it (a transfer is a memcpy). Several clients of one
+// process may share one InProcessMaster, each with a backend of its own.
+// Thread-safety: thread-safe.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "client/client_backend.h"
 #include "client/in_process_master.h"
@@ -13,40 +16,18 @@ class InProcessBackend final : public ClientBackend {
  public:
   explicit InProcessBackend(std::shared_ptr<InProcessMaster> master) : master_(std::move(master)) {}
 
-  std::vector<Result<PutStartResult>> PutStart(const std::vector<std::string>& keys,
-                                               const std::vector<uint64_t>& sizes,
-                                               const ReplicateConfig& config) override {
-    return master_->master().PutStart(keys, sizes, config);
+  MasterApi& master() override { return master_->master(); }
+  bool serves_other_processes() const override { return false; }
+  Result<SegmentId> MountOwn(std::shared_ptr<MemorySegment> segment,
+                             const std::string& mounted_name) override {
+    return master_->Attach(std::move(segment), mounted_name);
   }
-  std::vector<Status> PutEnd(const std::vector<std::string>& keys,
-                             const std::vector<uint64_t>& put_ids,
-                             const std::vector<uint64_t>& checksums) override {
-    return master_->master().PutEnd(keys, put_ids, checksums);
+  Status AttachOwnTier(SegmentId id, std::shared_ptr<SsdTier> tier,
+                       std::shared_ptr<TierMover> mover, bool write_behind) override {
+    master_->AttachTier(id, std::move(tier), std::move(mover), write_behind);
+    return Status::Ok();
   }
-  std::vector<Status> PutRevoke(const std::vector<std::string>& keys,
-                                const std::vector<uint64_t>& put_ids) override {
-    return master_->master().PutRevoke(keys, put_ids);
-  }
-  std::vector<int> Exists(const std::vector<std::string>& keys) override {
-    return master_->master().Exists(keys);
-  }
-  std::vector<Result<ObjectReplicas>> GetReplicas(const std::vector<std::string>& keys) override {
-    return master_->master().GetReplicas(keys);
-  }
-  std::vector<Result<PutStartResult>> PromoteStart(const std::vector<std::string>& keys,
-                                                   uint32_t min_hits) override {
-    return master_->master().PromoteStart(keys, min_hits);
-  }
-  std::vector<Status> PromoteEnd(const std::vector<std::string>& keys,
-                                 const std::vector<uint64_t>& promotion_ids,
-                                 const std::vector<bool>& ok) override {
-    return master_->master().PromoteEnd(keys, promotion_ids, ok);
-  }
-  Status Remove(const std::string& key, bool force) override {
-    return master_->master().Remove(key, force);
-  }
-  uint64_t RemoveAll(bool force) override { return master_->master().RemoveAll(force); }
-  const Clock* clock() const override { return master_->master().options().clock; }
+  Status UnmountOwn(SegmentId id) override { return master_->Detach(id); }
 
   std::shared_ptr<SegmentAccess> FindSegment(SegmentId id) override { return master_->Find(id); }
   std::shared_ptr<SsdTier> FindTier(SegmentId id) override { return master_->FindTier(id); }
@@ -54,6 +35,8 @@ class InProcessBackend final : public ClientBackend {
     auto seg = master_->master().segments().Find(id);
     return seg ? seg->name : std::string();
   }
+
+  const std::shared_ptr<InProcessMaster>& in_process_master() const { return master_; }
 
  private:
   const std::shared_ptr<InProcessMaster> master_;

@@ -2,52 +2,31 @@
 
 #include <spdlog/spdlog.h>
 
-#include "client/local_tier.h"
-
 namespace tierkv {
 
 InProcessMaster::InProcessMaster(MasterOptions options, Millis maintenance_period)
     : master_(std::move(options)) {
   if (maintenance_period.count() > 0) {
-    maintenance_ = std::thread([this, maintenance_period] { MaintenanceLoop(maintenance_period); });
+    maintenance_ =
+        std::make_unique<PeriodicThread>(maintenance_period, [this] { master_.RunMaintenance(); });
   }
 }
 
-InProcessMaster::~InProcessMaster() {
-  {
-    std::lock_guard lock(stop_mu_);
-    stop_ = true;
-  }
-  stop_cv_.notify_all();
-  if (maintenance_.joinable()) maintenance_.join();
-}
+InProcessMaster::~InProcessMaster() { maintenance_.reset(); }
 
-void InProcessMaster::MaintenanceLoop(Millis period) {
-  std::unique_lock lock(stop_mu_);
-  while (!stop_cv_.wait_for(lock, period, [this] { return stop_; })) {
-    lock.unlock();
-    master_.ReclaimAbandonedPuts();
-    master_.EvictIfNeeded();
-    std::vector<std::shared_ptr<SsdTier>> tiers;
-    {
-      std::shared_lock tiers_lock(mu_);
-      for (const auto& [id, tier] : tiers_) tiers.push_back(tier);
-    }
-    for (const auto& tier : tiers) tier->ReclaimExpired();
-    lock.lock();
-  }
-}
-
-Result<SegmentId> InProcessMaster::Attach(std::shared_ptr<MemorySegment> segment) {
+Result<SegmentId> InProcessMaster::Attach(std::shared_ptr<MemorySegment> segment,
+                                          const std::string& name) {
   // Publish the memory before the master can place replicas on it.
   std::unique_lock lock(mu_);
-  auto id = master_.MountSegment(segment->name(), segment->size());
+  auto id = master_.MountSegment(name, segment->size());
   if (!id.ok()) return id;
-  memory_.emplace(*id, std::move(segment));
+  memory_.emplace(*id, std::make_shared<LocalSegmentAccess>(std::move(segment)));
   return id;
 }
 
 Status InProcessMaster::Detach(SegmentId id) {
+  // Write-behind copies queued for the segment finish while its tier is attached.
+  master_.DrainWriteBehind();
   Status st = master_.UnmountSegment(id);  // also detaches its tier mover
   std::unique_lock lock(mu_);
   memory_.erase(id);
@@ -55,13 +34,13 @@ Status InProcessMaster::Detach(SegmentId id) {
   return st;
 }
 
-void InProcessMaster::AttachTier(SegmentId id, std::shared_ptr<SsdTier> tier) {
-  auto segment = Find(id);
+void InProcessMaster::AttachTier(SegmentId id, std::shared_ptr<SsdTier> tier,
+                                 std::shared_ptr<TierMover> mover, bool write_behind) {
   {
     std::unique_lock lock(mu_);
-    tiers_[id] = tier;
+    tiers_[id] = std::move(tier);
   }
-  master_.SetTierMover(id, std::make_shared<LocalTierMover>(std::move(segment), std::move(tier)));
+  master_.SetTierMover(id, std::move(mover), write_behind);
 }
 
 std::shared_ptr<SsdTier> InProcessMaster::FindTier(SegmentId id) const {
@@ -70,7 +49,7 @@ std::shared_ptr<SsdTier> InProcessMaster::FindTier(SegmentId id) const {
   return it == tiers_.end() ? nullptr : it->second;
 }
 
-std::shared_ptr<MemorySegment> InProcessMaster::Find(SegmentId id) const {
+std::shared_ptr<SegmentAccess> InProcessMaster::Find(SegmentId id) const {
   std::shared_lock lock(mu_);
   auto it = memory_.find(id);
   return it == memory_.end() ? nullptr : it->second;

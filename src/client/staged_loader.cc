@@ -21,7 +21,7 @@ namespace {
 
 void Fail(DiskRead& r, ErrorCode code) {
   r.result = ToInt(code);
-  for (const auto& p : r.dst) std::memset(p.ptr, 0, p.size);  // never leave wrong bytes
+  ZeroPieces(r.dst);
 }
 
 Result<StageResult> StagePart(SsdTier& tier, const std::vector<DiskRead*>& part) {
@@ -139,9 +139,9 @@ void StagedLoader::LoadFromTier(SsdTier& tier, std::vector<DiskRead*>& all,
   if (reads.empty()) return;
   const uint64_t usable = PartBudget(tier.staging_capacity());
   // At most half the usable budget per part, so the next part stages while this one is
-  // copied out; and at most kPipelinePart, so even a batch that would fit whole is cut into
+  // copied out; and at most kStageBatchBytes, so even a batch that would fit whole is cut into
   // a few parts and its disk reads overlap its copies.
-  const uint64_t half = std::min(usable / 2, kPipelinePart);
+  const uint64_t half = std::min(usable / 2, kStageBatchBytes);
   std::vector<std::vector<DiskRead*>> parts;
   uint64_t used = 0;
   for (DiskRead* r : reads) {

@@ -12,13 +12,13 @@
 //
 // Splitting: a batch is cut, in order, into parts whose staging need (StagingNeed(size) per
 // object: align_up(size, 4096) + 8192) fits in half of usable_ratio x the tier's staging
-// budget and in kPipelinePart, so two parts can be in flight: the next part is staged while
-// the current one is copied out (an object too big for that still gets a part of its own up
-// to the whole usable budget). An object whose need exceeds usable_ratio x budget is streamed
-// alone, in pieces of the largest length that fits, hashed as it streams and checked at the end. A
-// part that fails as a whole (no staging space, IO error) fails exactly its keys; a key is reported
-// complete only after all its bytes were copied and verified. Failed keys get their destination
-// zeroed.
+// budget and in kStageBatchBytes (ssd/staging_area.h), so two parts can be in flight: the next part
+// is staged while the current one is copied out (an object too big for that still gets a part of
+// its own up to the whole usable budget). An object whose need exceeds usable_ratio x budget is
+// streamed alone, in pieces of the largest length that fits, hashed as it streams and checked at
+// the end. A part that fails as a whole (no staging space, IO error) fails exactly its keys; a key
+// is reported complete only after all its bytes were copied and verified. Failed keys get their
+// destination zeroed.
 //
 // Thread-safety: Load() may be called concurrently (each call has its own state).
 #pragma once
@@ -55,7 +55,6 @@ class StagedLoader {
   // Staging need of one pipelined part: 8 objects of 2 MiB. Enough reads in flight to keep
   // the drive busy while the previous part is copied out, and small enough that the copy of
   // a call's last part (which nothing overlaps) stays short; 8 measured better than 16.
-  static constexpr uint64_t kPipelinePart = uint64_t{8} * ((2u << 20) + 8192);
 
   StagedLoader(double usable_ratio, TransferPool* pool)
       : usable_ratio_(usable_ratio), pool_(pool) {}

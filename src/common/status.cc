@@ -1,5 +1,8 @@
 #include "tierkv/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace tierkv {
 
 std::string_view ErrorCodeName(ErrorCode code) {
@@ -48,6 +51,12 @@ std::string Status::ToString() const {
   out += " (" + std::to_string(ToInt(code_)) + ")";
   if (!message_.empty()) out += ": " + message_;
   return out;
+}
+
+void AbortOnFailedResult(const Status& status) {
+  std::fprintf(stderr, "tierkv: the value of a failed Result was read: %s\n",
+               status.ToString().c_str());
+  std::abort();
 }
 
 }  // namespace tierkv

@@ -28,43 +28,6 @@ using Json = nlohmann::ordered_json;
 constexpr uint32_t kMaxMetadataShards = 4096;
 constexpr uint32_t kMaxTransferThreads = 256;
 
-// Every accepted key, in the order docs/configuration.md lists them.
-constexpr std::array<std::string_view, 33> kKnownKeys = {
-    "mode",
-    "master_server_address",
-    "metadata_server",
-    "local_hostname",
-    "preferred_segment",
-    "global_segment_size",
-    "local_buffer_size",
-    "protocol",
-    "device_name",
-    "enable_offload",
-    "default_kv_lease_ttl_ms",
-    "eviction_high_watermark_ratio",
-    "eviction_ratio",
-    "put_start_discard_timeout_ms",
-    "metadata_shards",
-    "verify_checksum",
-    "require_registered_buffers",
-    "transfer_threads",
-    "use_huge_pages",
-    "offload_paths",
-    "offload_capacity",
-    "offload_region_size",
-    "offload_eviction_policy",
-    "offload_write_policy",
-    "offload_io_engine",
-    "offload_warm_restart",
-    "offload_page_cache_reads",
-    "offload_allow_buffered_io",
-    "staging_buffer_size",
-    "staging_usable_ratio",
-    "staging_ttl_ms",
-    "promote_on_hit",
-    "promote_min_hits",
-};
-
 Status Invalid(std::string message) {
   return Status(ErrorCode::INVALID_CONFIG, std::move(message));
 }
@@ -125,20 +88,6 @@ size_t EditDistance(std::string_view a, std::string_view b) {
     }
   }
   return d[n][m];
-}
-
-std::optional<std::string_view> SuggestKey(std::string_view unknown) {
-  const std::string lowered = Lower(unknown);
-  std::optional<std::string_view> best;
-  size_t best_distance = 3;  // suggest only within 2 edits
-  for (std::string_view known : kKnownKeys) {
-    const size_t distance = EditDistance(lowered, known);
-    if (distance < best_distance) {
-      best_distance = distance;
-      best = known;
-    }
-  }
-  return best;
 }
 
 std::string_view JsonTypeName(const Json& value) {
@@ -276,86 +225,115 @@ Status GetPathList(const std::string& key, const Json& value, std::vector<std::s
   return Status::Ok();
 }
 
-Status ApplyKey(const std::string& key, const Json& value, Config* config) {
-  if (key == "mode") {
-    std::string mode;
-    if (Status s = GetString(key, value, &mode); !s.ok()) return s;
-    if (mode == ModeName(Mode::kEmbedded)) {
-      config->mode = Mode::kEmbedded;
-    } else if (mode == ModeName(Mode::kStandaloneStore)) {
-      config->mode = Mode::kStandaloneStore;
-    } else {
-      return KeyError(key, "unknown mode " + Quote(mode) +
-                               "; allowed values are \"embedded\" and \"standalone-store\"");
-    }
-    return Status::Ok();
-  }
-  if (key == "master_server_address") return GetString(key, value, &config->master_server_address);
-  if (key == "metadata_server") return GetString(key, value, &config->metadata_server);
-  if (key == "local_hostname") return GetString(key, value, &config->local_hostname);
-  if (key == "preferred_segment") return GetString(key, value, &config->preferred_segment);
-  if (key == "global_segment_size") return GetSize(key, value, &config->global_segment_size);
-  if (key == "local_buffer_size") return GetSize(key, value, &config->local_buffer_size);
-  if (key == "protocol") return GetString(key, value, &config->protocol);
-  if (key == "device_name") return GetString(key, value, &config->device_name);
-  if (key == "enable_offload") return GetBool(key, value, &config->enable_offload);
-  if (key == "default_kv_lease_ttl_ms") {
-    return GetUint(key, value, std::numeric_limits<uint64_t>::max(),
-                   &config->default_kv_lease_ttl_ms);
-  }
-  if (key == "eviction_high_watermark_ratio") {
-    return GetRatio(key, value, &config->eviction_high_watermark_ratio);
-  }
-  if (key == "eviction_ratio") return GetRatio(key, value, &config->eviction_ratio);
-  if (key == "put_start_discard_timeout_ms") {
-    return GetUint(key, value, std::numeric_limits<uint64_t>::max(),
-                   &config->put_start_discard_timeout_ms);
-  }
-  if (key == "metadata_shards") {
-    uint64_t v = 0;
-    if (Status s = GetUint(key, value, kMaxMetadataShards, &v); !s.ok()) return s;
-    config->metadata_shards = static_cast<uint32_t>(v);
-    return Status::Ok();
-  }
-  if (key == "verify_checksum") return GetBool(key, value, &config->verify_checksum);
-  if (key == "require_registered_buffers") {
-    return GetBool(key, value, &config->require_registered_buffers);
-  }
-  if (key == "transfer_threads") {
-    uint64_t v = 0;
-    if (Status s = GetUint(key, value, kMaxTransferThreads, &v); !s.ok()) return s;
-    config->transfer_threads = static_cast<uint32_t>(v);
-    return Status::Ok();
-  }
-  if (key == "use_huge_pages") return GetBool(key, value, &config->use_huge_pages);
-  if (key == "offload_paths") return GetPathList(key, value, &config->offload_paths);
-  if (key == "offload_capacity") return GetSize(key, value, &config->offload_capacity);
-  if (key == "offload_region_size") return GetSize(key, value, &config->offload_region_size);
-  if (key == "offload_eviction_policy") {
-    return GetString(key, value, &config->offload_eviction_policy);
-  }
-  if (key == "offload_write_policy") return GetString(key, value, &config->offload_write_policy);
-  if (key == "offload_io_engine") return GetString(key, value, &config->offload_io_engine);
-  if (key == "offload_warm_restart") return GetBool(key, value, &config->offload_warm_restart);
-  if (key == "offload_page_cache_reads") {
-    return GetBool(key, value, &config->offload_page_cache_reads);
-  }
-  if (key == "offload_allow_buffered_io") {
-    return GetBool(key, value, &config->offload_allow_buffered_io);
-  }
-  if (key == "staging_buffer_size") return GetSize(key, value, &config->staging_buffer_size);
-  if (key == "staging_usable_ratio") return GetRatio(key, value, &config->staging_usable_ratio);
-  if (key == "staging_ttl_ms") {
-    return GetUint(key, value, std::numeric_limits<uint64_t>::max(), &config->staging_ttl_ms);
-  }
-  if (key == "promote_on_hit") return GetBool(key, value, &config->promote_on_hit);
-  if (key == "promote_min_hits") {
-    uint64_t v = 0;
-    if (Status s = GetUint(key, value, 1u << 20, &v); !s.ok()) return s;
-    config->promote_min_hits = static_cast<uint32_t>(v);
-    return Status::Ok();
-  }
+// One entry per accepted key, in the order docs/configuration.md lists them: the key's name and
+// how its JSON value is parsed into the Config. Unknown keys are those not here.
+struct KeySpec {
+  std::string_view name;
+  Status (*apply)(const std::string& key, const Json& value, Config* config);
+};
 
+// Setters of the key table: the JSON value parsed by Get* into Config's member M (of the right
+// type); Uint32Key checks the maximum before narrowing.
+template <auto M>
+Status StringKey(const std::string& key, const Json& value, Config* config) {
+  return GetString(key, value, &(config->*M));
+}
+template <auto M>
+Status BoolKey(const std::string& key, const Json& value, Config* config) {
+  return GetBool(key, value, &(config->*M));
+}
+template <auto M>
+Status SizeKey(const std::string& key, const Json& value, Config* config) {
+  return GetSize(key, value, &(config->*M));
+}
+template <auto M>
+Status RatioKey(const std::string& key, const Json& value, Config* config) {
+  return GetRatio(key, value, &(config->*M));
+}
+template <auto M>
+Status PathListKey(const std::string& key, const Json& value, Config* config) {
+  return GetPathList(key, value, &(config->*M));
+}
+template <auto M>
+Status UintKey(const std::string& key, const Json& value, Config* config) {
+  return GetUint(key, value, std::numeric_limits<uint64_t>::max(), &(config->*M));
+}
+template <auto M, uint64_t kMax>
+Status Uint32Key(const std::string& key, const Json& value, Config* config) {
+  uint64_t v = 0;
+  if (Status s = GetUint(key, value, kMax, &v); !s.ok()) return s;
+  config->*M = static_cast<uint32_t>(v);
+  return Status::Ok();
+}
+
+const KeySpec kKeys[] = {
+    {"mode",
+     [](const std::string& key, const Json& value, Config* config) -> Status {
+       std::string mode;
+       if (Status s = GetString(key, value, &mode); !s.ok()) return s;
+       if (mode == ModeName(Mode::kEmbedded)) {
+         config->mode = Mode::kEmbedded;
+       } else if (mode == ModeName(Mode::kStandaloneStore)) {
+         config->mode = Mode::kStandaloneStore;
+       } else {
+         return KeyError(key, "unknown mode " + Quote(mode) +
+                                  "; allowed values are \"embedded\" and \"standalone-store\"");
+       }
+       return Status::Ok();
+     }},
+    {"master_server_address", &StringKey<&Config::master_server_address>},
+    {"metadata_server", &StringKey<&Config::metadata_server>},
+    {"local_hostname", &StringKey<&Config::local_hostname>},
+    {"preferred_segment", &StringKey<&Config::preferred_segment>},
+    {"global_segment_size", &SizeKey<&Config::global_segment_size>},
+    {"local_buffer_size", &SizeKey<&Config::local_buffer_size>},
+    {"protocol", &StringKey<&Config::protocol>},
+    {"device_name", &StringKey<&Config::device_name>},
+    {"enable_offload", &BoolKey<&Config::enable_offload>},
+    {"default_kv_lease_ttl_ms", &UintKey<&Config::default_kv_lease_ttl_ms>},
+    {"eviction_high_watermark_ratio", &RatioKey<&Config::eviction_high_watermark_ratio>},
+    {"eviction_ratio", &RatioKey<&Config::eviction_ratio>},
+    {"put_start_discard_timeout_ms", &UintKey<&Config::put_start_discard_timeout_ms>},
+    {"metadata_shards", &Uint32Key<&Config::metadata_shards, kMaxMetadataShards>},
+    {"verify_checksum", &BoolKey<&Config::verify_checksum>},
+    {"require_registered_buffers", &BoolKey<&Config::require_registered_buffers>},
+    {"transfer_threads", &Uint32Key<&Config::transfer_threads, kMaxTransferThreads>},
+    {"use_huge_pages", &BoolKey<&Config::use_huge_pages>},
+    {"offload_paths", &PathListKey<&Config::offload_paths>},
+    {"offload_capacity", &SizeKey<&Config::offload_capacity>},
+    {"offload_region_size", &SizeKey<&Config::offload_region_size>},
+    {"offload_eviction_policy", &StringKey<&Config::offload_eviction_policy>},
+    {"offload_write_policy", &StringKey<&Config::offload_write_policy>},
+    {"offload_io_engine", &StringKey<&Config::offload_io_engine>},
+    {"offload_warm_restart", &BoolKey<&Config::offload_warm_restart>},
+    {"offload_page_cache_reads", &BoolKey<&Config::offload_page_cache_reads>},
+    {"offload_allow_buffered_io", &BoolKey<&Config::offload_allow_buffered_io>},
+    {"staging_buffer_size", &SizeKey<&Config::staging_buffer_size>},
+    {"staging_usable_ratio", &RatioKey<&Config::staging_usable_ratio>},
+    {"staging_ttl_ms", &UintKey<&Config::staging_ttl_ms>},
+    {"promote_on_hit", &BoolKey<&Config::promote_on_hit>},
+    {"promote_min_hits", &Uint32Key<&Config::promote_min_hits, 1u << 20>},
+};
+
+std::optional<std::string_view> SuggestKey(std::string_view unknown) {
+  const std::string lowered = Lower(unknown);
+  std::optional<std::string_view> best;
+  size_t best_distance = 3;  // suggest only within 2 edits
+  for (const KeySpec& spec : kKeys) {
+    const std::string_view known = spec.name;
+    const size_t distance = EditDistance(lowered, known);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = known;
+    }
+  }
+  return best;
+}
+
+Status ApplyKey(const std::string& key, const Json& value, Config* config) {
+  for (const KeySpec& spec : kKeys) {
+    if (spec.name == key) return spec.apply(key, value, config);
+  }
   std::string message = "unknown key " + Quote(key);
   if (std::optional<std::string_view> suggestion = SuggestKey(key)) {
     message += "; did you mean \"" + std::string(*suggestion) + "\"?";

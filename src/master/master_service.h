@@ -1,10 +1,12 @@
 // MasterService: the metadata logic of the pool (objects, replicas, segments,
 // leases, eviction). Never touches object bytes.
 //
-// A library class: embedded mode calls it directly; a later issue puts it
-// behind RPC. Every call is batched and returns one result per key; a bad key
-// never fails its neighbours. Thread-safety: all methods are thread-safe; the
-// lock order is in object_table.h and docs/architecture.md.
+// The MasterApi of this process: embedded mode calls it directly, and `tierkv master`
+// (rpc/master_server.h) serves it over gRPC. Every call is batched and returns one result per
+// key; a bad key never fails its neighbours. Write-behind (segments whose tier asks for it) is
+// the service's own: each PutEnd queues its keys and a background thread copies them to disk.
+// Thread-safety: all methods are thread-safe; the lock order is in object_table.h and
+// docs/architecture.md.
 #pragma once
 
 #include <atomic>
@@ -13,14 +15,19 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
 #include "master/eviction_policy.h"
+#include "master/master_api.h"
+#include "master/master_types.h"
 #include "master/object_table.h"
 #include "master/segment_registry.h"
 #include "master/tier_mover.h"
+#include "master/write_behind.h"
+#include "tierkv/config.h"
 #include "tierkv/status.h"
 #include "tierkv/types.h"
 
@@ -37,84 +44,50 @@ struct MasterOptions {
   SegmentId first_segment_id = 1;                // ids are handed out from here on (0 counts as 1)
 };
 
-struct ReplicaLocation {
-  SegmentId segment = 0;
-  ReplicaTier tier = ReplicaTier::kMemory;
-  uint64_t offset = 0;  // memory replicas: offset in the segment
-  uint64_t size = 0;    // object size (the allocation may be larger)
-  DiskLocation disk{};  // disk replicas: the record in the segment owner's SSD tier
-};
+// The master options a client config asks for (default_kv_lease_ttl_ms,
+// eviction_high_watermark_ratio, eviction_ratio, put_start_discard_timeout_ms, metadata_shards);
+// ValidateConfig has checked their ranges.
+MasterOptions MasterOptionsFrom(const Config& config);
 
-// A record found in an SSD tier at warm restart, to be registered as a disk replica.
-struct DiskRecord {
-  std::string key;
-  DiskLocation location;
-  uint64_t checksum = 0;
-};
+// How often maintenance (MasterService::RunMaintenance) runs for `options`: a quarter of the
+// shorter of the lease TTL and the put timeout, between 10 ms and 1 s.
+Millis MaintenancePeriod(const MasterOptions& options);
 
-struct PutStartResult {
-  uint64_t put_id = 0;
-  std::vector<ReplicaLocation> replicas;
-};
-
-struct ObjectReplicas {
-  uint64_t size = 0;
-  uint64_t checksum = 0;
-  std::vector<ReplicaLocation> replicas;
-  SteadyTime lease_deadline{};  // reads finishing later fail with LEASE_EXPIRED
-};
-
-struct MasterStats {
-  uint64_t objects = 0;
-  uint64_t pending_objects = 0;
-  uint64_t groups = 0;
-  uint64_t evicted_objects = 0;
-  uint64_t evicted_bytes = 0;
-  uint64_t reclaimed_puts = 0;
-  uint64_t lease_grants = 0;
-  uint64_t demoted_objects = 0;  // moved to disk by eviction
-  uint64_t demoted_bytes = 0;
-  uint64_t demotion_failures = 0;      // objects dropped because their tier write failed
-  uint64_t written_behind = 0;         // copied to disk ahead of eviction
-  uint64_t disk_replicas_dropped = 0;  // their SSD region was reused
-  uint64_t memory_replicas = 0;
-  uint64_t disk_replicas = 0;
-  uint64_t promoted_objects = 0;
-  // Per-key read and write counts since the master started.
-  uint64_t gets = 0;        // keys asked by GetReplicas (invalid keys included)
-  uint64_t get_hits = 0;    // ... answered with replicas
-  uint64_t get_misses = 0;  // ... absent, or pending (OBJECT_NOT_FOUND, REPLICA_IS_NOT_READY)
-  uint64_t puts = 0;        // puts ended (PutEnd OK); promotions are not puts
-  uint64_t removes = 0;     // objects removed by Remove and RemoveAll
-};
-
-class MasterService {
+class MasterService final : public MasterApi {
  public:
   explicit MasterService(MasterOptions options);
   ~MasterService();
 
   // --- Segments ---
-  Result<SegmentId> MountSegment(const std::string& name, uint64_t capacity);
+  Result<SegmentId> MountSegment(const std::string& name, uint64_t capacity) override;
   // Unmounts and drops every replica on it; an object left without replicas is
   // removed, and so is the rest of its group (no partial groups).
-  Status UnmountSegment(SegmentId id);
+  Status UnmountSegment(SegmentId id) override;
   const SegmentRegistry& segments() const { return segments_; }
   // The owner of `segment` has an SSD tier: eviction there demotes objects through
-  // `mover` instead of dropping them. Null detaches it.
-  void SetTierMover(SegmentId segment, std::shared_ptr<TierMover> mover);
+  // `mover` instead of dropping them; with `write_behind`, every put that ends with a memory
+  // replica there is also copied to the tier soon after its PutEnd (offload_write_policy
+  // write_behind). Null detaches it.
+  void SetTierMover(SegmentId segment, std::shared_ptr<TierMover> mover, bool write_behind = false);
   // Detaches `mover` from `segment` if it is still the one there (a newer one stays).
   void DetachTierMover(SegmentId segment, const TierMover* mover);
+  // Blocks until every write-behind copy queued so far was handed to its tier (tests).
+  void DrainWriteBehind();
+  // Keys the write-behind queue dropped (full) and copies that failed, since the start.
+  uint64_t write_behind_dropped() const;
+  uint64_t write_behind_failed() const;
 
   // --- SSD tier bookkeeping (called by the segment's owner) ---
   // The owner's tier reused `region`: drops the disk replicas of `keys` on `segment` that
   // point into it at `generation`. An object left without replicas is removed, with the rest
   // of its group. Returns the objects removed.
   uint64_t DropDiskReplicas(SegmentId segment, uint32_t region, uint64_t generation,
-                            const std::vector<std::string>& keys);
+                            const std::vector<std::string>& keys) override;
   // Warm restart: registers records as complete, ungrouped objects with one disk replica
   // on `segment`. Per record: OK, OBJECT_ALREADY_EXISTS (the key is already stored),
   // INVALID_KEY, SEGMENT_NOT_FOUND.
-  std::vector<Status> AddDiskReplicas(SegmentId segment, const std::vector<DiskRecord>& records);
+  std::vector<Status> AddDiskReplicas(SegmentId segment,
+                                      const std::vector<DiskRecord>& records) override;
   // Write-behind: copies complete objects that have a memory replica on a segment with a
   // tier mover, and no disk replica yet, to that tier, keeping the memory replica. Per key:
   // OK (copied, or already on disk), OBJECT_NOT_FOUND, REPLICA_IS_NOT_READY, or the tier's
@@ -130,12 +103,12 @@ class MasterService {
   // evicting: admission never evicts), returned with a promotion id. Other keys: an error
   // (OBJECT_NOT_FOUND, NO_AVAILABLE_HANDLE when not admitted or no room).
   std::vector<Result<PutStartResult>> PromoteStart(const std::vector<std::string>& keys,
-                                                   uint32_t min_hits);
+                                                   uint32_t min_hits) override;
   // Makes promoted ranges readable (`ok` true) or frees them. OBJECT_NOT_FOUND if the object
   // or the promotion is gone (removed, or reclaimed after put_timeout).
   std::vector<Status> PromoteEnd(const std::vector<std::string>& keys,
                                  const std::vector<uint64_t>& promotion_ids,
-                                 const std::vector<bool>& ok);
+                                 const std::vector<bool>& ok) override;
 
   // --- Two-phase put ---
   // Per key: where to write, or INVALID_KEY, INVALID_PARAMS (size 0, bad
@@ -143,30 +116,34 @@ class MasterService {
   // NO_AVAILABLE_HANDLE (after eviction was tried).
   std::vector<Result<PutStartResult>> PutStart(const std::vector<std::string>& keys,
                                                const std::vector<uint64_t>& sizes,
-                                               const ReplicateConfig& config);
+                                               const ReplicateConfig& config) override;
   // Makes objects readable with their checksum. OBJECT_NOT_FOUND (never
   // started, revoked or reclaimed), INVALID_WRITE (not pending, or another put).
   std::vector<Status> PutEnd(const std::vector<std::string>& keys,
                              const std::vector<uint64_t>& put_ids,
-                             const std::vector<uint64_t>& checksums);
+                             const std::vector<uint64_t>& checksums) override;
   // Frees pending objects. Same errors as PutEnd.
   std::vector<Status> PutRevoke(const std::vector<std::string>& keys,
-                                const std::vector<uint64_t>& put_ids);
+                                const std::vector<uint64_t>& put_ids) override;
 
   // --- Reads; both grant a read lease (the whole group's for grouped keys) ---
   // Per key: 1 readable, 0 not (absent or pending), or INVALID_KEY.
-  std::vector<int> Exists(const std::vector<std::string>& keys);
+  std::vector<int> Exists(const std::vector<std::string>& keys) override;
   // Per key: replicas, or INVALID_KEY, OBJECT_NOT_FOUND, REPLICA_IS_NOT_READY.
-  std::vector<Result<ObjectReplicas>> GetReplicas(const std::vector<std::string>& keys);
+  std::vector<Result<ObjectReplicas>> GetReplicas(const std::vector<std::string>& keys) override;
 
   // --- Removal ---
   // OBJECT_HAS_LEASE while leased unless force; REPLICA_IS_NOT_READY for a
   // pending put (revoke it instead); OBJECT_NOT_FOUND.
-  Status Remove(const std::string& key, bool force);
+  Status Remove(const std::string& key, bool force) override;
+  // Remove, key by key.
+  std::vector<Status> BatchRemove(const std::vector<std::string>& keys, bool force) override;
   // Removes complete objects (leased ones only with force); returns the count.
-  uint64_t RemoveAll(bool force);
+  uint64_t RemoveAll(bool force) override;
 
   // --- Maintenance (a background thread calls these; tests call them too) ---
+  // ReclaimAbandonedPuts, then EvictIfNeeded: what the maintenance thread runs each period.
+  void RunMaintenance();
   // Frees puts pending longer than put_timeout; returns how many.
   uint64_t ReclaimAbandonedPuts();
   // Evicts on every segment above the high watermark; returns bytes freed.
@@ -175,7 +152,8 @@ class MasterService {
   // returns bytes freed.
   uint64_t EvictFromSegment(SegmentId segment, uint64_t target_bytes);
 
-  MasterStats Stats();
+  MasterStats Stats() override;
+  const Clock* clock() const override { return options_.clock; }
   const MasterOptions& options() const { return options_; }
 
  private:
@@ -230,6 +208,12 @@ class MasterService {
   std::map<uint64_t, Promotion> promotions_;  // by promotion id, guarded by promotions_mu_
   mutable std::mutex movers_mu_;              // a leaf lock: nothing else is taken while holding it
   std::map<SegmentId, std::shared_ptr<TierMover>> movers_;  // guarded by movers_mu_
+  std::set<SegmentId> write_behind_segments_;               // guarded by movers_mu_
+  // Copies the puts of write-behind segments: made with the first such segment (under
+  // movers_mu_), then kept until the destructor, which stops it first (its thread calls
+  // CopyToDisk). PutEnd reads it without the lock once has_write_behind_ is set.
+  std::unique_ptr<WriteBehind> write_behind_;
+  std::atomic<bool> has_write_behind_{false};
 };
 
 }  // namespace tierkv

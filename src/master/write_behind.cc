@@ -4,10 +4,6 @@
 
 namespace tierkv {
 
-WriteBehind::WriteBehind(MasterService* master)
-    : WriteBehind(
-          [master](const std::vector<std::string>& keys) { return master->CopyToDisk(keys); }) {}
-
 WriteBehind::WriteBehind(CopyFn copy) : copy_(std::move(copy)), thread_([this] { Loop(); }) {}
 
 WriteBehind::~WriteBehind() {

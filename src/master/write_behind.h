@@ -1,8 +1,8 @@
 // WriteBehind: copies freshly put objects to the SSD tier in the background
 // (offload_write_policy "write_behind"), so a later eviction only frees memory.
 //
-// Keys queue up at PutEnd; one thread hands them to the master's CopyToDisk in batches (a
-// MasterService in this process, or a remote master's RPC).
+// Keys queue up at PutEnd; one thread hands them to `copy` (the MasterService's CopyToDisk,
+// restricted to its write-behind segments) in batches.
 // The queue is bounded: when it is full, the oldest keys are dropped from it (they are then
 // demoted at eviction, as with demote_on_evict) and counted. The destructor drains what is
 // queued. Thread-safety: thread-safe.
@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "master/master_service.h"
+#include "tierkv/status.h"
 
 namespace tierkv {
 
@@ -29,7 +29,6 @@ class WriteBehind {
   // CopyToDisk's signature: one status per key.
   using CopyFn = std::function<std::vector<Status>(const std::vector<std::string>&)>;
 
-  explicit WriteBehind(MasterService* master);
   explicit WriteBehind(CopyFn copy);
   ~WriteBehind();
   WriteBehind(const WriteBehind&) = delete;

@@ -13,7 +13,6 @@
 #include <memory>
 #include <string>
 
-#include "memory/segment_access.h"
 #include "tierkv/status.h"
 
 namespace tierkv {
@@ -23,20 +22,20 @@ enum class PagePolicy {
   kSmallPages,       // plain 4 KiB pages
 };
 
-class MemorySegment final : public SegmentAccess {
+class MemorySegment final {
  public:
   // Maps `size` bytes (rounded up to the page size) and faults every page in.
   // INVALID_PARAMS for size 0; INTERNAL_ERROR naming the syscall on failure.
   static Result<std::unique_ptr<MemorySegment>> Create(const std::string& name, uint64_t size,
                                                        PagePolicy policy);
-  ~MemorySegment() override;
+  ~MemorySegment();
   MemorySegment(const MemorySegment&) = delete;
   MemorySegment& operator=(const MemorySegment&) = delete;
 
-  uint8_t* base() const override { return base_; }
-  uint64_t size() const override { return size_; }
+  uint8_t* base() const { return base_; }
+  uint64_t size() const { return size_; }
   int fd() const { return fd_; }
-  const std::string& name() const override { return name_; }
+  const std::string& name() const { return name_; }
   // 2 MiB when huge pages were obtained (hugetlbfs or THP-advised), else 4 KiB.
   uint64_t page_size() const { return page_size_; }
   // "hugetlb", "thp" or "4k": how the pages were obtained, for logs and benches.

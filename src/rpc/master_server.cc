@@ -201,18 +201,6 @@ void MasterRpcHandler::PutEnd(const rpc::PutEndRequest& request, rpc::BatchRespo
   std::vector<uint64_t> sums(request.checksums().begin(), request.checksums().end());
   const std::vector<Status> ended = master_.PutEnd(keys, ids, sums);
   wire::EncodeResults(ended, response->mutable_results());
-  WriteBehind* queue = nullptr;
-  {
-    std::lock_guard lock(write_behind_mu_);
-    if (!write_behind_segments_.empty()) queue = write_behind_.get();
-  }
-  if (queue != nullptr) {
-    std::vector<std::string> done;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (ended[i].ok()) done.push_back(std::move(keys[i]));
-    }
-    queue->Enqueue(done);  // copied to the tiers of write-behind segments only
-  }
 }
 
 void MasterRpcHandler::PutRevoke(const rpc::PutRevokeRequest& request,
@@ -245,10 +233,7 @@ void MasterRpcHandler::GetReplicas(const rpc::GetReplicasRequest& request,
 void MasterRpcHandler::Remove(const rpc::RemoveRequest& request, rpc::BatchResponse* response) {
   std::vector<std::string> keys;
   if (!Keys(request.keys(), &keys, response->mutable_status())) return;
-  std::vector<Status> out;
-  out.reserve(keys.size());
-  for (const std::string& key : keys) out.push_back(master_.Remove(key, request.force()));
-  wire::EncodeResults(out, response->mutable_results());
+  wire::EncodeResults(master_.BatchRemove(keys, request.force()), response->mutable_results());
 }
 
 void MasterRpcHandler::RemoveAll(const rpc::RemoveAllRequest& request,
@@ -281,19 +266,7 @@ Result<std::shared_ptr<RemoteTierMover>> MasterRpcHandler::OpenTierMoves(
   const std::string owner = "segment " + std::to_string(hello.segment_id()) + " of client " +
                             std::to_string(hello.client_id());
   auto mover = std::make_shared<RemoteTierMover>(owner, tier_move_timeout_, std::move(write));
-  master_.SetTierMover(hello.segment_id(), mover);
-  if (hello.write_behind()) {
-    std::lock_guard lock(write_behind_mu_);
-    write_behind_segments_.insert(hello.segment_id());
-    if (!write_behind_) {
-      write_behind_ = std::make_unique<WriteBehind>([this](const std::vector<std::string>& keys) {
-        return master_.CopyToDisk(keys, [this](SegmentId segment) {
-          std::lock_guard segments_lock(write_behind_mu_);
-          return write_behind_segments_.count(segment) != 0;
-        });
-      });
-    }
-  }
+  master_.SetTierMover(hello.segment_id(), mover, hello.write_behind());
   spdlog::info("tier moves: {} has an SSD tier; eviction there demotes{}", owner,
                hello.write_behind() ? ", and puts there are written behind" : "");
   return mover;
@@ -304,10 +277,6 @@ void MasterRpcHandler::CloseTierMoves(uint32_t segment,
                                       const std::string& why) {
   mover->Close(why);
   master_.DetachTierMover(segment, mover.get());
-  {
-    std::lock_guard lock(write_behind_mu_);
-    write_behind_segments_.erase(segment);
-  }
   spdlog::info("tier moves: stream of segment {} ended ({})", segment, why);
 }
 
@@ -566,14 +535,13 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
                   "cannot listen on " + listen + " (port in use, or not an address of this host)");
   }
   const Millis maint =
-      o.maintenance_period.count() > 0
-          ? o.maintenance_period
-          : Millis(std::clamp<int64_t>(
-                std::min(o.master.lease_ttl.count(), o.master.put_timeout.count()) / 4, 10, 1000));
+      o.maintenance_period.count() > 0 ? o.maintenance_period : MaintenancePeriod(o.master);
   const Millis reap = Millis(std::max<int64_t>(o.client_ttl.count() / 4, 1));
   MasterServer* self = server.get();
-  server->maintenance_ = std::thread([self, maint] { self->Loop(maint, &MasterServer::Maintain); });
-  server->reaper_ = std::thread([self, reap] { self->Loop(reap, &MasterServer::Reap); });
+  server->maintenance_ =
+      std::make_unique<PeriodicThread>(maint, [self] { self->master_.RunMaintenance(); });
+  server->reaper_ =
+      std::make_unique<PeriodicThread>(reap, [self] { self->handler_.ReapSilentClients(); });
   if (o.metrics != nullptr) {
     o.metrics->Add(server->collector_);
     o.metrics->Add(server->rpc_latency_);
@@ -592,13 +560,8 @@ void MasterServer::Shutdown() {
     }
     if (service_) service_->CancelStreams();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    {
-      std::lock_guard lock(stop_mu_);
-      stop_ = true;
-    }
-    stop_cv_.notify_all();
-    if (maintenance_.joinable()) maintenance_.join();
-    if (reaper_.joinable()) reaper_.join();
+    maintenance_.reset();
+    reaper_.reset();
     if (server_) server_->Wait();
   });
 }
@@ -607,21 +570,5 @@ std::string MasterServer::address() const {
   const bool v6 = options_.host.find(':') != std::string::npos && options_.host.front() != '[';
   return (v6 ? "[" + options_.host + "]" : options_.host) + ":" + std::to_string(port_);
 }
-
-void MasterServer::Loop(Millis period, void (MasterServer::*tick)()) {
-  std::unique_lock lock(stop_mu_);
-  while (!stop_cv_.wait_for(lock, period, [this] { return stop_; })) {
-    lock.unlock();
-    (this->*tick)();
-    lock.lock();
-  }
-}
-
-void MasterServer::Maintain() {
-  master_.ReclaimAbandonedPuts();
-  master_.EvictIfNeeded();
-}
-
-void MasterServer::Reap() { handler_.ReapSilentClients(); }
 
 }  // namespace tierkv

@@ -18,7 +18,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -27,9 +26,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/periodic_thread.h"
 #include "master/client_registry.h"
 #include "master/master_service.h"
-#include "master/write_behind.h"
 #include "metrics/metrics_registry.h"
 #include "rpc/tier_moves.h"
 #include "tierkv/master.pb.h"
@@ -98,10 +97,6 @@ class MasterRpcHandler {
   ClientRegistry& clients_;
   const uint64_t incarnation_;
   Millis tier_move_timeout_{30000};
-  // Segments whose owner asked for write-behind, and the queue that copies their puts.
-  mutable std::mutex write_behind_mu_;
-  std::set<uint32_t> write_behind_segments_;   // guarded by write_behind_mu_
-  std::unique_ptr<WriteBehind> write_behind_;  // made with the first such segment; mu_
 };
 
 struct MasterServerOptions {
@@ -112,8 +107,8 @@ struct MasterServerOptions {
   // How long a demotion waits for a store to write to its SSD tier before the objects count as
   // not written (TierMoves stream).
   Millis tier_move_timeout{30000};
-  // How often maintenance runs (abandoned puts, eviction); 0 = derived like embedded mode:
-  // a quarter of the shorter of lease TTL and put timeout, between 10 ms and 1 s.
+  // How often maintenance runs (abandoned puts, eviction); 0 = MaintenancePeriod(master), as
+  // in embedded mode.
   Millis maintenance_period{0};
   // Where the server's metrics go (served by a MetricsServer); null = no metrics, and no
   // timing of calls. The server removes what it added in Shutdown().
@@ -143,9 +138,6 @@ class MasterServer {
  private:
   class Service;
   explicit MasterServer(MasterServerOptions options);
-  void Loop(Millis period, void (MasterServer::*tick)());
-  void Maintain();
-  void Reap();
 
   MasterServerOptions options_;
   MasterService master_;
@@ -156,11 +148,8 @@ class MasterServer {
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;  // guarded by stop_mu_
-  std::thread maintenance_;
-  std::thread reaper_;
+  std::unique_ptr<PeriodicThread> maintenance_;  // MasterService::RunMaintenance
+  std::unique_ptr<PeriodicThread> reaper_;       // expires silent clients
   std::once_flag shutdown_once_;
 };
 

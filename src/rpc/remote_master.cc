@@ -8,17 +8,12 @@
 #include <chrono>
 #include <utility>
 
+#include "common/host_name.h"
 #include "rpc/wire.h"
 #include "tierkv/master.grpc.pb.h"
 
 namespace tierkv {
 namespace {
-
-std::string LocalHostName() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "unknown-host";
-  return buf;
-}
 
 const char* GrpcCodeName(grpc::StatusCode code) {
   switch (code) {
@@ -122,7 +117,7 @@ Result<std::unique_ptr<RemoteMaster>> RemoteMaster::Connect(const std::string& a
   if (options.rpc_timeout.count() <= 0) {
     return Status(ErrorCode::INVALID_PARAMS, "RPC timeout must be > 0 ms");
   }
-  if (options.host.empty()) options.host = LocalHostName();
+  options.host = HostName(options.host);
   std::unique_ptr<RemoteMaster> master(new RemoteMaster(address, std::move(options)));
   if (Status st = master->Register(connect_timeout); !st.ok()) return st;
   if (master->options_.heartbeat_interval.count() > 0) {
@@ -215,6 +210,7 @@ Status RemoteMaster::ReregisterLocked(const char* why) {
   const uint64_t old_id = client_id_.load();
   if (Status st = Register(options_.rpc_timeout); !st.ok()) return st;
   for (OwnedSegment& segment : segments_) segment.current = 0;
+  PublishIdsLocked();
   RemountPendingLocked();
   size_t mounted = 0;
   for (const OwnedSegment& segment : segments_) mounted += segment.current != 0 ? 1 : 0;
@@ -245,6 +241,14 @@ void RemoteMaster::RemountPendingLocked() {
                    segment.name, address_, st.ToString());
     }
   }
+  PublishIdsLocked();
+}
+
+void RemoteMaster::PublishIdsLocked() {
+  auto ids = std::make_shared<std::vector<std::pair<SegmentId, SegmentId>>>();
+  for (const OwnedSegment& s : segments_) ids->emplace_back(s.handle, s.current);
+  std::lock_guard lock(ids_mu_);
+  ids_ = std::move(ids);
 }
 
 Status RemoteMaster::Beat() {
@@ -346,6 +350,7 @@ Result<SegmentId> RemoteMaster::MountSegment(const std::string& name, uint64_t c
       return Status(ErrorCode::RPC_FAIL, "malformed MountSegment response: segment id 0");
     }
     segments_.push_back(OwnedSegment{response.segment_id(), response.segment_id(), name, capacity});
+    PublishIdsLocked();
     return static_cast<SegmentId>(response.segment_id());
   }
 }
@@ -361,6 +366,7 @@ Status RemoteMaster::UnmountSegment(SegmentId id) {
   const SegmentId current = it->current;
   // Forget it locally whatever the master says: it must not come back at a re-mount.
   segments_.erase(it);
+  PublishIdsLocked();
   if (current == 0) return Status::Ok();  // not mounted on this master incarnation
   rpc::UnmountSegmentRequest request;
   request.set_client_id(client_id_.load());
@@ -376,9 +382,15 @@ Status RemoteMaster::UnmountSegment(SegmentId id) {
 }
 
 SegmentId RemoteMaster::CurrentSegmentId(SegmentId handle) const {
-  std::lock_guard lock(owner_mu_);
-  for (const OwnedSegment& s : segments_) {
-    if (s.handle == handle) return s.current;
+  std::shared_ptr<const std::vector<std::pair<SegmentId, SegmentId>>> ids;
+  {
+    std::lock_guard lock(ids_mu_);
+    ids = ids_;
+  }
+  if (ids) {
+    for (const auto& [h, current] : *ids) {
+      if (h == handle) return current;
+    }
   }
   return 0;
 }

@@ -1,7 +1,5 @@
-// RemoteMaster: a MasterService in another process (`tierkv master`), reached over gRPC.
-//
-// The data calls have the signatures of MasterService, so code written against the in-process
-// master reads the same against a remote one. Each batch is one RPC. Nothing throws: a call
+// RemoteMaster: the MasterApi of a MasterService in another process (`tierkv master`), reached
+// over gRPC. Each batch is one RPC. Nothing throws: a call
 // that cannot reach the master, times out or gets a malformed answer fails every key of its
 // batch with RPC_FAIL (-900), the message naming the RPC, the address and gRPC's reason.
 // Calls whose MasterService signature has no room for an error (RemoveAll, DropDiskReplicas,
@@ -30,9 +28,10 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
-#include "master/master_service.h"
+#include "master/master_api.h"
 #include "tierkv/status.h"
 #include "tierkv/types.h"
 #include "transfer/transfer_counters.h"
@@ -63,7 +62,7 @@ struct MasterProcessStats {
   std::vector<TransferCount> transfers;     // bytes clients reported, per transport (empty: old)
 };
 
-class RemoteMaster {
+class RemoteMaster final : public MasterApi {
  public:
   // Connects to the master at `address` ("host:port"), registers this client and starts the
   // heartbeat. Retries until `connect_timeout`, then fails with RPC_FAIL naming the address, the
@@ -77,43 +76,45 @@ class RemoteMaster {
   RemoteMaster& operator=(const RemoteMaster&) = delete;
 
   // --- Segments (owned by this client; re-mounted after a master restart) ---
-  Result<SegmentId> MountSegment(const std::string& name, uint64_t capacity);
-  Status UnmountSegment(SegmentId id);
+  Result<SegmentId> MountSegment(const std::string& name, uint64_t capacity) override;
+  Status UnmountSegment(SegmentId id) override;
   // The master's current id of a segment handle (they differ after a re-mount); 0 if unknown
-  // or not mounted right now.
+  // or not mounted right now. Never waits for an RPC (a registration in progress).
   SegmentId CurrentSegmentId(SegmentId handle) const;
 
   // --- SSD tier bookkeeping (segment owners) ---
   uint64_t DropDiskReplicas(SegmentId segment, uint32_t region, uint64_t generation,
-                            const std::vector<std::string>& keys);
-  std::vector<Status> AddDiskReplicas(SegmentId segment, const std::vector<DiskRecord>& records);
+                            const std::vector<std::string>& keys) override;
+  std::vector<Status> AddDiskReplicas(SegmentId segment, const std::vector<DiskRecord>& records) override;
   std::vector<Status> CopyToDisk(const std::vector<std::string>& keys);
   std::vector<Result<PutStartResult>> PromoteStart(const std::vector<std::string>& keys,
-                                                   uint32_t min_hits);
+                                                   uint32_t min_hits) override;
   std::vector<Status> PromoteEnd(const std::vector<std::string>& keys,
                                  const std::vector<uint64_t>& promotion_ids,
-                                 const std::vector<bool>& ok);
+                                 const std::vector<bool>& ok) override;
 
   // --- Two-phase put ---
   std::vector<Result<PutStartResult>> PutStart(const std::vector<std::string>& keys,
                                                const std::vector<uint64_t>& sizes,
-                                               const ReplicateConfig& config);
+                                               const ReplicateConfig& config) override;
   std::vector<Status> PutEnd(const std::vector<std::string>& keys,
                              const std::vector<uint64_t>& put_ids,
-                             const std::vector<uint64_t>& checksums);
+                             const std::vector<uint64_t>& checksums) override;
   std::vector<Status> PutRevoke(const std::vector<std::string>& keys,
-                                const std::vector<uint64_t>& put_ids);
+                                const std::vector<uint64_t>& put_ids) override;
 
   // --- Reads (grant read leases; deadlines are on this process's steady clock) ---
-  std::vector<int> Exists(const std::vector<std::string>& keys);
-  std::vector<Result<ObjectReplicas>> GetReplicas(const std::vector<std::string>& keys);
+  std::vector<int> Exists(const std::vector<std::string>& keys) override;
+  std::vector<Result<ObjectReplicas>> GetReplicas(const std::vector<std::string>& keys) override;
 
   // --- Removal ---
-  Status Remove(const std::string& key, bool force);
-  std::vector<Status> BatchRemove(const std::vector<std::string>& keys, bool force);
-  uint64_t RemoveAll(bool force);
+  Status Remove(const std::string& key, bool force) override;
+  std::vector<Status> BatchRemove(const std::vector<std::string>& keys, bool force) override;
+  uint64_t RemoveAll(bool force) override;
 
-  MasterStats Stats();
+  MasterStats Stats() override;
+  // This process's steady clock: lease deadlines are converted to it on arrival.
+  const Clock* clock() const override { return SystemClock::Instance(); }
   Result<MasterProcessStats> ProcessStats();
   // One Stats RPC to the master at `address` on a channel of its own, without registering
   // (`tierkv stat`: looking must not add a client). Fails fast when nothing answers: RPC_FAIL
@@ -149,6 +150,8 @@ class RemoteMaster {
   Status ReregisterLocked(const char* why);
   // Mounts owned segments whose re-mount failed earlier. Requires owner_mu_.
   void RemountPendingLocked();
+  // Publishes segments_' (handle, current id) pairs for CurrentSegmentId. Requires owner_mu_.
+  void PublishIdsLocked();
   Status Beat();
   void HeartbeatLoop();
   Millis HeartbeatInterval() const;  // options_.heartbeat_interval, shortened for a short TTL
@@ -168,6 +171,10 @@ class RemoteMaster {
 
   mutable std::mutex owner_mu_;         // serializes registration and mount/unmount
   std::vector<OwnedSegment> segments_;  // guarded by owner_mu_
+  // A copy of segments_' ids, replaced whole under owner_mu_: lookups on the data path never
+  // wait behind a registration's RPCs. ids_mu_ is a leaf lock (held to copy the pointer).
+  mutable std::mutex ids_mu_;
+  std::shared_ptr<const std::vector<std::pair<SegmentId, SegmentId>>> ids_;  // guarded by ids_mu_
 
   std::mutex beat_mu_;
   std::condition_variable beat_cv_;

@@ -86,4 +86,8 @@ uint64_t HashPieces(const std::vector<MutPiece>& pieces) {
   return sum.Digest();
 }
 
+void ZeroPieces(const std::vector<MutPiece>& pieces) {
+  for (const MutPiece& p : pieces) std::memset(p.ptr, 0, p.size);
+}
+
 }  // namespace tierkv

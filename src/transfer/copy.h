@@ -29,6 +29,9 @@ uint64_t ScatterCopy(const uint8_t* src, const std::vector<MutPiece>& pieces, bo
 uint64_t HashPieces(const std::vector<ConstPiece>& pieces);
 uint64_t HashPieces(const std::vector<MutPiece>& pieces);
 
+// Zeroes every piece: a failed read never leaves bytes that could be taken for the object.
+void ZeroPieces(const std::vector<MutPiece>& pieces);
+
 class ChecksumStream;
 // Copies `len` bytes of `src` to bytes [offset, offset + len) of the concatenation of
 // `pieces` (which must be that long), feeding each copied chunk to `sum` when not null:

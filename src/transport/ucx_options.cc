@@ -5,6 +5,8 @@
 #include <system_error>
 #include <vector>
 
+#include "transport/device_select.h"
+
 namespace tierkv::transport {
 namespace {
 
@@ -36,7 +38,7 @@ bool PlainName(const std::string& name) {
          name.find_first_of("/:, \t\n") == std::string::npos && name.find('\0') == name.npos;
 }
 
-Status Config(const std::string& what) {
+Status ConfigError(const std::string& what) {
   return Status(ErrorCode::INVALID_CONFIG, "ucx transport: " + what);
 }
 
@@ -49,18 +51,18 @@ Status Unavailable(const std::string& what) {
 Result<UcxTransportSelection> SelectUcxTransports(const UcxTransportOptions& options,
                                                   const std::string& sysfs_root) {
   if (options.io_timeout.count() <= 0) {
-    return Config("io_timeout must be positive, got " + std::to_string(options.io_timeout.count()) +
+    return ConfigError("io_timeout must be positive, got " + std::to_string(options.io_timeout.count()) +
                   " ms");
   }
   if (options.spin.count() < 0 || options.spin > std::chrono::seconds(1)) {
-    return Config("spin must be 0..1000000 us, got " + std::to_string(options.spin.count()) +
+    return ConfigError("spin must be 0..1000000 us, got " + std::to_string(options.spin.count()) +
                   " us");
   }
   const std::filesystem::path root(sysfs_root);
   if (options.protocol == "tcp") {
     if (options.device.empty()) return UcxTransportSelection{"tcp", "all"};
     if (!PlainName(options.device)) {
-      return Config("device \"" + options.device +
+      return ConfigError("device \"" + options.device +
                     "\" is not a network interface name (protocol \"tcp\" takes one, e.g. "
                     "\"eth0\")");
     }
@@ -92,7 +94,7 @@ Result<UcxTransportSelection> SelectUcxTransports(const UcxTransportOptions& opt
         !port.empty() && port.size() <= 3 &&
         std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (!PlainName(name) || !port_ok) {
-      return Config("device \"" + options.device +
+      return ConfigError("device \"" + options.device +
                     "\" is not a verbs device name (protocol \"rdma\" takes \"mlx5_0\" or "
                     "\"mlx5_0:<port>\")");
     }
@@ -102,7 +104,24 @@ Result<UcxTransportSelection> SelectUcxTransports(const UcxTransportOptions& opt
     }
     return UcxTransportSelection{"rc,ud", name + ":" + port};
   }
-  return Config("protocol \"" + options.protocol + "\" is not one of \"tcp\", \"rdma\"");
+  return ConfigError("protocol \"" + options.protocol + "\" is not one of \"tcp\", \"rdma\"");
+}
+
+Result<UcxTransportOptions> UcxOptionsFromConfig(const Config& config) {
+  UcxTransportOptions ucx;
+  ucx.protocol = config.protocol == "rdma" ? "rdma" : "tcp";
+  if (!config.device_name.empty()) {
+    auto device = SelectDeviceFromEnv(config.device_name);
+    if (!device.ok()) return device.status();
+    ucx.device = *device;
+  }
+  if (config.protocol != "shm") {
+    if (auto selected = SelectUcxTransports(ucx); !selected.ok()) {
+      return Status(selected.code(),
+                    "protocol '" + config.protocol + "': " + selected.status().message());
+    }
+  }
+  return ucx;
 }
 
 }  // namespace tierkv::transport

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <string>
 
+#include "tierkv/config.h"
 #include "tierkv/status.h"
 
 namespace tierkv::transport {
@@ -42,5 +43,11 @@ struct UcxTransportSelection {
 // does not have (the message lists the devices it has).
 Result<UcxTransportSelection> SelectUcxTransports(const UcxTransportOptions& options,
                                                   const std::string& sysfs_root = "/sys");
+
+// The network transport `config` asks for (protocol rdma -> "rdma", else "tcp"; device_name
+// through SelectDeviceFromEnv), checked with SelectUcxTransports unless protocol is "shm" (no
+// network transport). Errors: as SelectDeviceFromEnv and SelectUcxTransports, the message naming
+// the protocol.
+Result<UcxTransportOptions> UcxOptionsFromConfig(const Config& config);
 
 }  // namespace tierkv::transport

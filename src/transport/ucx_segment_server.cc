@@ -29,18 +29,6 @@ constexpr std::chrono::milliseconds kShutdownGrace{1000};
 constexpr int kHousekeepingMs = 50;
 // Connections beyond this are rejected at the listener.
 constexpr size_t kMaxConnections = 4096;
-// How often the stager reclaims staging space whose ticket outlived its TTL (a send that never
-// completed); the staging area's TTL itself is the store's staging_ttl_ms.
-constexpr std::chrono::milliseconds kReclaimPeriod{1000};
-
-// Releases a staging ticket when the last reply sent from its space is done with it.
-struct TicketHold {
-  std::shared_ptr<SsdTier> tier;
-  uint64_t ticket = 0;  // set by the stager once Stage returned
-  ~TicketHold() {
-    if (ticket != 0) (void)tier->Release(ticket);  // NOT_FOUND if reclaimed: nothing to do
-  }
-};
 
 }  // namespace
 
@@ -64,7 +52,7 @@ struct UcxSegmentServer::Loop {
     Connection* connection = nullptr;
     UcxReply reply;
     UcxHeader header{};                // must outlive the send
-    std::shared_ptr<TicketHold> hold;  // stage replies: keeps their staging space
+    std::shared_ptr<const void> hold;  // stage replies: keeps their staging space
   };
 
   // A reply decided inside a UCX callback, sent once the callback has returned.
@@ -73,21 +61,46 @@ struct UcxSegmentServer::Loop {
     UcxReply reply;
     const void* data;  // read replies: bytes of the segment; stage replies: of the staging buffer
     size_t length;
-    std::shared_ptr<TicketHold> hold = nullptr;
+    std::shared_ptr<const void> hold = nullptr;
   };
 
-  // A stage request on its way to the stager thread, and back with its staged bytes.
+  // A stage request back from the source with its staged bytes (or its error).
   struct StageJob {
     Connection* connection = nullptr;  // counted in its in_flight until the reply is queued
     uint64_t id = 0;
-    StageRequest request;
-    Status status;  // back: the piece's status
-    const uint8_t* data = nullptr;
-    std::shared_ptr<TicketHold> hold;
+    uint64_t length = 0;
+    std::string key;  // for the log
+    transport::StagedRange staged;
+  };
+  // Where the source's callbacks (on its threads) leave staged ranges for the progress thread.
+  // Shared with every callback: a callback that comes after the server stopped (closed) drops
+  // its range, releasing the staging space, and touches nothing else.
+  struct StageInbox {
+    std::mutex mu;
+    std::vector<StageJob> staged;  // guarded by mu
+    int wake_fd = -1;              // guarded by mu; the server's eventfd until closed
+    bool closed = false;           // guarded by mu
+    void Push(StageJob job) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (closed) return;
+      staged.push_back(std::move(job));
+      const uint64_t one = 1;
+      while (::write(wake_fd, &one, sizeof(one)) < 0 && errno == EINTR) {
+      }
+    }
+    std::vector<StageJob> Take() {
+      std::lock_guard<std::mutex> lock(mu);
+      return std::exchange(staged, {});
+    }
+    void Close() {
+      std::lock_guard<std::mutex> lock(mu);
+      closed = true;
+      staged.clear();
+    }
   };
 
   std::shared_ptr<MemorySegment> segment;
-  std::shared_ptr<SsdTier> tier;  // null: stage requests are refused
+  std::shared_ptr<StageSource> stages;  // null: stage requests are refused
   UcxTransportOptions options;
   std::string address;
   std::atomic<size_t>* open_endpoints = nullptr;
@@ -106,37 +119,16 @@ struct UcxSegmentServer::Loop {
   };
   std::vector<ToClose> to_close;
 
-  // The stager: stage requests go to its thread, which reads them from the SSD tier (never on
-  // the progress thread) and hands the staged pieces back through `staged` and the wake fd.
-  int wake_fd = -1;
-  std::mutex stage_mu;
-  std::condition_variable stage_cv;
-  std::deque<StageJob> stage_queue;  // guarded by stage_mu
-  std::vector<StageJob> staged;      // guarded by stage_mu
-  bool stage_stop = false;           // guarded by stage_mu
-  std::vector<std::thread> stagers;
+  // Stage requests go to the source, which stages them off the progress thread and hands them
+  // back through the inbox and the wake fd.
+  std::shared_ptr<StageInbox> inbox = std::make_shared<StageInbox>();
 
   ~Loop() {
-    StopStager();
+    inbox->Close();
     if (listener != nullptr) ucp_listener_destroy(listener);
   }
 
-  void StopStager() {
-    {
-      std::lock_guard<std::mutex> lock(stage_mu);
-      stage_stop = true;
-    }
-    stage_cv.notify_all();
-    for (std::thread& t : stagers) {
-      if (t.joinable()) t.join();
-    }
-  }
-  void StageLoop();
-  // Stages one batch of queued jobs (their staging need within half the staging capacity, so
-  // the next batch is read while this one is sent).
-  void StageBatch(std::vector<StageJob> jobs);
-  void FinishStaged(StageJob job);  // from any thread: queue it and wake the progress thread
-  void TakeStaged();                // on the progress thread: queue the replies
+  void TakeStaged();  // on the progress thread: queue the replies
 
   bool InBounds(uint64_t offset, uint64_t length) const {
     return offset <= segment->size() && length <= segment->size() - offset;
@@ -269,9 +261,9 @@ void UcxSegmentServer::Loop::HandleRequest(Connection* connection, const UcxRequ
       }
       connection->established = true;
       Reply(connection, request.op, request.id, ErrorCode::OK, size);
-      if (tier != nullptr) {
+      if (stages != nullptr) {
         replies.back().reply.aux = static_cast<uint32_t>(
-            std::min<uint64_t>(tier->staging_capacity() / kUcxStagingUnit, UINT32_MAX));
+            std::min<uint64_t>(stages->staging_capacity() / kUcxStagingUnit, UINT32_MAX));
       }
       return;
     }
@@ -280,27 +272,24 @@ void UcxSegmentServer::Loop::HandleRequest(Connection* connection, const UcxRequ
       if (rendezvous) return Reject(connection, "a stage descriptor sent by rendezvous");
       Result<UcxStageDescriptor> d = DecodeUcxStageDescriptor(data, length);
       if (!d.ok()) return Reject(connection, d.status().message());
-      if (tier == nullptr) {
+      if (stages == nullptr) {
         return Reply(connection, request.op, request.id, ErrorCode::UNAVAILABLE_IN_CURRENT_MODE, 0);
       }
       if (request.length == 0 || request.offset > d->object_size ||
           request.length > d->object_size - request.offset) {
         return Reply(connection, request.op, request.id, ErrorCode::INVALID_PARAMS, 0);
       }
-      StageJob job;
-      job.connection = connection;
-      job.id = request.id;
-      job.request.key = std::move(d->key);
-      job.request.location =
-          DiskLocation{d->region, d->generation, d->record_offset, d->object_size};
-      job.request.value_offset = request.offset;
-      job.request.length = request.length;
+      StageRange range;
+      range.key = std::move(d->key);
+      range.location = DiskLocation{d->region, d->generation, d->record_offset, d->object_size};
+      range.value_offset = request.offset;
+      range.length = request.length;
       ++connection->in_flight;  // until its reply is queued
-      {
-        std::lock_guard<std::mutex> lock(stage_mu);
-        stage_queue.push_back(std::move(job));
-      }
-      stage_cv.notify_one();
+      StageDone done = [inbox = inbox, connection, id = request.id, length = request.length,
+                        key = range.key](StagedRange staged) {
+        inbox->Push(StageJob{connection, id, length, key, std::move(staged)});
+      };
+      stages->Submit(std::move(range), std::move(done));
       return;
     }
     case UcxOp::kRead: {
@@ -424,104 +413,21 @@ void UcxSegmentServer::Loop::SendReplies() {
   }
 }
 
-void UcxSegmentServer::Loop::StageLoop() {
-  auto next_reclaim = Clock::now() + kReclaimPeriod;
-  std::unique_lock<std::mutex> lock(stage_mu);
-  while (true) {
-    stage_cv.wait_until(lock, next_reclaim, [this] { return stage_stop || !stage_queue.empty(); });
-    if (Clock::now() >= next_reclaim) {
-      lock.unlock();
-      const size_t reclaimed = tier->ReclaimExpired();
-      if (reclaimed != 0) {
-        spdlog::warn("ucx segment server {}: reclaimed {} staging tickets past their TTL", address,
-                     reclaimed);
-      }
-      next_reclaim = Clock::now() + kReclaimPeriod;
-      lock.lock();
-    }
-    if (stage_stop) break;
-    if (stage_queue.empty()) continue;
-    // The queue's head, and what follows while it fits a batch: at most kStageBatchBytes of
-    // staging (and half the staging capacity).
-    const uint64_t half =
-        std::min(tier->staging_capacity() / 2, UcxSegmentServer::kStageBatchBytes);
-    std::vector<StageJob> jobs;
-    uint64_t need = 0;
-    while (!stage_queue.empty()) {
-      const uint64_t more = StagingNeed(stage_queue.front().request.length);
-      if (!jobs.empty() && need + more > half) break;
-      need += more;
-      jobs.push_back(std::move(stage_queue.front()));
-      stage_queue.pop_front();
-    }
-    lock.unlock();
-    StageBatch(std::move(jobs));
-    lock.lock();
-  }
-  // Stopping: what is still queued is answered by nobody (the endpoints are closing).
-  for (StageJob& job : stage_queue) staged.push_back(std::move(job));
-  stage_queue.clear();
-}
-
-void UcxSegmentServer::Loop::StageBatch(std::vector<StageJob> jobs) {
-  std::vector<StageRequest> requests;
-  requests.reserve(jobs.size());
-  for (const StageJob& job : jobs) requests.push_back(job.request);
-  auto hold = std::make_shared<TicketHold>();
-  hold->tier = tier;
-  // Each piece goes back as soon as it is read (the device threads call this), so its bytes
-  // are on the wire while later pieces are still read.
-  auto on_piece = [&](size_t index, const StagedPiece& piece) {
-    StageJob done = std::move(jobs[index]);
-    done.status = piece.status;
-    done.data = piece.data;
-    if (piece.status.ok()) done.hold = hold;
-    FinishStaged(std::move(done));
-  };
-  Result<StageResult> result = tier->Stage(requests, on_piece);
-  if (!result.ok()) {
-    // Failed as a whole (no staging space in time, the batch too large): no piece was called.
-    spdlog::warn("ucx segment server {}: staging {} ranges failed: {}", address, jobs.size(),
-                 result.status().ToString());
-    for (StageJob& job : jobs) {
-      job.status = result.status();
-      FinishStaged(std::move(job));
-    }
-    return;
-  }
-  hold->ticket = result->ticket;  // released when the last reply sent from it is done
-}
-
-void UcxSegmentServer::Loop::FinishStaged(StageJob job) {
-  {
-    std::lock_guard<std::mutex> lock(stage_mu);
-    staged.push_back(std::move(job));
-  }
-  const uint64_t one = 1;
-  while (::write(wake_fd, &one, sizeof(one)) < 0 && errno == EINTR) {
-  }
-}
-
 void UcxSegmentServer::Loop::TakeStaged() {
-  std::vector<StageJob> done;
-  {
-    std::lock_guard<std::mutex> lock(stage_mu);
-    done.swap(staged);
-  }
-  for (StageJob& job : done) {
+  for (StageJob& job : inbox->Take()) {
     Connection* connection = job.connection;
     --connection->in_flight;
     if (connection->closing) continue;  // the hold goes with the job
-    if (!job.status.ok()) {
-      const ErrorCode code = job.status.code();
-      spdlog::debug("ucx segment server {}: staging {} for {}: {}", address, job.request.key,
-                    connection->peer, job.status.ToString());
+    if (!job.staged.status.ok()) {
+      const ErrorCode code = job.staged.status.code();
+      spdlog::debug("ucx segment server {}: staging {} for {}: {}", address, job.key,
+                    connection->peer, job.staged.status.ToString());
       Reply(connection, UcxOp::kStage, job.id, code, 0);
       continue;
     }
-    Reply(connection, UcxOp::kStage, job.id, ErrorCode::OK, job.request.length, job.data,
-          job.request.length);
-    replies.back().hold = std::move(job.hold);
+    Reply(connection, UcxOp::kStage, job.id, ErrorCode::OK, job.length, job.staged.data,
+          job.length);
+    replies.back().hold = std::move(job.staged.hold);
   }
 }
 
@@ -577,14 +483,12 @@ void UcxSegmentServer::Loop::Shutdown() {
     listener = nullptr;
   }
   for (const auto& connection : connections) Drop(connection.get(), "the server is stopping");
-  // The stager finishes the batch it is reading (its replies are not sent) and exits. It is
-  // joined after the endpoints are closed: a batch waiting for staging space gets it as the
-  // closes release the replies holding it.
-  {
-    std::lock_guard<std::mutex> lock(stage_mu);
-    stage_stop = true;
+  // What the source has queued fails at once; a batch it is reading finishes (its replies are
+  // not sent), and one waiting for staging space gets it as the closes release the replies
+  // holding it.
+  if (stages != nullptr) {
+    stages->FailQueued(Status(ErrorCode::TRANSFER_FAIL, "the segment server is stopping"));
   }
-  stage_cv.notify_all();
   const auto deadline = Clock::now() + kShutdownGrace;
   while (true) {
     TakeStaged();
@@ -599,12 +503,12 @@ void UcxSegmentServer::Loop::Shutdown() {
     spdlog::warn("ucx segment server {}: {} endpoints still closing after {} ms; releasing UCX",
                  address, connections.size(), kShutdownGrace.count());
   }
-  StopStager();
+  inbox->Close();  // later callbacks drop their ranges
 }
 
 Result<std::unique_ptr<UcxSegmentServer>> UcxSegmentServer::Start(
     std::shared_ptr<MemorySegment> segment, const std::string& host, int port,
-    const UcxTransportOptions& options, std::shared_ptr<SsdTier> tier) {
+    const UcxTransportOptions& options, std::shared_ptr<StageSource> stages) {
   using R = Result<std::unique_ptr<UcxSegmentServer>>;
   if (segment == nullptr) return R(ErrorCode::INVALID_PARAMS, "ucx segment server: no segment");
   if (host.empty()) return R(ErrorCode::INVALID_PARAMS, "ucx segment server: empty host");
@@ -620,7 +524,7 @@ Result<std::unique_ptr<UcxSegmentServer>> UcxSegmentServer::Start(
 
   auto loop = std::make_unique<Loop>();
   loop->segment = std::move(segment);
-  loop->tier = std::move(tier);
+  loop->stages = std::move(stages);
   loop->options = options;
   loop->address = wanted;
   Result<std::unique_ptr<UcxWorker>> worker = UcxWorker::Create(options, "ucx segment server");
@@ -673,13 +577,8 @@ Result<std::unique_ptr<UcxSegmentServer>> UcxSegmentServer::Start(
   server->loop_->read_bytes = &server->read_bytes_;
   server->loop_->written_bytes = &server->written_bytes_;
   server->protocol_ = options.protocol;
-  server->loop_->wake_fd = server->wake_.get();
+  server->loop_->inbox->wake_fd = server->wake_.get();
   try {
-    if (server->loop_->tier != nullptr) {
-      for (int i = 0; i < UcxSegmentServer::kStagerThreads; ++i) {
-        server->loop_->stagers.emplace_back([loop = server->loop_.get()] { loop->StageLoop(); });
-      }
-    }
     server->thread_ = std::thread([raw = server.get()] { raw->Run(); });
   } catch (const std::system_error& error) {
     return R(ErrorCode::INTERNAL_ERROR,

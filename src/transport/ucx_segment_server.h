@@ -10,14 +10,13 @@
 // segment is touched; a peer that sends a message it cannot parse is disconnected and logged,
 // and never disturbs another peer. A peer has options.io_timeout to complete its handshake.
 //
-// Staged loads: given the store's SSD tier, the server also answers stage requests (a range of
-// a disk record, docs/ucx-transport.md): stager threads batch them (kStageBatchBytes of staging
-// at a time), reads them with SsdTier::Stage, and the progress thread sends each piece
-// straight from the staging buffer as soon as it is read; the batch's staging ticket is released
-// when the last of its replies is sent (or its peer is gone). The stager also reclaims, every
-// second, staging space whose ticket outlived the tier's staging TTL. The hello reply tells the
-// requester the staging capacity so it can split its loads. Without a tier, stage requests are
-// refused with UNAVAILABLE_IN_CURRENT_MODE.
+// Staged loads: given a StageSource (the store's SSD tier, transport/stage_source.h), the server
+// also answers stage requests (a range of a disk record, docs/ucx-transport.md): it hands each
+// to the source, which reads it off this thread, and the progress thread sends each range
+// straight from the staging buffer as soon as it is staged, keeping its hold (the staging
+// space) until the send completes or the peer is gone. The hello reply tells the requester the
+// staging capacity so it can split its loads. Without a source, stage requests are refused with
+// UNAVAILABLE_IN_CURRENT_MODE.
 //
 // Thread-safety: Start, address, open_endpoints and Stop may be called from any thread; Stop is
 // idempotent. Owns: the listener, every endpoint, the UCX context and worker, and a reference to
@@ -32,8 +31,8 @@
 #include <thread>
 
 #include "memory/memory_segment.h"
-#include "ssd/ssd_tier.h"
 #include "tierkv/status.h"
+#include "transport/stage_source.h"
 #include "transport/ucx_options.h"
 #include "transport/unique_fd.h"
 
@@ -41,25 +40,15 @@ namespace tierkv::transport {
 
 class UcxSegmentServer {
  public:
-  // Staged loads: the stager threads, and the most staging one batch of theirs takes (and at
-  // most half the staging buffer). All reads of a batch are in flight together and complete
-  // together, so a batch's bytes go out while the next batch is read; measured with
-  // `tierkv bench disk-remote` (1 GiB of 2 MiB objects over tcp): batches of half the buffer
-  // (up to 32 reads) loaded at 1.2 GB/s, batches of 8 objects at 1.7-1.8 GB/s (4: no better);
-  // two threads keep reads in flight while one batch's last read completes.
-  static constexpr int kStagerThreads = 2;
-  static constexpr uint64_t kStageBatchBytes = uint64_t{8} * ((2u << 20) + 8192);
-
   // Serves `segment` on `host`:`port` (port 0: a free port; address() says which). `host` is a
   // name or a numeric IPv4/IPv6 address to listen on ("0.0.0.0": every interface). Errors:
   // INVALID_PARAMS (no segment, empty host, port outside 0..65535); INVALID_CONFIG and
   // UNAVAILABLE_IN_CURRENT_MODE from the options (SelectUcxTransports, UcxWorker::Create);
   // TRANSFER_FAIL (the host does not resolve, or UCX cannot listen there: port taken, address
   // not on this host; naming the address and UCX's reason); INTERNAL_ERROR (eventfd, thread).
-  static Result<std::unique_ptr<UcxSegmentServer>> Start(std::shared_ptr<MemorySegment> segment,
-                                                         const std::string& host, int port,
-                                                         const UcxTransportOptions& options = {},
-                                                         std::shared_ptr<SsdTier> tier = nullptr);
+  static Result<std::unique_ptr<UcxSegmentServer>> Start(
+      std::shared_ptr<MemorySegment> segment, const std::string& host, int port,
+      const UcxTransportOptions& options = {}, std::shared_ptr<StageSource> stages = nullptr);
   ~UcxSegmentServer();  // Stop()
   UcxSegmentServer(const UcxSegmentServer&) = delete;
   UcxSegmentServer& operator=(const UcxSegmentServer&) = delete;

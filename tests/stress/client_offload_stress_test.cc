@@ -9,7 +9,7 @@
 #include <random>
 #include <thread>
 
-#include "client/embedded_client.h"
+#include "client/client_impl.h"
 #include "device_test_util.h"
 
 namespace tierkv {
@@ -44,9 +44,9 @@ TEST(ClientOffloadStress, ReadsRacingDemotionAndRegionReuseAreExactOrClean) {
   c.staging_buffer_size = 1ull << 20;
   c.default_kv_lease_ttl_ms = 50;
   c.put_start_discard_timeout_ms = 2000;
-  auto client = EmbeddedClient::Create(c);
+  auto client = ClientImpl::CreateEmbedded(c);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
-  EmbeddedClient& cl = **client;
+  ClientImpl& cl = **client;
 
   constexpr int kKeys = 120, kThreads = 4, kOps = 400;
   std::atomic<uint64_t> exact{0}, missing{0}, wrong{0}, other{0};
@@ -124,17 +124,17 @@ TEST(ClientOffloadStress, ReadsRacingDemotionAndRegionReuseAreExactOrClean) {
   for (auto& w : workers) w.join();
   EXPECT_EQ(wrong.load(), 0u);
   EXPECT_GT(exact.load(), 0u);
-  const auto st = cl.TEST_master()->master().Stats();
+  const auto st = cl.in_process_master()->master().Stats();
   EXPECT_GT(st.demoted_objects, 0u);
-  EXPECT_GT(cl.TEST_tier()->stats().log.evicted_regions, 0u);
-  EXPECT_GT(cl.TEST_tier()->stats().direct_reads, 0u);
-  EXPECT_GT(cl.TEST_tier()->stats().staged_pieces, 0u);
+  EXPECT_GT(cl.store()->tier()->stats().log.evicted_regions, 0u);
+  EXPECT_GT(cl.store()->tier()->stats().direct_reads, 0u);
+  EXPECT_GT(cl.store()->tier()->stats().staged_pieces, 0u);
   std::printf("exact %lu missing %lu other %lu demoted %lu regions reused %lu direct %lu\n",
               static_cast<unsigned long>(exact.load()), static_cast<unsigned long>(missing.load()),
               static_cast<unsigned long>(other.load()),
               static_cast<unsigned long>(st.demoted_objects),
-              static_cast<unsigned long>(cl.TEST_tier()->stats().log.evicted_regions),
-              static_cast<unsigned long>(cl.TEST_tier()->stats().direct_reads));
+              static_cast<unsigned long>(cl.store()->tier()->stats().log.evicted_regions),
+              static_cast<unsigned long>(cl.store()->tier()->stats().direct_reads));
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <random>
 #include <thread>
 
-#include "client/embedded_client.h"
+#include "client/client_impl.h"
 
 namespace tierkv {
 namespace {
@@ -44,14 +44,14 @@ void RunWorkers(bool forced_removes, int threads, int ops, Counters& k) {
   MasterOptions opts;
   opts.shards = 16;
   auto master = std::make_shared<InProcessMaster>(opts, Millis(5));
-  auto a = EmbeddedClient::Create(StressConfig(), master);
-  auto b = EmbeddedClient::Create(StressConfig(), master);
+  auto a = ClientImpl::CreateEmbedded(StressConfig(), master);
+  auto b = ClientImpl::CreateEmbedded(StressConfig(), master);
   ASSERT_TRUE(a.ok() && b.ok());
   constexpr int kKeys = 160;
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
-      EmbeddedClient* client = (t % 2 == 0) ? a->get() : b->get();
+      ClientImpl* client = (t % 2 == 0) ? a->get() : b->get();
       std::mt19937 rng(1234 + t);
       std::vector<uint8_t> src(1 << 20), dst(1 << 20);
       ASSERT_TRUE(client->RegisterBuffer(src.data(), src.size()).ok());

@@ -18,6 +18,7 @@
 #include "memory/memory_segment.h"
 #include "rpc/tier_moves.h"
 #include "ssd/ssd_tier.h"
+#include "store/tier_stager.h"
 #include "transport/ucx_segment_client.h"
 #include "transport/ucx_segment_server.h"
 
@@ -50,8 +51,11 @@ TEST(RemoteTierStress, StagedLoadsRacingRegionReuseAreExactOrClean) {
   std::shared_ptr<SsdTier> tier = std::move(opened).value();
   auto segment = MemorySegment::Create("stress-seg", kMiB, PagePolicy::kSmallPages);
   ASSERT_TRUE(segment.ok());
+  auto stager = TierStager::Start(tier, "stress");
+  ASSERT_TRUE(stager.ok()) << stager.status().ToString();
+  std::shared_ptr<TierStager> stages = std::move(stager).value();
   auto server =
-      transport::UcxSegmentServer::Start(std::move(segment).value(), "127.0.0.1", 0, {}, tier);
+      transport::UcxSegmentServer::Start(std::move(segment).value(), "127.0.0.1", 0, {}, stages);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
 
   struct Written {

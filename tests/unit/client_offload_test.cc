@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "client/embedded_client.h"
+#include "client/client_impl.h"
 #include "common/logging.h"
 #include "device/faulty_device.h"
 #include "device_test_util.h"
@@ -52,7 +52,7 @@ class ClientOffloadTest : public ::testing::Test {
   }
   void Open(const Config& c, std::function<void(SsdTierOptions&)> hook = nullptr) {
     client_.reset();
-    auto r = EmbeddedClient::Create(c, nullptr, hook);
+    auto r = ClientImpl::CreateEmbedded(c, nullptr, StoreOptions{"", hook});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     client_ = std::move(r).value();
   }
@@ -96,12 +96,12 @@ class ClientOffloadTest : public ::testing::Test {
     }
     return out;
   }
-  MasterService& Master() { return client_->TEST_master()->master(); }
+  MasterService& Master() { return client_->in_process_master()->master(); }
   // Puts keys [first, first+n), evicts them all to the tier and flushes it.
   void PutAndDemote(int n, size_t size, int first = 0) {
     PutAll(n, size, first);
-    Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
-    ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+    Master().EvictFromSegment(client_->store()->segment_id(), 8 * kMiB);
+    ASSERT_TRUE(client_->store()->tier()->Flush().ok());
   }
   // Opens the client with its tier's device wrapped in a FaultyDevice, and returns that.
   FaultyDevice* OpenFaulty(const Config& c) {
@@ -116,12 +116,14 @@ class ClientOffloadTest : public ::testing::Test {
     return faulty;
   }
   // Flips one byte of `key`'s value (of `size` bytes) on the disk, `at` bytes into the value
-  // (single tier file: the tier offset is the file offset).
+  // (one tier file: region x region size + offset in the region is the file offset).
   void FlipDiskByte(const std::string& key, size_t size, uint64_t at) {
     auto desc = client_->BatchGetReplicaDesc({key});
     ASSERT_TRUE(desc[0].ok());
     ASSERT_EQ((*desc[0])[0].tier, ReplicaTier::kDisk);
-    const uint64_t pos = (*desc[0])[0].offset + RecordValueOffset(key.size(), size) + at;
+    const ReplicaDesc& d = (*desc[0])[0];
+    const uint64_t record = uint64_t{d.region} * MakeConfig().offload_region_size + d.offset;
+    const uint64_t pos = record + RecordValueOffset(key.size(), size) + at;
     const int fd = ::open(MakeConfig().offload_paths[0].c_str(), O_RDWR);
     ASSERT_GE(fd, 0);
     uint8_t b = 0;
@@ -133,7 +135,7 @@ class ClientOffloadTest : public ::testing::Test {
   }
 
   test_util::ScratchDir dir_;
-  std::unique_ptr<EmbeddedClient> client_;
+  std::unique_ptr<ClientImpl> client_;
 };
 
 TEST_F(ClientOffloadTest, DemotionUnderMemoryPressureKeepsEveryObjectReadable) {
@@ -147,7 +149,7 @@ TEST_F(ClientOffloadTest, DemotionUnderMemoryPressureKeepsEveryObjectReadable) {
   EXPECT_EQ(Tiers(Key(0)), std::vector<ReplicaTier>{ReplicaTier::kDisk});
   EXPECT_EQ(Tiers(Key(63)), std::vector<ReplicaTier>{ReplicaTier::kMemory});
   EXPECT_EQ(GetAllExact(64, kSize), 64);
-  EXPECT_GT(client_->TEST_tier()->stats().staged_pieces, 0u);
+  EXPECT_GT(client_->store()->tier()->stats().staged_pieces, 0u);
 }
 
 TEST_F(ClientOffloadTest, DiskRegionReuseDropsTheOldestObjectsCleanly) {
@@ -173,16 +175,16 @@ TEST_F(ClientOffloadTest, SmallStagingBudgetSplitsBatchesAndStreamsLargeObjects)
     auto data = Pattern(100 * kKiB, static_cast<uint32_t>(i));
     ASSERT_EQ(client_->Put(Key(i), data.data(), data.size()), 0);
   }
-  ASSERT_GT(Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB), 0u);
+  ASSERT_GT(Master().EvictFromSegment(client_->store()->segment_id(), 8 * kMiB), 0u);
   ASSERT_EQ(Tiers(Key(0)), std::vector<ReplicaTier>{ReplicaTier::kDisk});
   ASSERT_EQ(Tiers(Key(10)), std::vector<ReplicaTier>{ReplicaTier::kDisk});
-  const uint64_t before = client_->TEST_tier()->stats().staging.reservations;
+  const uint64_t before = client_->store()->tier()->stats().staging.reservations;
   EXPECT_EQ(GetAllExact(2, kSize), 2);
-  const uint64_t streamed = client_->TEST_tier()->stats().staging.reservations - before;
+  const uint64_t streamed = client_->store()->tier()->stats().staging.reservations - before;
   EXPECT_EQ(streamed, 8u);  // 2 objects x 4 pieces
   EXPECT_EQ(GetAllExact(20, 100 * kKiB, 10), 20);
-  EXPECT_GE(client_->TEST_tier()->stats().staging.reservations - before - streamed, 4u);
-  EXPECT_EQ(client_->TEST_tier()->stats().staging.bytes_in_use, 0u);
+  EXPECT_GE(client_->store()->tier()->stats().staging.reservations - before - streamed, 4u);
+  EXPECT_EQ(client_->store()->tier()->stats().staging.bytes_in_use, 0u);
 }
 
 TEST_F(ClientOffloadTest, CorruptRecordIsChecksumMismatchAndZeroed) {
@@ -234,8 +236,8 @@ TEST_F(ClientOffloadTest, DirectLoadsFillAlignedBuffersWithoutStagingOthersAreSt
     auto data = Pattern(i < 102 ? kOdd : kSmall, static_cast<uint32_t>(i));
     ASSERT_EQ(client_->Put(Key(i), data.data(), data.size()), 0);
   }
-  ASSERT_GT(Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB), 0u);
-  ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+  ASSERT_GT(Master().EvictFromSegment(client_->store()->segment_id(), 8 * kMiB), 0u);
+  ASSERT_TRUE(client_->store()->tier()->Flush().ok());
   for (int i : {0, 15, 100, 103}) {
     ASSERT_EQ(Tiers(Key(i)), std::vector<ReplicaTier>{ReplicaTier::kDisk}) << i;
   }
@@ -278,9 +280,9 @@ TEST_F(ClientOffloadTest, DirectLoadsFillAlignedBuffersWithoutStagingOthersAreSt
   for (size_t k = 0; k < bufs.size(); ++k) {
     ASSERT_TRUE(client_->RegisterBuffer(bufs[k].get(), lengths[k]).ok());
   }
-  const SsdTierStats before = client_->TEST_tier()->stats();
+  const SsdTierStats before = client_->store()->tier()->stats();
   auto got = client_->BatchGetIntoMultiBuffers(keys, ptrs, sizes);
-  const SsdTierStats after = client_->TEST_tier()->stats();
+  const SsdTierStats after = client_->store()->tier()->stats();
   for (size_t k = 0; k < keys.size(); ++k) {
     const int i = k < kWhole + kSplit + 1 ? static_cast<int>(k) : static_cast<int>(k) + 100 - 13;
     const size_t n = i < 100 ? kSize : (i < 102 ? kOdd : kSmall);
@@ -312,8 +314,8 @@ TEST_F(ClientOffloadTest, DirectLoadsThroughThePageCache) {
   Open(c);
   constexpr size_t kSize = 128 * kKiB;
   PutAll(24, kSize);
-  ASSERT_GT(Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB), 0u);
-  ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+  ASSERT_GT(Master().EvictFromSegment(client_->store()->segment_id(), 8 * kMiB), 0u);
+  ASSERT_TRUE(client_->store()->tier()->Flush().ok());
   for (int round = 0; round < 2; ++round) {  // the second round reads cached pages
     for (int i = 0; i < 24; ++i) {
       Aligned b = AlignedBytes(kSize + 4096, 0xEE);
@@ -322,8 +324,8 @@ TEST_F(ClientOffloadTest, DirectLoadsThroughThePageCache) {
       EXPECT_EQ(b.get()[kSize], 0xEE) << "a byte past the object was written";
     }
   }
-  EXPECT_EQ(client_->TEST_tier()->stats().direct_reads, 48u);
-  EXPECT_EQ(client_->TEST_tier()->stats().staged_pieces, 0u);
+  EXPECT_EQ(client_->store()->tier()->stats().direct_reads, 48u);
+  EXPECT_EQ(client_->store()->tier()->stats().staged_pieces, 0u);
 }
 
 TEST_F(ClientOffloadTest, DirectLoadFaultsFailTheirKeysZeroedAndTheNextReadWorks) {
@@ -349,7 +351,7 @@ TEST_F(ClientOffloadTest, DirectLoadFaultsFailTheirKeysZeroedAndTheNextReadWorks
     EXPECT_EQ(Bytes(b.get(), kSize), std::vector<uint8_t>(kSize, 0)) << "never partial bytes";
     EXPECT_EQ(read_all(), 8);  // the IO path keeps working
   }
-  EXPECT_EQ(client_->TEST_tier()->stats().direct_errors, 2u);
+  EXPECT_EQ(client_->store()->tier()->stats().direct_errors, 2u);
 
   // A flipped value byte on the disk: caught by the checksum in the caller's buffer, zeroed.
   FlipDiskByte(Key(3), kSize, 5000);
@@ -366,11 +368,11 @@ TEST_F(ClientOffloadTest, WriteErrorsDropTheDemotedObjectsAndTheTierRecovers) {
     SCOPED_TRACE(static_cast<int>(kind));
     ASSERT_TRUE(client_->RemoveAll(true) >= 0);
     PutAll(8, kSize);
-    Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+    Master().EvictFromSegment(client_->store()->segment_id(), 8 * kMiB);
     ASSERT_TRUE(faulty->AddFault(FaultRule::Once(kind)).ok());
     // The region holding the demoted records fails to reach the disk: they are gone, never
     // wrong.
-    EXPECT_EQ(client_->TEST_tier()->Flush().code(), ErrorCode::FILE_WRITE_FAIL);
+    EXPECT_EQ(client_->store()->tier()->Flush().code(), ErrorCode::FILE_WRITE_FAIL);
     const int found = GetAllExact(8, kSize, 0, /*missing_ok=*/true);
     EXPECT_LT(found, 8);
     // The next demotion and flush work.
@@ -386,15 +388,15 @@ TEST_F(ClientOffloadTest, WriteBehindCopiesAtPutAndEvictionOnlyFreesMemory) {
   Open(c);
   constexpr size_t kSize = 256 * kKiB;
   PutAll(4, kSize);
-  client_->TEST_write_behind()->Drain();
+  Master().DrainWriteBehind();
   // (Replica descriptions would lease the objects and keep them from eviction: use stats.)
   auto st = Master().Stats();
   EXPECT_EQ(st.written_behind, 4u);
   EXPECT_EQ(st.memory_replicas, 4u);
   EXPECT_EQ(st.disk_replicas, 4u);
-  const uint64_t appended = client_->TEST_tier()->stats().log.appended_records;
-  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
-  EXPECT_EQ(client_->TEST_tier()->stats().log.appended_records, appended);  // no second write
+  const uint64_t appended = client_->store()->tier()->stats().log.appended_records;
+  Master().EvictFromSegment(client_->store()->segment_id(), 8 * kMiB);
+  EXPECT_EQ(client_->store()->tier()->stats().log.appended_records, appended);  // no second write
   st = Master().Stats();
   EXPECT_EQ(st.memory_replicas, 0u);
   EXPECT_EQ(st.disk_replicas, 4u);
@@ -407,7 +409,7 @@ TEST_F(ClientOffloadTest, WarmRestartBringsDemotedObjectsBack) {
   Open(c);
   constexpr size_t kSize = 256 * kKiB;
   PutAll(10, kSize);
-  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+  Master().EvictFromSegment(client_->store()->segment_id(), 8 * kMiB);
   ASSERT_EQ(Tiers(Key(0)), std::vector<ReplicaTier>{ReplicaTier::kDisk});
   client_.reset();  // flushes the open region and keeps the file
   ASSERT_TRUE(std::filesystem::exists(c.offload_paths[0]));
@@ -436,10 +438,10 @@ TEST_F(ClientOffloadTest, BytesChangedInMemoryAfterThePutAreNeverVouchedForOnDis
   auto desc = client_->BatchGetReplicaDesc({Key(2)});
   ASSERT_TRUE(desc[0].ok());
   ASSERT_EQ((*desc[0])[0].tier, ReplicaTier::kMemory);
-  client_->TEST_segment()->base()[(*desc[0])[0].offset + 1234] ^= 0x5A;
+  client_->store()->segment()->base()[(*desc[0])[0].offset + 1234] ^= 0x5A;
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the lease runs out
-  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
-  ASSERT_TRUE(client_->TEST_tier()->Flush().ok());
+  Master().EvictFromSegment(client_->store()->segment_id(), 8 * kMiB);
+  ASSERT_TRUE(client_->store()->tier()->Flush().ok());
   ASSERT_EQ(Tiers(Key(2)), std::vector<ReplicaTier>{ReplicaTier::kDisk});
   std::vector<uint8_t> out(kSize, 0xEE);
   EXPECT_EQ(client_->Get(Key(2), out.data(), out.size()), ToInt(ErrorCode::CHECKSUM_MISMATCH));
@@ -461,10 +463,10 @@ TEST_F(ClientOffloadTest, KilledOwnerLosesAtMostItsUnflushedRegion) {
       {
         Open(c);
         PutAll(10, kSize);
-        Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
-        if (!client_->TEST_tier()->Flush().ok()) std::_Exit(3);
+        Master().EvictFromSegment(client_->store()->segment_id(), 8 * kMiB);
+        if (!client_->store()->tier()->Flush().ok()) std::_Exit(3);
         PutAll(2, kSize, 10);  // demoted into the open region, which never reaches the disk
-        Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+        Master().EvictFromSegment(client_->store()->segment_id(), 8 * kMiB);
         std::raise(SIGKILL);
       },
       ::testing::KilledBySignal(SIGKILL), "");
@@ -481,7 +483,7 @@ TEST_F(ClientOffloadTest, TierLogSummarisesEachGetBatch) {
   ::unsetenv("TIERKV_TIER_LOG");
   constexpr size_t kSize = 256 * kKiB;
   PutAll(4, kSize);
-  Master().EvictFromSegment(client_->TEST_segment_id(), 2 * kSize);  // keys 0, 1 to disk
+  Master().EvictFromSegment(client_->store()->segment_id(), 2 * kSize);  // keys 0, 1 to disk
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(GetAllExact(4, kSize), 4);
   const std::string log = ::testing::internal::GetCapturedStderr();
@@ -499,19 +501,19 @@ TEST_F(ClientOffloadTest, AbandonedStagingSpaceIsReclaimedAfterItsTtl) {
   });
   constexpr size_t kSize = 256 * kKiB;
   PutAll(4, kSize);
-  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+  Master().EvictFromSegment(client_->store()->segment_id(), 8 * kMiB);
   auto reps = Master().GetReplicas({Key(0)});
   ASSERT_TRUE(reps[0].ok());
   // A requester stages and vanishes without releasing.
   auto staged =
-      client_->TEST_tier()->Stage({StageRequest{Key(0), reps[0]->replicas[0].disk, 0, kSize}});
+      client_->store()->tier()->Stage({StageRequest{Key(0), reps[0]->replicas[0].disk, 0, kSize}});
   ASSERT_TRUE(staged.ok()) << staged.status().ToString();
-  EXPECT_GT(client_->TEST_tier()->stats().staging.bytes_in_use, 0u);
-  EXPECT_EQ(client_->TEST_tier()->ReclaimExpired(), 0u);
+  EXPECT_GT(client_->store()->tier()->stats().staging.bytes_in_use, 0u);
+  EXPECT_EQ(client_->store()->tier()->ReclaimExpired(), 0u);
   clock.Advance(Millis(1001));
-  EXPECT_EQ(client_->TEST_tier()->ReclaimExpired(), 1u);
-  EXPECT_EQ(client_->TEST_tier()->stats().staging.bytes_in_use, 0u);
-  EXPECT_FALSE(client_->TEST_tier()->Held(staged->ticket));
+  EXPECT_EQ(client_->store()->tier()->ReclaimExpired(), 1u);
+  EXPECT_EQ(client_->store()->tier()->stats().staging.bytes_in_use, 0u);
+  EXPECT_FALSE(client_->store()->tier()->Held(staged->ticket));
   EXPECT_EQ(GetAllExact(4, kSize), 4);
 }
 
@@ -522,22 +524,22 @@ TEST_F(ClientOffloadTest, PromotionOnHitBringsHotObjectsBackToMemory) {
   Open(c);
   constexpr size_t kSize = 256 * kKiB;
   PutAll(4, kSize);
-  Master().EvictFromSegment(client_->TEST_segment_id(), 8 * kMiB);
+  Master().EvictFromSegment(client_->store()->segment_id(), 8 * kMiB);
   EXPECT_EQ(Master().Stats().memory_replicas, 0u);
   EXPECT_EQ(GetAllExact(4, kSize), 4);  // first hit: not admitted
   EXPECT_EQ(Master().Stats().memory_replicas, 0u);
   EXPECT_EQ(GetAllExact(2, kSize), 2);  // second hit of keys 0, 1: promoted
   EXPECT_EQ(Master().Stats().promoted_objects, 2u);
   EXPECT_EQ(Tiers(Key(0)), (std::vector<ReplicaTier>{ReplicaTier::kMemory, ReplicaTier::kDisk}));
-  const uint64_t staged = client_->TEST_tier()->stats().staged_pieces;
+  const uint64_t staged = client_->store()->tier()->stats().staged_pieces;
   EXPECT_EQ(GetAllExact(2, kSize), 2);  // served from memory now, byte-exact
-  EXPECT_EQ(client_->TEST_tier()->stats().staged_pieces, staged);
+  EXPECT_EQ(client_->store()->tier()->stats().staged_pieces, staged);
 }
 
 TEST_F(ClientOffloadTest, BadTierPathFailsAtStartWithTheReason) {
   Config c = MakeConfig();
   c.offload_paths = {dir_.File("no-such-dir/t.tier")};
-  auto r = EmbeddedClient::Create(c);
+  auto r = ClientImpl::CreateEmbedded(c);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.code(), ErrorCode::FILE_OPEN_FAIL);
   EXPECT_NE(r.status().message().find("no-such-dir"), std::string::npos) << r.status().message();
@@ -552,7 +554,7 @@ TEST_F(ClientOffloadTest, StripedOverTwoPaths) {
   PutAll(60, kSize);
   EXPECT_EQ(GetAllExact(60, kSize, 0, /*missing_ok=*/true),
             static_cast<int>(Master().Stats().objects));
-  EXPECT_GE(client_->TEST_tier()->stats().log.flushes, 4u);
+  EXPECT_GE(client_->store()->tier()->stats().log.flushes, 4u);
 }
 
 }  // namespace

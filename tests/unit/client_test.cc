@@ -9,7 +9,7 @@
 #include <numeric>
 #include <random>
 
-#include "client/embedded_client.h"
+#include "client/client_impl.h"
 
 namespace tierkv {
 namespace {
@@ -35,7 +35,7 @@ std::vector<uint8_t> Pattern(size_t size, uint32_t seed) {
 class ClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto c = EmbeddedClient::Create(SmallConfig());
+    auto c = ClientImpl::CreateEmbedded(SmallConfig());
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     client_ = std::move(c).value();
     src_ = Pattern(kBuf, 1);
@@ -45,7 +45,7 @@ class ClientTest : public ::testing::Test {
   }
   static constexpr size_t kBuf = 4 << 20;
   static constexpr size_t kGuard = 4096;
-  std::unique_ptr<EmbeddedClient> client_;
+  std::unique_ptr<ClientImpl> client_;
   std::vector<uint8_t> src_, dst_;
 };
 
@@ -175,8 +175,8 @@ TEST_F(ClientTest, FlippedByteIsChecksumMismatchNeverData) {
   ASSERT_TRUE(desc[0].ok());
   ASSERT_EQ(desc[0]->size(), 1u);
   EXPECT_EQ((*desc[0])[0].tier, ReplicaTier::kMemory);
-  EXPECT_EQ((*desc[0])[0].segment_name, client_->TEST_segment()->name());
-  uint8_t* stored = client_->TEST_segment()->base() + (*desc[0])[0].offset;
+  EXPECT_EQ((*desc[0])[0].segment_name, client_->store()->segment()->name());
+  uint8_t* stored = client_->store()->segment()->base() + (*desc[0])[0].offset;
   stored[54321] ^= 0x01;
   std::vector<uint8_t> out(100000, 0xAA);
   EXPECT_EQ(client_->Get("obj", out.data(), out.size()), Code(ErrorCode::CHECKSUM_MISMATCH));
@@ -188,12 +188,12 @@ TEST_F(ClientTest, FlippedByteIsChecksumMismatchNeverData) {
 TEST(ClientChecksum, VerificationOffReturnsStoredBytes) {
   Config c = SmallConfig();
   c.verify_checksum = false;
-  auto client = EmbeddedClient::Create(c);
+  auto client = ClientImpl::CreateEmbedded(c);
   ASSERT_TRUE(client.ok());
   auto data = Pattern(5000, 3);
   ASSERT_EQ((*client)->Put("k", data.data(), data.size()), kOk);
   auto desc = (*client)->BatchGetReplicaDesc({"k"});
-  (*client)->TEST_segment()->base()[(*desc[0])[0].offset] ^= 0xFF;
+  (*client)->store()->segment()->base()[(*desc[0])[0].offset] ^= 0xFF;
   std::vector<uint8_t> out(5000);
   EXPECT_EQ((*client)->Get("k", out.data(), out.size()), 5000);  // documented trade-off
   EXPECT_NE(out[0], data[0]);
@@ -201,8 +201,8 @@ TEST(ClientChecksum, VerificationOffReturnsStoredBytes) {
 
 TEST(ClientReplicas, CorruptReplicaFallsBackToIntactOne) {
   auto master = std::make_shared<InProcessMaster>(MasterOptions{}, Millis(0));
-  auto a = EmbeddedClient::Create(SmallConfig(), master);
-  auto b = EmbeddedClient::Create(SmallConfig(), master);
+  auto a = ClientImpl::CreateEmbedded(SmallConfig(), master);
+  auto b = ClientImpl::CreateEmbedded(SmallConfig(), master);
   ASSERT_TRUE(a.ok() && b.ok());
   auto data = Pattern(70000, 9);
   ReplicateConfig rc;
@@ -213,9 +213,9 @@ TEST(ClientReplicas, CorruptReplicaFallsBackToIntactOne) {
   ASSERT_EQ(desc[0]->size(), 2u);
   EXPECT_NE((*desc[0])[0].segment_name, (*desc[0])[1].segment_name);
   // Corrupt whichever replica is listed first.
-  EmbeddedClient* first =
-      (*desc[0])[0].segment_name == (*a)->TEST_segment()->name() ? a->get() : b->get();
-  first->TEST_segment()->base()[(*desc[0])[0].offset + 10] ^= 0x10;
+  ClientImpl* first =
+      (*desc[0])[0].segment_name == (*a)->store()->segment()->name() ? a->get() : b->get();
+  first->store()->segment()->base()[(*desc[0])[0].offset + 10] ^= 0x10;
   std::vector<uint8_t> out(70000);
   EXPECT_EQ((*b)->Get("k", out.data(), out.size()), 70000);
   EXPECT_EQ(out, data);
@@ -223,12 +223,12 @@ TEST(ClientReplicas, CorruptReplicaFallsBackToIntactOne) {
 
 TEST(ClientReplicas, DestroyedContributorDropsItsReplicas) {
   auto master = std::make_shared<InProcessMaster>(MasterOptions{}, Millis(0));
-  auto a = EmbeddedClient::Create(SmallConfig(), master);
-  auto b = EmbeddedClient::Create(SmallConfig(), master);
+  auto a = ClientImpl::CreateEmbedded(SmallConfig(), master);
+  auto b = ClientImpl::CreateEmbedded(SmallConfig(), master);
   ASSERT_TRUE(a.ok() && b.ok());
   auto data = Pattern(1000, 4);
   ReplicateConfig on_a;
-  on_a.preferred_segment = (*a)->TEST_segment()->name();
+  on_a.preferred_segment = (*a)->store()->segment()->name();
   ASSERT_EQ((*b)->Put("only-a", data.data(), data.size(), on_a), kOk);
   ReplicateConfig two;
   two.replica_num = 2;
@@ -244,7 +244,7 @@ TEST(ClientLease, TransferOutlivingLeaseIsLeaseExpired) {
   MasterOptions opts;
   opts.lease_ttl = Millis(0);  // every transfer outlives a zero lease
   auto master = std::make_shared<InProcessMaster>(opts, Millis(0));
-  auto client = EmbeddedClient::Create(SmallConfig(), master);
+  auto client = ClientImpl::CreateEmbedded(SmallConfig(), master);
   ASSERT_TRUE(client.ok());
   auto data = Pattern(300000, 5);
   ASSERT_EQ((*client)->Put("k", data.data(), data.size()), kOk);
@@ -271,7 +271,7 @@ TEST_F(ClientTest, RegisterBufferRules) {
 TEST(ClientRegistration, NotRequiredWhenConfiguredOff) {
   Config c = SmallConfig();
   c.require_registered_buffers = false;
-  auto client = EmbeddedClient::Create(c);
+  auto client = ClientImpl::CreateEmbedded(c);
   ASSERT_TRUE(client.ok());
   std::vector<uint8_t> data(100, 1), out(100);
   EXPECT_EQ((*client)->BatchPutFromMultiBuffers({"k"}, {{data.data()}}, {{100}})[0], kOk);

@@ -17,6 +17,7 @@
 #include "device_test_util.h"
 #include "memory/memory_segment.h"
 #include "ssd/ssd_tier.h"
+#include "store/tier_stager.h"
 #include "transport/ucx_segment_client.h"
 #include "transport/ucx_segment_server.h"
 
@@ -67,7 +68,10 @@ class UcxStageTest : public ::testing::Test {
     auto segment = MemorySegment::Create("stage-seg", kMiB, PagePolicy::kSmallPages);
     ASSERT_TRUE(segment.ok());
     segment_ = std::move(segment).value();
-    auto server = UcxSegmentServer::Start(segment_, "127.0.0.1", 0, {}, tier_);
+    auto stager = TierStager::Start(tier_, "stage-test");
+    ASSERT_TRUE(stager.ok()) << stager.status().ToString();
+    stager_ = std::move(stager).value();
+    auto server = UcxSegmentServer::Start(segment_, "127.0.0.1", 0, {}, stager_);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
   }
@@ -91,6 +95,7 @@ class UcxStageTest : public ::testing::Test {
 
   test_util::ScratchDir scratch_;
   std::shared_ptr<SsdTier> tier_;
+  std::shared_ptr<TierStager> stager_;
   std::shared_ptr<MemorySegment> segment_;
   std::unique_ptr<UcxSegmentServer> server_;
   FaultyDevice* device_ = nullptr;

@@ -1,8 +1,9 @@
-#include "client/local_tier.h"
+#include "store/local_tier_mover.h"
 
 namespace tierkv {
 
 std::vector<Result<DiskLocation>> LocalTierMover::Demote(const std::vector<DemoteItem>& items) {
+  requests_.fetch_add(1, std::memory_order_relaxed);
   std::vector<Result<DiskLocation>> out;
   out.reserve(items.size());
   for (const auto& item : items) {

@@ -1,11 +1,15 @@
-#include "client/remote_backend.h"
+#include "rpc/remote_backend.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <map>
+#include <thread>
 #include <type_traits>
+#include <utility>
 
+#include "common/host_name.h"
+#include "transport/segment_endpoint.h"
 #include "transport/ucx_segment_client.h"
 
 namespace tierkv {
@@ -46,37 +50,13 @@ class UcxAccess final : public SegmentAccess {
   const Transport transport_;
 };
 
-std::string ThisHost() {
-  char buf[256] = {};
-  return gethostname(buf, sizeof(buf) - 1) == 0 ? std::string(buf) : std::string("localhost");
-}
-
 }  // namespace
-
-std::string SegmentEndpointName(const std::string& name, const std::string& socket_path,
-                                const std::string& tcp_address) {
-  return name + "@" + socket_path + (tcp_address.empty() ? "" : "#" + tcp_address);
-}
-
-void SplitSegmentEndpoint(const std::string& mounted, std::string* name, std::string* socket_path,
-                          std::string* tcp_address) {
-  const size_t at = mounted.find('@');
-  *name = at == std::string::npos ? mounted : mounted.substr(0, at);
-  const std::string rest = at == std::string::npos ? std::string() : mounted.substr(at + 1);
-  const size_t hash = rest.find('#');
-  *socket_path = rest.substr(0, hash);
-  if (tcp_address != nullptr) {
-    *tcp_address = hash == std::string::npos ? std::string() : rest.substr(hash + 1);
-  }
-}
-
-std::string SegmentHost(const std::string& name) { return name.substr(0, name.find(':')); }
 
 Result<std::shared_ptr<RemoteBackend>> RemoteBackend::Connect(
     const std::string& address, Millis timeout, const std::string& host,
     const std::string& protocol, const transport::UcxTransportOptions& ucx) {
   RemoteMasterOptions options;
-  options.host = host.empty() ? ThisHost() : host;
+  options.host = HostName(host);
   // Every heartbeat reports this client's transfer bytes (the master's metrics sum them).
   auto counters = std::make_shared<TransferCounters>();
   options.transfer_counts = [counters] { return counters->Snapshot(); };
@@ -88,35 +68,88 @@ Result<std::shared_ptr<RemoteBackend>> RemoteBackend::Connect(
   return backend;
 }
 
+RemoteBackend::~RemoteBackend() {
+  std::map<SegmentId, std::unique_ptr<TierMoveLink>> links;
+  {
+    std::lock_guard lock(mu_);
+    links.swap(links_);
+  }
+  links.clear();  // their streams close before the master connection goes
+}
+
 Result<SegmentId> RemoteBackend::MountOwn(std::shared_ptr<MemorySegment> segment,
                                           const std::string& mounted_name) {
-  // Publish the memory before the master can place replicas on it.
+  auto access = std::make_shared<LocalSegmentAccess>(std::move(segment));
+  // Publish the memory before the master can place replicas on it: under mu_, so a lookup of
+  // the new id finds it once the master can hand the id out.
   std::lock_guard lock(mu_);
-  auto id = master_->MountSegment(mounted_name, segment->size());
+  auto id = master_->MountSegment(mounted_name, access->size());
   if (!id.ok()) return id;
-  own_.emplace(*id, std::move(segment));
+  own_.emplace(*id, std::move(access));
   return id;
 }
 
+Status RemoteBackend::AttachOwnTier(SegmentId handle, std::shared_ptr<SsdTier> tier,
+                                    std::shared_ptr<TierMover> mover, bool write_behind) {
+  {
+    std::lock_guard lock(mu_);
+    own_tiers_[handle] = std::move(tier);
+  }
+  // The master demotes to this tier through a stream this process keeps open. With
+  // write_behind the master copies every put on this segment here soon after its PutEnd (the
+  // puts come from other processes: only the master sees them all).
+  auto link = std::make_unique<TierMoveLink>(*master_, handle, std::move(mover), write_behind);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!link->connected() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!link->connected()) {
+    return Status(ErrorCode::RPC_FAIL, "the master at " + master_->address() +
+                                           " did not open the tier-move stream within 5 s "
+                                           "(a master without TierMoves?)");
+  }
+  std::lock_guard lock(mu_);
+  links_[handle] = std::move(link);
+  return Status::Ok();
+}
+
 Status RemoteBackend::UnmountOwn(SegmentId handle) {
+  std::unique_ptr<TierMoveLink> link;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = links_.find(handle); it != links_.end()) {
+      link = std::move(it->second);
+      links_.erase(it);
+    }
+  }
+  link.reset();  // no more demotions into this process
   Status st = master_->UnmountSegment(handle);
   std::lock_guard lock(mu_);
   own_.erase(handle);
+  own_tiers_.erase(handle);
   return st;
 }
 
-void RemoteBackend::RefreshNamesLocked() {
+void RemoteBackend::RefreshNames() {
+  // connect_mu_ is held by the caller: one refresh at a time, rate-limited.
+  bool now_due = false;
+  {
+    std::lock_guard lock(mu_);
+    now_due = std::exchange(refresh_due_, false);
+  }
   const auto now = std::chrono::steady_clock::now();
-  if (now - last_refresh_ < kRefreshInterval) return;
+  if (!now_due && now - last_refresh_ < kRefreshInterval) return;
   last_refresh_ = now;
-  auto stats = master_->ProcessStats();
+  auto stats = master_->ProcessStats();  // no lock held: lookups of known segments go on
   if (!stats.ok()) {
     spdlog::warn("requester: listing the master's segments failed: {}", stats.status().ToString());
     return;
   }
-  names_.clear();         // unmounted segments drop out
-  stage_access_.clear();  // reconnected when next needed
-  for (const SegmentUsage& s : stats->segment_usage) names_[s.id] = s.name;
+  std::map<SegmentId, std::string> names;
+  for (const SegmentUsage& s : stats->segment_usage) names[s.id] = s.name;
+  std::lock_guard lock(mu_);
+  names_ = std::move(names);  // unmounted segments drop out
+  stage_access_.clear();      // reconnected when next needed
   // A cached mapping whose id now names another segment is stale (never write through it).
   for (auto it = mapped_.begin(); it != mapped_.end();) {
     auto name = names_.find(it->first);
@@ -140,12 +173,12 @@ void RemoteBackend::ForgetIfReregisteredLocked() {
   mapped_.clear();
   stage_access_.clear();
   unreachable_.clear();
-  last_refresh_ = {};
+  refresh_due_ = true;
 }
 
-std::shared_ptr<SegmentAccess> RemoteBackend::FindSegment(SegmentId id) {
-  std::lock_guard lock(mu_);
+std::shared_ptr<SegmentAccess> RemoteBackend::CachedLocked(SegmentId id, bool* known) {
   ForgetIfReregisteredLocked();
+  *known = true;
   for (const auto& [handle, segment] : own_) {
     if (master_->CurrentSegmentId(handle) == id) return segment;
   }
@@ -153,59 +186,85 @@ std::shared_ptr<SegmentAccess> RemoteBackend::FindSegment(SegmentId id) {
     return it->second->alive() ? it->second : nullptr;  // never bytes of a dead owner
   }
   if (unreachable_.count(id) != 0) return nullptr;
-  auto name_it = names_.find(id);
-  if (name_it == names_.end()) {
-    RefreshNamesLocked();
-    name_it = names_.find(id);
-    if (name_it == names_.end()) return nullptr;  // unmounted meanwhile
-  }
-  return ConnectLocked(id, name_it->second);
+  *known = false;
+  return nullptr;
 }
 
-std::shared_ptr<SegmentAccess> RemoteBackend::ConnectLocked(SegmentId id,
-                                                            const std::string& mounted) {
+std::string RemoteBackend::NameOf(SegmentId id) {
+  {
+    std::lock_guard lock(mu_);
+    ForgetIfReregisteredLocked();
+    if (auto it = names_.find(id); it != names_.end()) return it->second;
+  }
+  RefreshNames();
+  std::lock_guard lock(mu_);
+  auto it = names_.find(id);
+  return it == names_.end() ? std::string() : it->second;
+}
+
+std::shared_ptr<SegmentAccess> RemoteBackend::FindSegment(SegmentId id) {
+  bool known = false;
+  {
+    std::lock_guard lock(mu_);
+    auto cached = CachedLocked(id, &known);
+    if (known) return cached;
+  }
+  // A segment not connected yet: list and connect without mu_, one thread at a time.
+  std::lock_guard connecting(connect_mu_);
+  {
+    std::lock_guard lock(mu_);
+    auto cached = CachedLocked(id, &known);  // another thread may have connected it meanwhile
+    if (known) return cached;
+  }
+  const uint64_t registrations = master_->registrations();
+  const std::string mounted = NameOf(id);
+  if (mounted.empty()) return nullptr;  // unmounted meanwhile
+  auto access = Connect(id, mounted);
+  std::lock_guard lock(mu_);
+  // Ids of an older master incarnation must not be cached under the new one's.
+  if (registrations != master_->registrations()) return nullptr;
+  if (access) {
+    mapped_.emplace(id, access);
+  } else {
+    unreachable_.insert(id);
+  }
+  return access;
+}
+
+std::shared_ptr<SegmentAccess> RemoteBackend::Connect(SegmentId id, const std::string& mounted) {
   std::string name, socket_path, tcp_address;
   SplitSegmentEndpoint(mounted, &name, &socket_path, &tcp_address);
-  const bool same_host = !socket_path.empty() && SegmentHost(name) == host_;
+  const bool same_host = !socket_path.empty() && SegmentHostName(name) == host_;
   const bool use_shm = protocol_ == "shm" || (protocol_ == "auto" && same_host);
-  std::shared_ptr<SegmentAccess> access;
   if (use_shm) {
     if (!same_host) {
-      unreachable_.insert(id);
       spdlog::warn(
           "requester on host '{}' with protocol shm: segment {} ('{}') is not served on this "
           "host; its replicas cannot be read here (protocol tcp or auto reaches it)",
           host_, id, mounted);
       return nullptr;
     }
-    // Mapped under the lock: a segment is mapped once, the first time it is needed.
     auto mapped = mapper_.Map(socket_path, name, kMapTimeout);
     if (!mapped.ok()) {
-      unreachable_.insert(id);
       spdlog::warn("requester: mapping segment {} ('{}') failed: {}", id, name,
                    mapped.status().ToString());
       return nullptr;
     }
-    access = std::make_shared<MappedAccess>(std::move(mapped).value());
-  } else {
-    if (tcp_address.empty()) {
-      unreachable_.insert(id);
-      spdlog::warn("requester with protocol {}: segment {} ('{}') is not served over the network",
-                   protocol_, id, mounted);
-      return nullptr;
-    }
-    auto connected = transport::UcxSegmentClient::Connect(tcp_address, name, kMapTimeout, ucx_);
-    if (!connected.ok()) {
-      unreachable_.insert(id);
-      spdlog::warn("requester: connecting to segment {} ('{}') at {} failed: {}", id, name,
-                   tcp_address, connected.status().ToString());
-      return nullptr;
-    }
-    access = std::make_shared<UcxAccess>(std::move(connected).value(),
-                                         protocol_ == "rdma" ? Transport::kRdma : Transport::kTcp);
+    return std::make_shared<MappedAccess>(std::move(mapped).value());
   }
-  mapped_.emplace(id, access);
-  return access;
+  if (tcp_address.empty()) {
+    spdlog::warn("requester with protocol {}: segment {} ('{}') is not served over the network",
+                 protocol_, id, mounted);
+    return nullptr;
+  }
+  auto connected = transport::UcxSegmentClient::Connect(tcp_address, name, kMapTimeout, ucx_);
+  if (!connected.ok()) {
+    spdlog::warn("requester: connecting to segment {} ('{}') at {} failed: {}", id, name,
+                 tcp_address, connected.status().ToString());
+    return nullptr;
+  }
+  return std::make_shared<UcxAccess>(std::move(connected).value(),
+                                     protocol_ == "rdma" ? Transport::kRdma : Transport::kTcp);
 }
 
 namespace {
@@ -265,32 +324,35 @@ std::shared_ptr<SsdTier> RemoteBackend::FindTier(SegmentId id) {
   return nullptr;
 }
 
-void RemoteBackend::SetOwnTier(SegmentId handle, std::shared_ptr<SsdTier> tier) {
-  std::lock_guard lock(mu_);
-  own_tiers_[handle] = std::move(tier);
-}
-
-std::shared_ptr<SegmentAccess> RemoteBackend::StageAccessLocked(SegmentId id) {
-  if (auto it = mapped_.find(id); it != mapped_.end() && !it->second->mapped()) {
-    return it->second->alive() ? it->second : nullptr;
+std::shared_ptr<SegmentAccess> RemoteBackend::StageAccess(SegmentId id) {
+  {
+    std::lock_guard lock(mu_);
+    ForgetIfReregisteredLocked();
+    if (auto it = mapped_.find(id); it != mapped_.end() && !it->second->mapped()) {
+      return it->second->alive() ? it->second : nullptr;
+    }
+    if (auto it = stage_access_.find(id); it != stage_access_.end()) {
+      if (it->second->alive()) return it->second;
+      stage_access_.erase(it);  // the owner went; a restarted one has a new endpoint
+    }
   }
-  if (auto it = stage_access_.find(id); it != stage_access_.end()) {
-    if (it->second->alive()) return it->second;
-    stage_access_.erase(it);  // the owner went; a restarted one has a new endpoint
+  std::lock_guard connecting(connect_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = stage_access_.find(id); it != stage_access_.end() && it->second->alive()) {
+      return it->second;  // connected by another thread meanwhile
+    }
   }
-  auto name_it = names_.find(id);
-  if (name_it == names_.end()) {
-    RefreshNamesLocked();
-    name_it = names_.find(id);
-    if (name_it == names_.end()) return nullptr;
-  }
+  const uint64_t registrations = master_->registrations();
+  const std::string mounted = NameOf(id);
+  if (mounted.empty()) return nullptr;
   std::string name, socket_path, tcp_address;
-  SplitSegmentEndpoint(name_it->second, &name, &socket_path, &tcp_address);
+  SplitSegmentEndpoint(mounted, &name, &socket_path, &tcp_address);
   if (tcp_address.empty()) {
     spdlog::warn(
         "requester: segment {} ('{}') has no network endpoint: its SSD tier cannot be "
         "read from here",
-        id, name_it->second);
+        id, mounted);
     return nullptr;
   }
   transport::UcxTransportOptions options = ucx_;
@@ -304,7 +366,8 @@ std::shared_ptr<SegmentAccess> RemoteBackend::StageAccessLocked(SegmentId id) {
   auto access =
       std::make_shared<UcxAccess>(std::move(connected).value(),
                                   options.protocol == "rdma" ? Transport::kRdma : Transport::kTcp);
-  stage_access_.emplace(id, access);
+  std::lock_guard lock(mu_);
+  if (registrations == master_->registrations()) stage_access_[id] = access;
   return access;
 }
 
@@ -314,12 +377,7 @@ std::vector<Status> RemoteBackend::StageRemote(const std::vector<RemoteStage>& o
   std::map<SegmentId, std::vector<size_t>> by_segment;
   for (size_t i = 0; i < ops.size(); ++i) by_segment[ops[i].segment].push_back(i);
   for (const auto& [id, list] : by_segment) {
-    std::shared_ptr<SegmentAccess> access;
-    {
-      std::lock_guard lock(mu_);
-      ForgetIfReregisteredLocked();
-      access = StageAccessLocked(id);
-    }
+    std::shared_ptr<SegmentAccess> access = StageAccess(id);
     const auto* ucx = dynamic_cast<const UcxAccess*>(access.get());
     if (ucx == nullptr) {
       for (size_t i : list) {
@@ -348,50 +406,8 @@ Transport RemoteBackend::StageTransport(SegmentId id) {
 }
 
 std::string RemoteBackend::SegmentName(SegmentId id) {
-  std::lock_guard lock(mu_);
-  ForgetIfReregisteredLocked();
-  auto it = names_.find(id);
-  if (it == names_.end()) {
-    RefreshNamesLocked();
-    it = names_.find(id);
-  }
-  return it == names_.end() ? std::string() : it->second;
+  std::lock_guard connecting(connect_mu_);
+  return NameOf(id);
 }
-
-std::vector<Result<PutStartResult>> RemoteBackend::PutStart(const std::vector<std::string>& keys,
-                                                            const std::vector<uint64_t>& sizes,
-                                                            const ReplicateConfig& config) {
-  return master_->PutStart(keys, sizes, config);
-}
-std::vector<Status> RemoteBackend::PutEnd(const std::vector<std::string>& keys,
-                                          const std::vector<uint64_t>& put_ids,
-                                          const std::vector<uint64_t>& checksums) {
-  return master_->PutEnd(keys, put_ids, checksums);
-}
-std::vector<Status> RemoteBackend::PutRevoke(const std::vector<std::string>& keys,
-                                             const std::vector<uint64_t>& put_ids) {
-  return master_->PutRevoke(keys, put_ids);
-}
-std::vector<int> RemoteBackend::Exists(const std::vector<std::string>& keys) {
-  return master_->Exists(keys);
-}
-std::vector<Result<ObjectReplicas>> RemoteBackend::GetReplicas(
-    const std::vector<std::string>& keys) {
-  return master_->GetReplicas(keys);
-}
-std::vector<Result<PutStartResult>> RemoteBackend::PromoteStart(
-    const std::vector<std::string>& keys, uint32_t min_hits) {
-  return master_->PromoteStart(keys, min_hits);
-}
-std::vector<Status> RemoteBackend::PromoteEnd(const std::vector<std::string>& keys,
-                                              const std::vector<uint64_t>& promotion_ids,
-                                              const std::vector<bool>& ok) {
-  return master_->PromoteEnd(keys, promotion_ids, ok);
-}
-Status RemoteBackend::Remove(const std::string& key, bool force) {
-  return master_->Remove(key, force);
-}
-uint64_t RemoteBackend::RemoveAll(bool force) { return master_->RemoveAll(force); }
-const Clock* RemoteBackend::clock() const { return SystemClock::Instance(); }
 
 }  // namespace tierkv

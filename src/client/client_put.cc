@@ -1,0 +1,148 @@
+// ClientImpl, the put path: checks, PutStart, copies into every replica (mapped segments by
+// memcpy fused with the checksum, others through the backend's transport), then PutEnd, or
+// PutRevoke for the keys whose copy failed.
+#include <spdlog/spdlog.h>
+
+#include "client/batch_pieces.h"
+#include "client/client_impl.h"
+
+namespace tierkv {
+
+void ClientImpl::WriteRemoteReplicas(const std::vector<std::vector<RemoteWrite>>& remote,
+                                     std::vector<int>& codes) {
+  std::vector<RemoteWrite> ops;
+  std::vector<size_t> owner;
+  for (size_t j = 0; j < remote.size(); ++j) {
+    if (codes[j] != 0) continue;
+    for (const RemoteWrite& w : remote[j]) {
+      ops.push_back(w);
+      owner.push_back(j);
+    }
+  }
+  if (ops.empty()) return;
+  const std::vector<Status> done = backend_->WriteRemote(ops);
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (done[k].ok()) {
+      uint64_t bytes = 0;
+      for (const ConstPiece& p : ops[k].src) bytes += p.size;
+      backend_->transfers().AddWritten(ops[k].segment->transport(), bytes);
+    }
+    if (!done[k].ok() && codes[owner[k]] == 0) {
+      spdlog::debug("put: replica on segment {} failed: {}", ops[k].segment->name(),
+                    done[k].ToString());
+      codes[owner[k]] = ToInt(ErrorCode::TRANSFER_FAIL);
+    }
+  }
+}
+
+std::vector<int> ClientImpl::PutImpl(const std::vector<std::string>& keys,
+                                     const std::vector<std::vector<ConstPiece>>& pieces,
+                                     const ReplicateConfig& config, bool check_registered) {
+  const size_t n = keys.size();
+  if (!config.group_ids.empty() && config.group_ids.size() != n) {
+    spdlog::warn("put: group_ids has {} entries for {} keys", config.group_ids.size(), n);
+    return std::vector<int>(n, ToInt(ErrorCode::INVALID_PARAMS));
+  }
+  std::vector<int> codes = CheckBatch(keys, pieces, check_registered, buffers_);
+  // The keys that passed the client-side checks go to the master.
+  std::vector<size_t> idx;
+  std::vector<std::string> sub_keys;
+  std::vector<uint64_t> sub_sizes;
+  ReplicateConfig sub_config = config;
+  sub_config.group_ids.clear();
+  if (sub_config.preferred_segment.empty())
+    sub_config.preferred_segment = config_.preferred_segment;
+  for (size_t i = 0; i < n; ++i) {
+    if (codes[i] != 0) continue;
+    bool overflow = false;
+    idx.push_back(i);
+    sub_keys.push_back(keys[i]);
+    sub_sizes.push_back(TotalSize(pieces[i], overflow));
+    if (!config.group_ids.empty()) sub_config.group_ids.push_back(config.group_ids[i]);
+  }
+  if (sub_keys.empty()) return codes;
+  auto started = master_.PutStart(sub_keys, sub_sizes, sub_config);
+
+  std::vector<uint64_t> checksums(sub_keys.size(), 0);
+  std::vector<int> copy_codes(sub_keys.size(), 0);
+  // Replicas on segments not mapped here go through the backend's transport afterwards.
+  std::vector<std::vector<RemoteWrite>> remote(sub_keys.size());
+  pool_.ParallelFor(sub_keys.size(), [&](size_t j) {
+    if (!started[j].ok()) return;
+    const auto& replicas = started[j]->replicas;
+    bool hashed = false;
+    for (size_t r = 0; r < replicas.size(); ++r) {
+      // FindSegment returns no segment of a dead owner; a mapped one is asked again after the
+      // copy.
+      auto seg = backend_->FindSegment(replicas[r].segment);
+      if (!seg || replicas[r].offset + replicas[r].size > seg->size()) {
+        copy_codes[j] = ToInt(ErrorCode::TRANSFER_FAIL);
+        return;
+      }
+      if (!seg->mapped()) {
+        remote[j].push_back(RemoteWrite{std::move(seg), replicas[r].offset, pieces[idx[j]]});
+        continue;
+      }
+      // The checksum is taken from the user's bytes while writing the first mapped replica.
+      const uint64_t sum = GatherCopy(seg->base() + replicas[r].offset, pieces[idx[j]], !hashed);
+      if (!seg->alive()) {  // the owner died before or during the copy: the put is lost
+        copy_codes[j] = ToInt(ErrorCode::TRANSFER_FAIL);
+        return;
+      }
+      backend_->transfers().AddWritten(seg->transport(), replicas[r].size);
+      if (!hashed) checksums[j] = sum;
+      hashed = true;
+    }
+    if (!hashed) checksums[j] = HashPieces(pieces[idx[j]]);
+  });
+  WriteRemoteReplicas(remote, copy_codes);
+
+  std::vector<std::string> end_keys, revoke_keys;
+  std::vector<uint64_t> end_ids, end_sums, revoke_ids;
+  std::vector<size_t> end_pos;
+  for (size_t j = 0; j < sub_keys.size(); ++j) {
+    const size_t i = idx[j];
+    if (!started[j].ok()) {
+      codes[i] = ToInt(started[j].code());
+      if (started[j].code() != ErrorCode::OBJECT_ALREADY_EXISTS) {
+        spdlog::debug("put {}: {}", keys[i], started[j].status().ToString());
+      }
+    } else if (copy_codes[j] != 0) {
+      codes[i] = copy_codes[j];
+      revoke_keys.push_back(sub_keys[j]);
+      revoke_ids.push_back(started[j]->put_id);
+    } else {
+      end_keys.push_back(sub_keys[j]);
+      end_ids.push_back(started[j]->put_id);
+      end_sums.push_back(checksums[j]);
+      end_pos.push_back(i);
+    }
+  }
+  if (!revoke_keys.empty()) master_.PutRevoke(revoke_keys, revoke_ids);
+  if (!end_keys.empty()) {
+    auto ended = master_.PutEnd(end_keys, end_ids, end_sums);
+    for (size_t k = 0; k < ended.size(); ++k) codes[end_pos[k]] = ToInt(ended[k].code());
+  }
+  return codes;
+}
+
+int ClientImpl::Put(const std::string& key, const void* data, size_t size,
+                    const ReplicateConfig& config) {
+  return PutImpl({key}, {{ConstPiece{data, size}}}, config, /*check_registered=*/false)[0];
+}
+
+std::vector<int> ClientImpl::BatchPutFromMultiBuffers(const std::vector<std::string>& keys,
+                                                      const std::vector<std::vector<void*>>& ptrs,
+                                                      const std::vector<std::vector<size_t>>& sizes,
+                                                      const ReplicateConfig& config) {
+  const size_t n = keys.size();
+  std::vector<int> shape;
+  const auto pieces = ToPieces<ConstPiece>(n, ptrs, sizes, shape);
+  auto codes = PutImpl(keys, pieces, config, config_.require_registered_buffers);
+  for (size_t i = 0; i < n; ++i) {
+    if (shape[i] != 0) codes[i] = shape[i];
+  }
+  return codes;
+}
+
+}  // namespace tierkv

@@ -1,0 +1,49 @@
+// Small queries and edits of an ObjectMeta's replica list, shared by the files of
+// MasterService (master_service.cc, master_eviction.cc, master_tiering.cc). Callers hold the
+// object's shard lock. Not part of any interface: private to src/master/.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "master/object_table.h"
+
+namespace tierkv {
+
+// (key, home shard) pairs whose redirect may need cleaning once locks are gone.
+using RedirectList = std::vector<std::pair<std::string, uint32_t>>;
+
+// Memory bytes `meta` holds on `segment` (disk replicas hold none).
+inline uint64_t BytesOnSegment(const ObjectMeta& meta, SegmentId segment) {
+  uint64_t bytes = 0;
+  for (const auto& r : meta.replicas) {
+    if (r.segment == segment && r.tier == ReplicaTier::kMemory) bytes += r.allocation.size();
+  }
+  return bytes;
+}
+
+inline bool HasDiskReplica(const ObjectMeta& meta) {
+  return std::any_of(meta.replicas.begin(), meta.replicas.end(),
+                     [](const Replica& r) { return r.tier == ReplicaTier::kDisk; });
+}
+
+inline const Replica* MemoryReplicaOn(const ObjectMeta& meta, SegmentId segment) {
+  for (const auto& r : meta.replicas) {
+    if (r.segment == segment && r.tier == ReplicaTier::kMemory) return &r;
+  }
+  return nullptr;
+}
+
+// Frees `meta`'s memory replicas on `segment`; returns the bytes freed.
+inline uint64_t DropMemoryReplicas(ObjectMeta& meta, SegmentId segment) {
+  const uint64_t bytes = BytesOnSegment(meta, segment);
+  std::erase_if(meta.replicas, [segment](const Replica& r) {
+    return r.segment == segment && r.tier == ReplicaTier::kMemory;
+  });
+  return bytes;
+}
+
+}  // namespace tierkv

@@ -1,0 +1,125 @@
+// RemoteBackend: the ClientBackend of a process whose master is a `tierkv master` (over gRPC):
+// a requester, or a Store (the `tierkv store` process, or an embedded rank contributing a
+// segment to a remote master). Other processes' segments are reached through a transport.
+//
+// Segments: a served segment is mounted under "<name>@<socket path>[#<address>]"
+// (transport/segment_endpoint.h). FindSegment(id) returns this process's own segment directly;
+// another segment's name comes from the master's segment list (fetched on a miss, at most
+// every 100 ms) and, when its host is this host, it is mapped once through the
+// ShmSegmentMapper and cached; otherwise (protocol tcp/rdma, or auto for another host) it
+// connects a UcxSegmentClient to the address after '#' and the bytes move with
+// ReadRemote/WriteRemote. A connection whose owner hung up is dead: FindSegment returns null for
+// it from then on (its replicas fail rather than return bytes of a dead owner), and the master
+// drops them after client_ttl. A segment this protocol cannot reach: null, logged once per
+// segment. Fetching the list and connecting happen outside the lock the lookups of known
+// segments take: a slow master or owner never stalls transfers to segments already known.
+//
+// Own segments (SegmentHost): AttachOwnTier opens a TierMoves stream (rpc/tier_move_link.h)
+// through which the master demotes into the tier; UnmountOwn closes it first.
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "client/client_backend.h"
+#include "memory/memory_segment.h"
+#include "rpc/remote_master.h"
+#include "rpc/tier_move_link.h"
+#include "transport/shm_segment_client.h"
+#include "transport/ucx_options.h"
+
+namespace tierkv {
+
+class RemoteBackend final : public ClientBackend {
+ public:
+  // Connects to the master at `address` within `timeout` and registers this process as
+  // `host` ("" = HostName()). `protocol`: "shm" (same-host segments only), "tcp" or "rdma"
+  // (every segment through the UCX transport, `ucx` says how), "auto" (shm on this host, the
+  // network otherwise). Errors: as RemoteMaster::Connect.
+  static Result<std::shared_ptr<RemoteBackend>> Connect(const std::string& address, Millis timeout,
+                                                        const std::string& host,
+                                                        const std::string& protocol,
+                                                        const transport::UcxTransportOptions& ucx);
+  ~RemoteBackend() override;
+
+  MasterApi& master() override { return *master_; }
+  // The gRPC client itself: connection state and registrations, for a store's metrics.
+  RemoteMaster& remote_master() { return *master_; }
+  const RemoteMaster& remote_master() const { return *master_; }
+  const std::string& host() const { return host_; }
+
+  bool serves_other_processes() const override { return true; }
+  Result<SegmentId> MountOwn(std::shared_ptr<MemorySegment> segment,
+                             const std::string& mounted_name) override;
+  Status AttachOwnTier(SegmentId handle, std::shared_ptr<SsdTier> tier,
+                       std::shared_ptr<TierMover> mover, bool write_behind) override;
+  Status UnmountOwn(SegmentId handle) override;
+
+  std::shared_ptr<SegmentAccess> FindSegment(SegmentId id) override;
+  // This process's own tier (AttachOwnTier) for its own segment; null for any other.
+  std::shared_ptr<SsdTier> FindTier(SegmentId id) override;
+  // Through the owner's UCX segment server (tcp for a segment mapped over shm: the disk, not
+  // loopback, is the limit); one connection per owner, kept.
+  std::vector<Status> StageRemote(const std::vector<RemoteStage>& ops,
+                                  double usable_ratio) override;
+  Transport StageTransport(SegmentId id) override;
+  std::string SegmentName(SegmentId id) override;
+  std::vector<Status> ReadRemote(const std::vector<RemoteRead>& ops) override;
+  std::vector<Status> WriteRemote(const std::vector<RemoteWrite>& ops) override;
+
+ private:
+  RemoteBackend(std::unique_ptr<RemoteMaster> master, std::string host, std::string protocol,
+                transport::UcxTransportOptions ucx)
+      : master_(std::move(master)),
+        host_(std::move(host)),
+        protocol_(std::move(protocol)),
+        ucx_(std::move(ucx)) {}
+  // The cached access of segment `id` (own, or connected earlier), or null; sets *known when
+  // the answer is final (a dead or unreachable segment). Requires mu_.
+  std::shared_ptr<SegmentAccess> CachedLocked(SegmentId id, bool* known);
+  // The mounted name of segment `id`, fetching the master's segment list when it is not known
+  // (rate-limited); "" when the master does not list it. Requires connect_mu_; takes mu_
+  // itself, and the RPC runs without it.
+  std::string NameOf(SegmentId id);
+  // Fetches the master's segment list (at most every 100 ms, or at once after a
+  // re-registration) and installs it under mu_, dropping mappings whose id now names another
+  // segment. Requires connect_mu_.
+  void RefreshNames();
+  // Connects segment `id` through the shm or UCX transport (no lock held); null when it
+  // cannot be reached (logged).
+  std::shared_ptr<SegmentAccess> Connect(SegmentId id, const std::string& mounted);
+  // A UCX connection to segment `id`'s owner for staged loads, or null (logged).
+  std::shared_ptr<SegmentAccess> StageAccess(SegmentId id);
+  // Clears the caches when the RemoteMaster registered again (master restart). Requires mu_.
+  void ForgetIfReregisteredLocked();
+
+  const std::unique_ptr<RemoteMaster> master_;
+  const std::string host_;
+  const std::string protocol_;
+  const transport::UcxTransportOptions ucx_;
+  transport::ShmSegmentMapper mapper_;
+  // Serializes the slow paths (list refresh, connecting): one connection per segment. Taken
+  // before mu_, never while holding it.
+  std::mutex connect_mu_;
+  std::mutex mu_;  // guards the maps below; held only for lookups and inserts
+  std::map<SegmentId, std::shared_ptr<SegmentAccess>> own_;     // by handle
+  std::map<SegmentId, std::shared_ptr<SsdTier>> own_tiers_;     // by handle
+  std::map<SegmentId, std::unique_ptr<TierMoveLink>> links_;    // by handle
+  std::map<SegmentId, std::string> names_;                      // the master's list
+  std::map<SegmentId, std::shared_ptr<SegmentAccess>> mapped_;  // connected segments
+  // UCX connections for staged loads from segments mapped over shm.
+  std::map<SegmentId, std::shared_ptr<SegmentAccess>> stage_access_;
+  std::set<SegmentId> unreachable_;                       // logged
+  std::chrono::steady_clock::time_point last_refresh_{};  // guarded by connect_mu_
+  uint64_t seen_registrations_ = 1;  // master_->registrations() the caches belong to; mu_
+  bool refresh_due_ = false;         // the next RefreshNames ignores the rate limit; mu_
+};
+
+}  // namespace tierkv
