@@ -17,9 +17,9 @@
 #include "remote_bench.h"
 #include "ssd/record_format.h"
 #include "ssd/staging_area.h"
+#include "store/tier_stager.h"
 #include "tierkv/client.h"
 #include "tierkv/config.h"
-#include "store/tier_stager.h"
 
 namespace tierkv::bench {
 namespace {
@@ -193,12 +193,10 @@ Status RunRemoteDiskBench(const RemoteDiskBenchOptions& options) {
 
     // fio, the same bytes: records read at the queue depth the store's stagers reach (their
     // batches together, at most the ring), regions written at depth 1.
-    const uint64_t batch_bytes =
-        std::min(o.staging_bytes / 2, kStageBatchBytes);
+    const uint64_t batch_bytes = std::min(o.staging_bytes / 2, kStageBatchBytes);
     const uint64_t per_batch = std::max<uint64_t>(1, batch_bytes / StagingNeed(o.object_bytes));
-    r.load_queue_depth = static_cast<uint32_t>(
-        std::min<uint64_t>({per_batch * TierStager::kThreads,
-                            kRingQueueDepth, static_cast<uint64_t>(o.batch)}));
+    r.load_queue_depth = static_cast<uint32_t>(std::min<uint64_t>(
+        {per_batch * TierStager::kThreads, kRingQueueDepth, static_cast<uint64_t>(o.batch)}));
     FioJob read{.name = "read",
                 .write = false,
                 .block_bytes = span,

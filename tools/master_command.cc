@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <utility>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "metrics/metrics_registry.h"
 #include "metrics/metrics_server.h"

@@ -32,8 +32,8 @@ struct ReplicaDesc {
   // Memory: the byte offset of the object in the segment. Disk: the byte offset of the
   // object's record within its region of the tier.
   uint64_t offset = 0;
-  uint64_t size = 0;      // the object's size in bytes
-  uint32_t region = 0;    // disk: the region of the tier holding the record; memory: 0
+  uint64_t size = 0;    // the object's size in bytes
+  uint32_t region = 0;  // disk: the region of the tier holding the record; memory: 0
 };
 
 }  // namespace tierkv

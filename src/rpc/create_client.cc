@@ -17,8 +17,8 @@ Result<std::shared_ptr<RemoteBackend>> ConnectRemoteBackend(const Config& config
   // The network transport's settings, checked now so a bad protocol/NIC fails here.
   auto ucx = transport::UcxOptionsFromConfig(config);
   if (!ucx.ok()) return ucx.status();
-  return RemoteBackend::Connect(config.master_server_address, Millis(5000),
-                                config.local_hostname, config.protocol, *ucx);
+  return RemoteBackend::Connect(config.master_server_address, Millis(5000), config.local_hostname,
+                                config.protocol, *ucx);
 }
 
 Result<std::unique_ptr<Client>> Client::Create(const Config& config) {

@@ -85,7 +85,8 @@ class RemoteMaster final : public MasterApi {
   // --- SSD tier bookkeeping (segment owners) ---
   uint64_t DropDiskReplicas(SegmentId segment, uint32_t region, uint64_t generation,
                             const std::vector<std::string>& keys) override;
-  std::vector<Status> AddDiskReplicas(SegmentId segment, const std::vector<DiskRecord>& records) override;
+  std::vector<Status> AddDiskReplicas(SegmentId segment,
+                                      const std::vector<DiskRecord>& records) override;
   std::vector<Status> CopyToDisk(const std::vector<std::string>& keys);
   std::vector<Result<PutStartResult>> PromoteStart(const std::vector<std::string>& keys,
                                                    uint32_t min_hits) override;

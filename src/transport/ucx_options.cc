@@ -51,20 +51,20 @@ Status Unavailable(const std::string& what) {
 Result<UcxTransportSelection> SelectUcxTransports(const UcxTransportOptions& options,
                                                   const std::string& sysfs_root) {
   if (options.io_timeout.count() <= 0) {
-    return ConfigError("io_timeout must be positive, got " + std::to_string(options.io_timeout.count()) +
-                  " ms");
+    return ConfigError("io_timeout must be positive, got " +
+                       std::to_string(options.io_timeout.count()) + " ms");
   }
   if (options.spin.count() < 0 || options.spin > std::chrono::seconds(1)) {
     return ConfigError("spin must be 0..1000000 us, got " + std::to_string(options.spin.count()) +
-                  " us");
+                       " us");
   }
   const std::filesystem::path root(sysfs_root);
   if (options.protocol == "tcp") {
     if (options.device.empty()) return UcxTransportSelection{"tcp", "all"};
     if (!PlainName(options.device)) {
       return ConfigError("device \"" + options.device +
-                    "\" is not a network interface name (protocol \"tcp\" takes one, e.g. "
-                    "\"eth0\")");
+                         "\" is not a network interface name (protocol \"tcp\" takes one, e.g. "
+                         "\"eth0\")");
     }
     const std::filesystem::path dir = root / "class" / "net";
     const std::vector<std::string> interfaces = ListDevices(dir);
@@ -95,8 +95,8 @@ Result<UcxTransportSelection> SelectUcxTransports(const UcxTransportOptions& opt
         std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (!PlainName(name) || !port_ok) {
       return ConfigError("device \"" + options.device +
-                    "\" is not a verbs device name (protocol \"rdma\" takes \"mlx5_0\" or "
-                    "\"mlx5_0:<port>\")");
+                         "\" is not a verbs device name (protocol \"rdma\" takes \"mlx5_0\" or "
+                         "\"mlx5_0:<port>\")");
     }
     if (!Contains(devices, name)) {
       return Unavailable("verbs device \"" + name + "\" (device) not found in " + dir.string() +
