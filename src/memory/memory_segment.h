@@ -1,6 +1,6 @@
 // A DRAM segment: one contiguous, pre-faulted, memfd-backed region.
 //
-// memfd so that a later store process can hand the fd to same-host requesters
+// memfd so that a store process can hand the fd to same-host requesters
 // (they mmap it and a get becomes one memcpy). Pre-faulted at creation because
 // first touch runs ~10x slower than memcpy on these machines. 2 MiB pages when
 // the kernel allows (hugetlbfs memfd, else THP advice); PageSize() says what

@@ -171,13 +171,14 @@ Status Store::AttachTier(const Config& config, std::vector<ScannedRecord>& survi
 }
 
 Store::~Store() {
-  if (tier_) LogTierCounters();
   if (segment_id_ != 0) {
-    // Detaches the tier first: no more demotions into this process.
+    // Detaches the tier first: no more demotions into this process (an in-process master
+    // finishes the write-behind copies queued for it first).
     if (Status st = host_->UnmountOwn(segment_id_); !st.ok()) {
       spdlog::warn("unmounting segment {}: {}", mounted_name_, st.ToString());
     }
   }
+  if (tier_) LogTierCounters();
   if (shm_server_) shm_server_->Stop();
   if (ucx_server_) ucx_server_->Stop();
 }

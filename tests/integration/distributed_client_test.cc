@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +21,7 @@
 
 #include "distributed_test_util.h"
 #include "http_test_util.h"
+#include "rpc/create_client.h"
 #include "rpc/master_process.h"
 #include "rpc/remote_master.h"
 #include "tierkv/client.h"
@@ -432,6 +435,48 @@ TEST(DistributedClientTest, TransferBytesPerTransportAreInTheMetrics) {
     }
   }
   EXPECT_TRUE(seen_shm);
+}
+
+// A directory lookup never blocks transfers to segments already known: with the master stopped
+// (SIGSTOP), a lookup of an unknown segment waits for its segment-list RPC, while another
+// thread still finds the store's segment, already mapped, and copies from it.
+TEST(DistributedClientTest, AKnownSegmentIsReachedWhileTheMasterIsUnresponsive) {
+  Cluster c = StartCluster();
+  ASSERT_TRUE(c.ok());
+  Config config = RequesterConfig(*c.master);
+  auto backend = ConnectRemoteBackend(config);
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  auto stats = (*backend)->remote_master().ProcessStats();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  ASSERT_FALSE(stats->segment_usage.empty());
+  const SegmentId known = stats->segment_usage.front().id;
+  SegmentId unknown = 1;
+  for (const SegmentUsage& u : stats->segment_usage) unknown = std::max(unknown, u.id + 1000);
+  auto first = (*backend)->FindSegment(known);
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(first->mapped());
+  // Past the list's rate limit (100 ms), so the next unknown id makes it ask the master.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+
+  ASSERT_EQ(::kill(c.master->pid(), SIGSTOP), 0);
+  std::atomic<bool> lookup_started{false}, lookup_done{false};
+  std::thread lookup([&] {
+    lookup_started = true;
+    EXPECT_EQ((*backend)->FindSegment(unknown), nullptr);  // waits for the stopped master
+    lookup_done = true;
+  });
+  while (!lookup_started) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the RPC is in flight now
+  EXPECT_FALSE(lookup_done) << "the lookup should still be waiting for the stopped master";
+  auto again = (*backend)->FindSegment(known);
+  EXPECT_NE(again, nullptr);
+  if (again != nullptr) {
+    std::vector<uint8_t> copy(4096);
+    std::memcpy(copy.data(), again->base(), copy.size());  // a transfer from the known segment
+  }
+  EXPECT_FALSE(lookup_done) << "the known segment was only reached after the master answered";
+  EXPECT_EQ(::kill(c.master->pid(), SIGCONT), 0);
+  lookup.join();
 }
 
 TEST(DistributedClientTest, ConfigurationErrorsAreClear) {
