@@ -60,6 +60,7 @@
 //
 // Warm restart: Recover() opens a log over used devices, adopting the regions that hold
 // valid records as sealed (see docs/disk-format.md, "Warm restart"); Create() starts empty.
+// Scan and Recover are in region_log_recovery.cc, the rest in region_log.cc.
 //
 // Ownership: the devices and read devices are borrowed and must outlive the log. The
 // destructor waits for the region writes in flight (a failure is still reported through the
