@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "pattern_test_util.h"
 #include "rpc/master_process.h"
 #include "tierkv/client.h"
 #include "tierkv/config.h"
@@ -23,6 +24,8 @@
 #endif
 
 namespace tierkv::dist_test {
+
+using test_util::Pattern;
 
 using SteadyClock = std::chrono::steady_clock;
 inline constexpr size_t kObject = 256 * 1024;
@@ -88,16 +91,6 @@ inline std::unique_ptr<Client> Requester(const Config& c) {
   auto client = Client::Create(c);
   EXPECT_TRUE(client.ok()) << client.status().ToString();
   return client.ok() ? std::move(client).value() : nullptr;
-}
-
-inline std::string Pattern(size_t n, int seed) {
-  std::string s(n, '\0');
-  uint32_t x = static_cast<uint32_t>(seed) * 2654435761u + 1;
-  for (size_t i = 0; i < n; ++i) {
-    x = x * 1664525u + 1013904223u;
-    s[i] = static_cast<char>(x >> 24);
-  }
-  return s;
 }
 
 inline int PutKey(Client& c, const std::string& key, int seed, const ReplicateConfig& rc = {}) {

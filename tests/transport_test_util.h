@@ -82,11 +82,6 @@ class ReapedChild {
   pid_t pid_;
 };
 
-// Deterministic, position-dependent bytes so misplaced data is caught.
-inline uint8_t Pattern(uint64_t i, uint8_t seed) {
-  return static_cast<uint8_t>((i * 131 + seed) ^ (i >> 12));
-}
-
 // A blocking Unix stream socket connected to `path`, or an invalid one.
 inline UniqueFd RawConnect(const std::string& path) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));

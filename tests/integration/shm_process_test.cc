@@ -16,6 +16,7 @@
 #include <string>
 
 #include "memory/memory_segment.h"
+#include "pattern_test_util.h"
 #include "transport/ipc_path.h"
 #include "transport/shm_protocol.h"
 #include "transport/shm_segment_client.h"
@@ -25,8 +26,8 @@
 namespace tierkv::transport {
 namespace {
 
+using test_util::PatternByte;
 using testing::Millis;
-using testing::Pattern;
 using testing::ReapedChild;
 using testing::WaitUntil;
 
@@ -35,7 +36,7 @@ constexpr const char* kSegmentName = "child-segment";
 constexpr const char* kSocketName = "child.sock";
 constexpr Millis kTimeout{2000};
 
-// In the forked child: makes a segment filled with Pattern(i, 3), serves it as kSocketName,
+// In the forked child: makes a segment filled with PatternByte(i, 3), serves it as kSocketName,
 // writes 'R' (or 'E') to `ready_fd`, then serves until `control_fd` reads EOF, and exits.
 [[noreturn]] void ServeInChild(int ready_fd, int control_fd) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -45,7 +46,7 @@ constexpr Millis kTimeout{2000};
     ::_exit(1);
   }
   std::shared_ptr<MemorySegment> shared = std::move(*segment);
-  for (uint64_t i = 0; i < shared->size(); ++i) shared->base()[i] = Pattern(i, 3);
+  for (uint64_t i = 0; i < shared->size(); ++i) shared->base()[i] = PatternByte(i, 3);
   auto server = ShmSegmentServer::Start(kSocketName, shared);
   if (!server.ok()) {
     (void)!::write(ready_fd, "E", 1);
@@ -108,7 +109,7 @@ TEST_F(ShmProcessTest, ParentMapsTheChildsSegmentAndSurvivesItsSigkill) {
   ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
   std::shared_ptr<MappedSegment> seg = *mapped;
   ASSERT_EQ(seg->size(), kSegmentSize);
-  for (uint64_t i = 0; i < seg->size(); ++i) ASSERT_EQ(seg->base()[i], Pattern(i, 3)) << i;
+  for (uint64_t i = 0; i < seg->size(); ++i) ASSERT_EQ(seg->base()[i], PatternByte(i, 3)) << i;
   EXPECT_TRUE(seg->alive());
 
   ASSERT_EQ(::kill(child_->pid(), SIGKILL), 0);
@@ -120,7 +121,7 @@ TEST_F(ShmProcessTest, ParentMapsTheChildsSegmentAndSurvivesItsSigkill) {
   EXPECT_TRUE(WaitUntil([&] { return mapper.watched_connections() == 0; }));
 
   // The owner is gone; the memory stays mapped here, readable and writable.
-  for (uint64_t i = 0; i < seg->size(); i += 997) ASSERT_EQ(seg->base()[i], Pattern(i, 3)) << i;
+  for (uint64_t i = 0; i < seg->size(); i += 997) ASSERT_EQ(seg->base()[i], PatternByte(i, 3)) << i;
   seg->base()[0] = 42;
   EXPECT_EQ(seg->base()[0], 42);
 
@@ -145,7 +146,7 @@ TEST_F(ShmProcessTest, ACleanStopIsSeenAsWell) {
   EXPECT_TRUE(WaitUntil([&] { return !(*mapped)->alive(); }, Millis(1000)));
   const int status = child_->Wait();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  EXPECT_EQ((*mapped)->base()[1], Pattern(1, 3));
+  EXPECT_EQ((*mapped)->base()[1], PatternByte(1, 3));
 }
 
 // Exit codes of the child in AnotherUidIsRefused.

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "memory/memory_segment.h"
+#include "pattern_test_util.h"
 #include "transport/ucx_segment_client.h"
 #include "transport/ucx_segment_server.h"
 #include "transport/unique_fd.h"
@@ -29,8 +30,8 @@
 namespace tierkv::transport {
 namespace {
 
+using test_util::PatternByte;
 using testing::Millis;
-using testing::Pattern;
 using testing::ReapedChild;
 using Clock = std::chrono::steady_clock;
 
@@ -52,7 +53,7 @@ void Report(int fd, const std::string& text) {
   }
 }
 
-// In the re-executed child: serves a segment filled with Pattern(i, 3) on 127.0.0.1, reports
+// In the re-executed child: serves a segment filled with PatternByte(i, 3) on 127.0.0.1, reports
 // its address on kReportFd, and serves until stdin reaches EOF (or the parent dies).
 int ServeChild() {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -62,7 +63,7 @@ int ServeChild() {
     return 1;
   }
   std::shared_ptr<MemorySegment> shared = std::move(*segment);
-  for (uint64_t i = 0; i < shared->size(); ++i) shared->base()[i] = Pattern(i, 3);
+  for (uint64_t i = 0; i < shared->size(); ++i) shared->base()[i] = PatternByte(i, 3);
   auto server = UcxSegmentServer::Start(shared, "127.0.0.1", 0);
   if (!server.ok()) {
     Report(kReportFd, "ERROR " + server.status().ToString() + "\n");
@@ -160,7 +161,7 @@ class ServerChild {
 
 bool MatchesChildPattern(const std::vector<uint8_t>& bytes, uint64_t offset) {
   for (uint64_t i = 0; i < bytes.size(); ++i) {
-    if (bytes[i] != Pattern(offset + i, 3)) return false;
+    if (bytes[i] != PatternByte(offset + i, 3)) return false;
   }
   return true;
 }

@@ -19,6 +19,7 @@
 #include "device/device.h"
 #include "device/io_buffer.h"
 #include "device/memory_device.h"
+#include "pattern_test_util.h"
 #include "ssd/record_format.h"
 #include "ssd/region_log.h"
 #include "ssd/staging_area.h"
@@ -26,17 +27,9 @@
 namespace tierkv {
 namespace {
 
-constexpr uint64_t kRegion = 64 * 1024;
+using test_util::Pattern;
 
-std::string Pattern(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  uint32_t x = seed * 2654435761u + 777;
-  for (size_t i = 0; i < n; ++i) {
-    x = x * 1664525u + 1013904223u;
-    s[i] = static_cast<char>(x >> 24);
-  }
-  return s;
-}
+constexpr uint64_t kRegion = 64 * 1024;
 
 TEST(RegionLogStressTest, ReadersRaceAppendsAndEvictions) {
   auto d0 = MemoryDevice::Create(3 * kRegion);

@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,20 +18,16 @@
 #include "common/logging.h"
 #include "device/faulty_device.h"
 #include "device_test_util.h"
+#include "pattern_test_util.h"
 #include "ssd/record_format.h"
 #include "ssd/ssd_tier.h"
 
 namespace tierkv {
 namespace {
 
-constexpr uint64_t kKiB = 1024, kMiB = 1024 * 1024;
+using test_util::PatternBytes;
 
-std::vector<uint8_t> Pattern(size_t size, uint32_t seed) {
-  std::vector<uint8_t> v(size);
-  std::mt19937 rng(seed);
-  for (auto& b : v) b = static_cast<uint8_t>(rng());
-  return v;
-}
+constexpr uint64_t kKiB = 1024, kMiB = 1024 * 1024;
 
 std::string Key(int i) { return "tierkv:model@chunk-" + std::to_string(i); }
 
@@ -58,7 +53,7 @@ class ClientOffloadTest : public ::testing::Test {
   }
   void PutAll(int n, size_t size, int first = 0) {
     for (int i = first; i < first + n; ++i) {
-      auto data = Pattern(size, static_cast<uint32_t>(i));
+      auto data = PatternBytes(size, static_cast<uint32_t>(i));
       ASSERT_EQ(client_->Put(Key(i), data.data(), data.size()), 0) << Key(i);
     }
   }
@@ -83,7 +78,7 @@ class ClientOffloadTest : public ::testing::Test {
       EXPECT_EQ(got[i], static_cast<int64_t>(size)) << keys[i];
       if (got[i] == static_cast<int64_t>(size)) {
         ++found;
-        EXPECT_EQ(bufs[i], Pattern(size, static_cast<uint32_t>(first + i))) << keys[i];
+        EXPECT_EQ(bufs[i], PatternBytes(size, static_cast<uint32_t>(first + i))) << keys[i];
       }
     }
     return found;
@@ -172,7 +167,7 @@ TEST_F(ClientOffloadTest, SmallStagingBudgetSplitsBatchesAndStreamsLargeObjects)
   constexpr size_t kSize = 3 * kMiB;
   PutAll(2, kSize);
   for (int i = 10; i < 30; ++i) {  // small ones: a batch of them needs several parts
-    auto data = Pattern(100 * kKiB, static_cast<uint32_t>(i));
+    auto data = PatternBytes(100 * kKiB, static_cast<uint32_t>(i));
     ASSERT_EQ(client_->Put(Key(i), data.data(), data.size()), 0);
   }
   ASSERT_GT(Master().EvictFromSegment(client_->store()->segment_id(), 8 * kMiB), 0u);
@@ -233,7 +228,7 @@ TEST_F(ClientOffloadTest, DirectLoadsFillAlignedBuffersWithoutStagingOthersAreSt
   constexpr size_t kSmall = 16 * kKiB;       // packed after its key on disk
   PutAll(16, kSize);
   for (int i = 100; i < 104; ++i) {
-    auto data = Pattern(i < 102 ? kOdd : kSmall, static_cast<uint32_t>(i));
+    auto data = PatternBytes(i < 102 ? kOdd : kSmall, static_cast<uint32_t>(i));
     ASSERT_EQ(client_->Put(Key(i), data.data(), data.size()), 0);
   }
   ASSERT_GT(Master().EvictFromSegment(client_->store()->segment_id(), 8 * kMiB), 0u);
@@ -287,7 +282,7 @@ TEST_F(ClientOffloadTest, DirectLoadsFillAlignedBuffersWithoutStagingOthersAreSt
     const int i = k < kWhole + kSplit + 1 ? static_cast<int>(k) : static_cast<int>(k) + 100 - 13;
     const size_t n = i < 100 ? kSize : (i < 102 ? kOdd : kSmall);
     ASSERT_EQ(got[k], static_cast<int64_t>(n)) << keys[k];
-    const auto want = Pattern(n, static_cast<uint32_t>(i));
+    const auto want = PatternBytes(n, static_cast<uint32_t>(i));
     if (k >= kWhole && k < kWhole + kSplit) {
       const uint8_t* b = bufs[k].get();
       EXPECT_EQ(Bytes(b + kSize / 2, kSize / 2),
@@ -320,7 +315,7 @@ TEST_F(ClientOffloadTest, DirectLoadsThroughThePageCache) {
     for (int i = 0; i < 24; ++i) {
       Aligned b = AlignedBytes(kSize + 4096, 0xEE);
       ASSERT_EQ(client_->Get(Key(i), b.get(), kSize), static_cast<int64_t>(kSize)) << i;
-      EXPECT_EQ(Bytes(b.get(), kSize), Pattern(kSize, static_cast<uint32_t>(i))) << i;
+      EXPECT_EQ(Bytes(b.get(), kSize), PatternBytes(kSize, static_cast<uint32_t>(i))) << i;
       EXPECT_EQ(b.get()[kSize], 0xEE) << "a byte past the object was written";
     }
   }
@@ -338,7 +333,7 @@ TEST_F(ClientOffloadTest, DirectLoadFaultsFailTheirKeysZeroedAndTheNextReadWorks
     for (int i = 0; i < 8; ++i) {
       Aligned b = AlignedBytes(kSize, 0xEE);
       if (client_->Get(Key(i), b.get(), kSize) == static_cast<int64_t>(kSize) &&
-          Bytes(b.get(), kSize) == Pattern(kSize, static_cast<uint32_t>(i))) {
+          Bytes(b.get(), kSize) == PatternBytes(kSize, static_cast<uint32_t>(i))) {
         ++exact;
       }
     }

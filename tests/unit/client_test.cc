@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
-#include <random>
 
 #include "client/client_impl.h"
+#include "pattern_test_util.h"
 
 namespace tierkv {
 namespace {
+
+using test_util::PatternBytes;
 
 constexpr int kOk = 0;
 int Code(ErrorCode c) { return ToInt(c); }
@@ -25,20 +27,13 @@ Config SmallConfig(uint64_t segment = 64ull << 20) {
   return c;
 }
 
-std::vector<uint8_t> Pattern(size_t size, uint32_t seed) {
-  std::vector<uint8_t> v(size);
-  std::mt19937 rng(seed);
-  for (auto& b : v) b = static_cast<uint8_t>(rng());
-  return v;
-}
-
 class ClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto c = ClientImpl::CreateEmbedded(SmallConfig());
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     client_ = std::move(c).value();
-    src_ = Pattern(kBuf, 1);
+    src_ = PatternBytes(kBuf, 1);
     dst_.assign(kBuf + kGuard, 0xEE);
     ASSERT_TRUE(client_->RegisterBuffer(src_.data(), src_.size()).ok());
     ASSERT_TRUE(client_->RegisterBuffer(dst_.data(), kBuf).ok());  // guard stays unregistered
@@ -190,7 +185,7 @@ TEST(ClientChecksum, VerificationOffReturnsStoredBytes) {
   c.verify_checksum = false;
   auto client = ClientImpl::CreateEmbedded(c);
   ASSERT_TRUE(client.ok());
-  auto data = Pattern(5000, 3);
+  auto data = PatternBytes(5000, 3);
   ASSERT_EQ((*client)->Put("k", data.data(), data.size()), kOk);
   auto desc = (*client)->BatchGetReplicaDesc({"k"});
   (*client)->store()->segment()->base()[(*desc[0])[0].offset] ^= 0xFF;
@@ -204,7 +199,7 @@ TEST(ClientReplicas, CorruptReplicaFallsBackToIntactOne) {
   auto a = ClientImpl::CreateEmbedded(SmallConfig(), master);
   auto b = ClientImpl::CreateEmbedded(SmallConfig(), master);
   ASSERT_TRUE(a.ok() && b.ok());
-  auto data = Pattern(70000, 9);
+  auto data = PatternBytes(70000, 9);
   ReplicateConfig rc;
   rc.replica_num = 2;
   ASSERT_EQ((*a)->Put("k", data.data(), data.size(), rc), kOk);
@@ -226,7 +221,7 @@ TEST(ClientReplicas, DestroyedContributorDropsItsReplicas) {
   auto a = ClientImpl::CreateEmbedded(SmallConfig(), master);
   auto b = ClientImpl::CreateEmbedded(SmallConfig(), master);
   ASSERT_TRUE(a.ok() && b.ok());
-  auto data = Pattern(1000, 4);
+  auto data = PatternBytes(1000, 4);
   ReplicateConfig on_a;
   on_a.preferred_segment = (*a)->store()->segment()->name();
   ASSERT_EQ((*b)->Put("only-a", data.data(), data.size(), on_a), kOk);
@@ -246,7 +241,7 @@ TEST(ClientLease, TransferOutlivingLeaseIsLeaseExpired) {
   auto master = std::make_shared<InProcessMaster>(opts, Millis(0));
   auto client = ClientImpl::CreateEmbedded(SmallConfig(), master);
   ASSERT_TRUE(client.ok());
-  auto data = Pattern(300000, 5);
+  auto data = PatternBytes(300000, 5);
   ASSERT_EQ((*client)->Put("k", data.data(), data.size()), kOk);
   std::vector<uint8_t> out(data.size(), 0x55);
   EXPECT_EQ((*client)->Get("k", out.data(), out.size()), Code(ErrorCode::LEASE_EXPIRED));

@@ -15,8 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "pattern_test_util.h"
+
 namespace tierkv {
 namespace {
+
+using test_util::PatternByte;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kHugePage = 2 * kMiB;
@@ -30,11 +34,6 @@ int OpenFdCount() {
   while (readdir(dir) != nullptr) ++count;
   closedir(dir);
   return count;
-}
-
-// Deterministic, position-dependent bytes so misplaced data is caught.
-uint8_t Pattern(uint64_t i, uint8_t seed) {
-  return static_cast<uint8_t>((i * 131 + seed) ^ (i >> 12));
 }
 
 void CheckPageKind(const MemorySegment& seg) {
@@ -60,8 +59,8 @@ TEST_P(MemorySegmentPolicyTest, WriteAndReadWholeRange) {
   CheckPageKind(s);
   // A fresh memfd reads as zeros.
   for (uint64_t i = 0; i < s.size(); i += 4096) ASSERT_EQ(s.base()[i], 0) << i;
-  for (uint64_t i = 0; i < s.size(); ++i) s.base()[i] = Pattern(i, 7);
-  for (uint64_t i = 0; i < s.size(); ++i) ASSERT_EQ(s.base()[i], Pattern(i, 7)) << i;
+  for (uint64_t i = 0; i < s.size(); ++i) s.base()[i] = PatternByte(i, 7);
+  for (uint64_t i = 0; i < s.size(); ++i) ASSERT_EQ(s.base()[i], PatternByte(i, 7)) << i;
 }
 
 TEST_P(MemorySegmentPolicyTest, SecondMappingOfFdSharesBytes) {
@@ -74,7 +73,7 @@ TEST_P(MemorySegmentPolicyTest, SecondMappingOfFdSharesBytes) {
   EXPECT_EQ(static_cast<uint64_t>(st.st_size), s.size());
   EXPECT_NE(fcntl(s.fd(), F_GETFD) & FD_CLOEXEC, 0);
 
-  for (uint64_t i = 0; i < s.size(); ++i) s.base()[i] = Pattern(i, 3);
+  for (uint64_t i = 0; i < s.size(); ++i) s.base()[i] = PatternByte(i, 3);
   // What a same-host requester does with the fd it was handed.
   void* other = mmap(nullptr, s.size(), PROT_READ | PROT_WRITE, MAP_SHARED, s.fd(), 0);
   ASSERT_NE(other, MAP_FAILED) << std::strerror(errno);

@@ -25,6 +25,7 @@
 #include "device/faulty_device.h"
 #include "device/io_buffer.h"
 #include "device/memory_device.h"
+#include "pattern_test_util.h"
 #include "ssd/record_format.h"
 #include "ssd/staging_area.h"
 #include "tierkv/types.h"
@@ -32,18 +33,9 @@
 namespace tierkv {
 namespace {
 
-constexpr uint64_t kRegion = 256 * 1024;
+using test_util::Pattern;
 
-// Deterministic bytes that differ per seed, so a read of the wrong record is caught.
-std::string Pattern(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  uint32_t x = seed * 2654435761u + 12345;
-  for (size_t i = 0; i < n; ++i) {
-    x = x * 1664525u + 1013904223u;
-    s[i] = static_cast<char>(x >> 24);
-  }
-  return s;
-}
+constexpr uint64_t kRegion = 256 * 1024;
 
 std::unique_ptr<MemoryDevice> MakeDevice(uint64_t regions) {
   auto dev = MemoryDevice::Create(regions * kRegion);

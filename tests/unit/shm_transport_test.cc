@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "memory/memory_segment.h"
+#include "pattern_test_util.h"
 #include "transport/ipc_path.h"
 #include "transport/shm_protocol.h"
 #include "transport/shm_segment_client.h"
@@ -29,8 +30,8 @@ namespace tierkv::transport {
 namespace {
 
 namespace fs = std::filesystem;
+using test_util::PatternByte;
 using testing::Millis;
-using testing::Pattern;
 using testing::RawConnect;
 using testing::ReadUntilEof;
 using testing::Refused;
@@ -194,10 +195,11 @@ TEST_F(ShmTransportTest, MappedBytesAreTheSegmentsBytesBothWays) {
   EXPECT_TRUE(seg->alive());
   EXPECT_NE(seg->base(), segment_->base());  // a second mapping of the same memory
 
-  for (uint64_t i = 0; i < seg->size(); ++i) seg->base()[i] = Pattern(i, 7);
-  for (uint64_t i = 0; i < seg->size(); ++i) ASSERT_EQ(segment_->base()[i], Pattern(i, 7)) << i;
-  for (uint64_t i = 0; i < seg->size(); i += 4096) segment_->base()[i] = Pattern(i, 99);
-  for (uint64_t i = 0; i < seg->size(); i += 4096) ASSERT_EQ(seg->base()[i], Pattern(i, 99)) << i;
+  for (uint64_t i = 0; i < seg->size(); ++i) seg->base()[i] = PatternByte(i, 7);
+  for (uint64_t i = 0; i < seg->size(); ++i) ASSERT_EQ(segment_->base()[i], PatternByte(i, 7)) << i;
+  for (uint64_t i = 0; i < seg->size(); i += 4096) segment_->base()[i] = PatternByte(i, 99);
+  for (uint64_t i = 0; i < seg->size(); i += 4096)
+    ASSERT_EQ(seg->base()[i], PatternByte(i, 99)) << i;
 
   EXPECT_EQ(mapper.watched_connections(), 1u);
   EXPECT_TRUE(WaitUntil([&] { return server->open_connections() == 1; }));

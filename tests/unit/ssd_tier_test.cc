@@ -30,6 +30,7 @@
 #include "device/faulty_device.h"
 #include "device/io_buffer.h"
 #include "device_test_util.h"
+#include "pattern_test_util.h"
 #include "ssd/record_format.h"
 
 namespace tierkv {
@@ -37,17 +38,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint64_t kRegion = 256 * 1024;  // 63 blocks of records: 9 of 7 blocks
+using test_util::Pattern;
 
-std::string Pattern(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  uint32_t x = seed * 2654435761u + 4242;
-  for (size_t i = 0; i < n; ++i) {
-    x = x * 1664525u + 1013904223u;
-    s[i] = static_cast<char>(x >> 24);
-  }
-  return s;
-}
+constexpr uint64_t kRegion = 256 * 1024;  // 63 blocks of records: 9 of 7 blocks
 
 // Value size that makes a record with a key of `key_size` bytes fill exactly `blocks` blocks.
 uint64_t FillBlocks(size_t key_size, uint64_t blocks) {

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "device/faulty_device.h"
 #include "device_test_util.h"
 #include "memory/memory_segment.h"
+#include "pattern_test_util.h"
 #include "ssd/ssd_tier.h"
 #include "store/tier_stager.h"
 #include "transport/ucx_segment_client.h"
@@ -24,15 +24,10 @@
 namespace tierkv::transport {
 namespace {
 
+using test_util::Pattern;
+
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr auto kTimeout = std::chrono::milliseconds(5000);
-
-std::string Pattern(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  std::mt19937 rng(seed);
-  for (auto& c : s) c = static_cast<char>(rng());
-  return s;
-}
 
 struct Stored {
   std::string key;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "memory/memory_segment.h"
+#include "pattern_test_util.h"
 #include "transport/ucx_options.h"
 #include "transport/ucx_protocol.h"
 #include "transport/ucx_segment_client.h"
@@ -38,8 +39,8 @@ namespace tierkv::transport {
 namespace {
 
 namespace fs = std::filesystem;
+using test_util::PatternByte;
 using testing::Millis;
-using testing::Pattern;
 using testing::Refused;
 using testing::WaitUntil;
 using Clock = std::chrono::steady_clock;
@@ -60,7 +61,7 @@ std::shared_ptr<MemorySegment> MakeSegment(uint64_t size = kSegmentSize, uint8_t
   auto segment = MemorySegment::Create(kSegmentName, size, PagePolicy::kSmallPages);
   EXPECT_TRUE(segment.ok()) << segment.status().ToString();
   std::shared_ptr<MemorySegment> shared = std::move(*segment);
-  for (uint64_t i = 0; i < shared->size(); ++i) shared->base()[i] = Pattern(i, seed);
+  for (uint64_t i = 0; i < shared->size(); ++i) shared->base()[i] = PatternByte(i, seed);
   return shared;
 }
 
@@ -308,7 +309,7 @@ TEST_F(UcxTransportTest, WritesAndReadsAreByteExact) {
   std::vector<WriteOp> writes;
   for (size_t r = 0; r < ranges.size(); ++r) {
     sources.emplace_back(ranges[r].size);
-    for (uint64_t i = 0; i < ranges[r].size; ++i) sources[r][i] = Pattern(i, 100 + r);
+    for (uint64_t i = 0; i < ranges[r].size; ++i) sources[r][i] = PatternByte(i, 100 + r);
   }
   for (size_t r = 0; r < ranges.size(); ++r) {
     writes.push_back(
@@ -323,8 +324,8 @@ TEST_F(UcxTransportTest, WritesAndReadsAreByteExact) {
         << "range " << r << " landed wrong in the segment";
   }
   // Bytes around the written ranges are untouched.
-  EXPECT_EQ(segment_->base()[(4 << 20)], Pattern(4 << 20, 7));
-  EXPECT_EQ(segment_->base()[(4 << 20) + 2], Pattern((4 << 20) + 2, 7));
+  EXPECT_EQ(segment_->base()[(4 << 20)], PatternByte(4 << 20, 7));
+  EXPECT_EQ(segment_->base()[(4 << 20) + 2], PatternByte((4 << 20) + 2, 7));
 
   std::vector<std::vector<uint8_t>> targets;
   std::vector<ReadOp> reads;
@@ -387,7 +388,7 @@ TEST_F(UcxTransportTest, OutOfBoundsRangesFailAndOthersInTheBatchSucceed) {
   std::vector<WriteOp> writes = {{size - 10, {{buffer.data(), 11}}}};
   std::vector<Status> wrote = client->WriteBatch(writes);
   EXPECT_TRUE(Refused(wrote[0], ErrorCode::INVALID_PARAMS, {"write of", "outside the segment"}));
-  EXPECT_EQ(segment_->base()[size - 10], Pattern(size - 10, 7)) << "nothing was written";
+  EXPECT_EQ(segment_->base()[size - 10], PatternByte(size - 10, 7)) << "nothing was written";
   EXPECT_TRUE(client->alive());
 }
 
@@ -526,7 +527,7 @@ TEST(UcxLargeRangeTest, RangesLargerThanOneRequestAreSplitAndByteExact) {
 
   constexpr uint64_t kLarge = (uint64_t{40} << 20) + 13;
   std::vector<uint8_t> source(kLarge);
-  for (uint64_t i = 0; i < kLarge; ++i) source[i] = Pattern(i, 42);
+  for (uint64_t i = 0; i < kLarge; ++i) source[i] = PatternByte(i, 42);
   const std::vector<ConstPiece> src = {{source.data(), (7 << 20) + 1},
                                        {source.data() + (7 << 20) + 1, 0},
                                        {source.data() + (7 << 20) + 1, 20 << 20},
@@ -538,8 +539,8 @@ TEST(UcxLargeRangeTest, RangesLargerThanOneRequestAreSplitAndByteExact) {
   ASSERT_TRUE(wrote[1].ok()) << wrote[1].ToString();
   EXPECT_TRUE(Refused(wrote[2], ErrorCode::INVALID_PARAMS, {"outside the segment"}));
   ASSERT_EQ(std::memcmp(segment->base() + 3, source.data(), kLarge), 0);
-  EXPECT_EQ(segment->base()[2], Pattern(2, 9));
-  EXPECT_EQ(segment->base()[3 + kLarge], Pattern(3 + kLarge, 9));
+  EXPECT_EQ(segment->base()[2], PatternByte(2, 9));
+  EXPECT_EQ(segment->base()[3 + kLarge], PatternByte(3 + kLarge, 9));
 
   std::vector<uint8_t> target(kLarge, 0);
   std::vector<MutPiece> dst;
@@ -571,7 +572,7 @@ TEST(UcxLargeRangeTest, ManySmallPiecesGoThroughBounceBuffersByteExact) {
   ASSERT_TRUE(client.ok()) << client.status().ToString();
 
   std::vector<uint8_t> source(2 * kOps * kOp), target(2 * kOps * kOp, 0);
-  for (uint64_t i = 0; i < source.size(); ++i) source[i] = Pattern(i, 77);
+  for (uint64_t i = 0; i < source.size(); ++i) source[i] = PatternByte(i, 77);
   // Op k: pieces of 32 KiB, except (for odd k) one of 1 MiB after the first 256 KiB; the
   // piece at byte `done` of the op lives at 2 x (k x kOp + done) in the buffer.
   auto cut = [&](uint8_t* base, int k, auto piece_type) {
@@ -753,8 +754,8 @@ TEST_F(UcxTransportTest, TheServerChecksBoundsItself) {
   std::optional<UcxReply> reply = peer->NextReply();
   ASSERT_TRUE(reply.has_value());
   EXPECT_EQ(reply->status, ToInt(ErrorCode::INVALID_PARAMS));
-  EXPECT_EQ(segment_->base()[size - 100], Pattern(size - 100, 7));
-  EXPECT_EQ(segment_->base()[size - 1], Pattern(size - 1, 7));
+  EXPECT_EQ(segment_->base()[size - 100], PatternByte(size - 100, 7));
+  EXPECT_EQ(segment_->base()[size - 1], PatternByte(size - 1, 7));
   // A good read still works on the same endpoint.
   ASSERT_EQ(peer->Send(UcxRequest{kUcxProtocolVersion, UcxOp::kRead, ++id, 0, 64}), UCS_OK);
   reply = peer->NextReply();
@@ -826,7 +827,7 @@ TEST_F(UcxTransportTest, MalformedMessagesCloseThatEndpointOnly) {
     EXPECT_EQ(std::memcmp(buffer.data(), segment_->base() + 100, buffer.size()), 0);
   }
   EXPECT_TRUE(WaitUntil([&] { return server_->open_endpoints() == 1; }, Millis(3000)));
-  EXPECT_EQ(segment_->base()[0], Pattern(0, 7)) << "a malformed write touched the segment";
+  EXPECT_EQ(segment_->base()[0], PatternByte(0, 7)) << "a malformed write touched the segment";
 }
 
 TEST_F(UcxTransportTest, AServerWithoutATierRefusesAStageAndKeepsTheEndpoint) {
