@@ -1,20 +1,17 @@
 // The cross-host UCX transport in one process, over 127.0.0.1: the message codec, transport
 // selection, UcxSegmentServer and UcxSegmentClient (byte-exact transfers, errors, bounds checks,
-// malformed messages from a bare UCX peer, Stop, threads), and a throughput comparison with a raw
-// TCP stream. A forked server that is SIGKILLed or SIGSTOPped is in
-// tests/integration/ucx_process_test.cc.
+// malformed messages from a bare UCX peer, Stop, threads). A forked server that is SIGKILLed or
+// SIGSTOPped is in tests/integration/ucx_process_test.cc; throughput against raw TCP is
+// `tierkv bench remote`'s (bench/remote_bench.cc, its tcp rows).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -884,125 +881,6 @@ TEST_F(UcxTransportTest, ASilentPeerIsClosedAfterTheHandshakeTimeout) {
   EXPECT_TRUE(peer->ClosedWithin(Millis(3000)));  // connects (progressing), then is closed
   EXPECT_GE(Clock::now() - start, Millis(250));
   EXPECT_TRUE(WaitUntil([&] { return (*server)->open_endpoints() == 0; }));
-  (*server)->Stop();
-}
-
-// ---- Throughput against a raw TCP stream --------------------------------------------------------
-
-double Gbps(uint64_t bytes, Clock::duration elapsed) {
-  return static_cast<double>(bytes) / std::chrono::duration<double>(elapsed).count() / 1e9;
-}
-
-// One TCP stream over 127.0.0.1 between two threads: `total` bytes written in `chunk`-byte
-// writes from a `pool`-byte buffer, read into another (in reads of up to 4 MiB).
-double RawTcpGbps(uint64_t total, uint64_t chunk, uint64_t pool) {
-  UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      ::listen(listener.get(), 1) != 0) {
-    return 0;
-  }
-  socklen_t length = sizeof(address);
-  ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&address), &length);
-  std::vector<uint8_t> source(pool, 1);
-  std::vector<uint8_t> sink(pool);
-  std::thread sender([&] {
-    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) return;
-    uint64_t sent = 0;
-    while (sent < total) {
-      const uint64_t at = sent % pool;
-      const uint64_t want = std::min({chunk, total - sent, pool - at});
-      const ssize_t n = ::send(fd.get(), source.data() + at, want, MSG_NOSIGNAL);
-      if (n <= 0) return;
-      sent += static_cast<uint64_t>(n);
-    }
-  });
-  UniqueFd peer(::accept(listener.get(), nullptr, nullptr));
-  const auto start = Clock::now();
-  uint64_t received = 0;
-  while (received < total) {
-    const uint64_t at = received % pool;
-    // Reads whatever has arrived, up to 4 MiB: the best a stream reader can do.
-    const ssize_t n =
-        ::recv(peer.get(), sink.data() + at, std::min<uint64_t>(4 << 20, pool - at), 0);
-    if (n <= 0) break;
-    received += static_cast<uint64_t>(n);
-  }
-  const auto elapsed = Clock::now() - start;
-  sender.join();
-  return Gbps(received, elapsed);
-}
-
-// `total` bytes through `client` in `chunk`-byte ranges, batches of `batch` ranges, spread over
-// a `pool`-byte buffer and the segment.
-double UcxGbps(UcxSegmentClient& client, bool read, uint64_t total, uint64_t chunk, size_t batch,
-               uint8_t* pool, uint64_t pool_size) {
-  const uint64_t slots = std::min(pool_size, client.size()) / chunk;
-  uint64_t moved = 0;
-  uint64_t slot = 0;
-  const auto start = Clock::now();
-  while (moved < total) {
-    std::vector<ReadOp> reads;
-    std::vector<WriteOp> writes;
-    for (size_t i = 0; i < batch; ++i, slot = (slot + 1) % slots) {
-      if (read) {
-        reads.push_back({slot * chunk, {{pool + slot * chunk, chunk}}});
-      } else {
-        writes.push_back({slot * chunk, {{pool + slot * chunk, chunk}}});
-      }
-    }
-    for (const Status& status : read ? client.ReadBatch(reads) : client.WriteBatch(writes)) {
-      if (!status.ok()) {
-        ADD_FAILURE() << status.ToString();
-        return 0;
-      }
-    }
-    moved += batch * chunk;
-  }
-  return Gbps(moved, Clock::now() - start);
-}
-
-// Prints both figures (docs/ucx-transport.md quotes them). TIERKV_UCX_BENCH_MIB sets the bytes
-// moved per figure (default 256 MiB, enough for a smoke run; use 2048+ to measure);
-// TIERKV_UCX_BENCH_DEVICE pins UCX to one interface ("lo"); TIERKV_UCX_BENCH_SPIN_US sets
-// UcxTransportOptions::spin.
-TEST(UcxTransportBench, ThroughputAgainstRawTcp) {
-  uint64_t mib = 256;
-  if (const char* value = std::getenv("TIERKV_UCX_BENCH_MIB"))
-    mib = std::strtoull(value, nullptr, 10);
-  const uint64_t total = mib << 20;
-  constexpr uint64_t kPool = uint64_t{64} << 20;  // larger than L3
-  auto segment = MemorySegment::Create("bench", kPool, PagePolicy::kHugeIfAvailable);
-  ASSERT_TRUE(segment.ok());
-  std::shared_ptr<MemorySegment> shared = std::move(*segment);
-  UcxTransportOptions options;
-  if (const char* device = std::getenv("TIERKV_UCX_BENCH_DEVICE")) options.device = device;
-  if (const char* spin = std::getenv("TIERKV_UCX_BENCH_SPIN_US")) {
-    options.spin = std::chrono::microseconds(std::strtoll(spin, nullptr, 10));
-  }
-  auto server = UcxSegmentServer::Start(shared, "127.0.0.1", 0, options);
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto client = UcxSegmentClient::Connect((*server)->address(), "bench", kTimeout, options);
-  ASSERT_TRUE(client.ok()) << client.status().ToString();
-  std::vector<uint8_t> pool(kPool, 3);
-
-  for (const uint64_t chunk : {uint64_t{2} << 20, uint64_t{256} << 10}) {
-    const double tcp = RawTcpGbps(total, chunk, kPool);
-    const size_t batch = static_cast<size_t>(std::max<uint64_t>(1, (32 << 20) / chunk));
-    const double get = UcxGbps(**client, true, total, chunk, batch, pool.data(), kPool);
-    const double put = UcxGbps(**client, false, total, chunk, batch, pool.data(), kPool);
-    std::printf(
-        "ucx-bench chunk=%llu KiB batch=%zu total=%llu MiB: raw tcp %.2f GB/s, ucx read %.2f "
-        "GB/s (%.0f%%), ucx write %.2f GB/s (%.0f%%)\n",
-        static_cast<unsigned long long>(chunk >> 10), batch, static_cast<unsigned long long>(mib),
-        tcp, get, 100 * get / tcp, put, 100 * put / tcp);
-    EXPECT_GT(get, 0);
-    EXPECT_GT(put, 0);
-  }
-  client->reset();
   (*server)->Stop();
 }
 
