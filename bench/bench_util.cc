@@ -144,6 +144,8 @@ std::string CodeString(int64_t code) {
          ")";
 }
 
+Status Failed(std::string message) { return Status(ErrorCode::INTERNAL_ERROR, std::move(message)); }
+
 void FailureLog::Add(std::string message) {
   ++count_;
   if (first_.size() < kKept) first_.push_back(std::move(message));
@@ -164,6 +166,12 @@ uint64_t Mix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
+}
+
+std::vector<size_t> PieceSizes(uint64_t size, size_t pieces) {
+  std::vector<size_t> out(pieces, size / pieces);
+  out.back() += size % pieces;
+  return out;
 }
 
 std::string HexHash64(uint64_t value) {

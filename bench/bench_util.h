@@ -164,6 +164,9 @@ double TimedMemcpy(const std::vector<CopyPiece>& pieces);
 // "OBJECT_NOT_FOUND (-704)" for a per-key result code.
 std::string CodeString(int64_t code);
 
+// INTERNAL_ERROR with `message`: a step of a bench that went wrong (a process, a call, a check).
+Status Failed(std::string message);
+
 // Collects failures found by the (untimed) checks: a count and the first few
 // messages, turned into one Status at the end of a phase.
 class FailureLog {
@@ -181,6 +184,9 @@ class FailureLog {
 };
 
 // ---- Misc -------------------------------------------------------------------
+
+// Splits `size` into `pieces` parts (pieces >= 1); the last takes the remainder.
+std::vector<size_t> PieceSizes(uint64_t size, size_t pieces);
 
 // 64 lower-case hex characters derived from `value` (a stand-in for a SHA-256
 // chunk hash), deterministic across runs.

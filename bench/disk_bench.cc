@@ -55,8 +55,6 @@ std::vector<double> Rounded(std::vector<double> values) {
 std::string ObjectKey(size_t index) { return "bench-disk@" + HexHash64(index); }
 
 Status Bad(std::string message) { return Status(ErrorCode::INVALID_PARAMS, std::move(message)); }
-Status Failed(std::string message) { return Status(ErrorCode::INTERNAL_ERROR, std::move(message)); }
-
 uint64_t RoundUp(uint64_t value, uint64_t unit) { return (value + unit - 1) / unit * unit; }
 
 Status ValidateOptions(const DiskBenchOptions& o) {

@@ -23,8 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Status Failed(std::string message) { return Status(ErrorCode::INTERNAL_ERROR, std::move(message)); }
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;

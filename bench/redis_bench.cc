@@ -30,9 +30,10 @@
 #include <utility>
 #include <vector>
 
-#include "remote_bench.h"
+#include "local_cluster.h"
 #include "tierkv/client.h"
 #include "tierkv/config.h"
+#include "workload.h"
 
 #if TIERKV_HAVE_HIREDIS
 #include <hiredis/hiredis.h>
@@ -54,8 +55,6 @@ Status RunRedisBench(const RedisBenchOptions&) {
 #else  // TIERKV_HAVE_HIREDIS
 
 namespace {
-
-Status Failed(std::string message) { return Status(ErrorCode::INTERNAL_ERROR, std::move(message)); }
 
 double Rounded(double value) { return std::round(value * 1000.0) / 1000.0; }
 
@@ -494,7 +493,7 @@ Status RunRedisBench(const RedisBenchOptions& options) {
   if (!loaded.ok()) return loaded.status();
   const Config base = std::move(loaded).value();
   const uint64_t largest = LargestWorkingSet(options.working_set_bytes, options.object_sizes);
-  const uint64_t segment_bytes = StoreSegmentBytes(largest);
+  const uint64_t segment_bytes = SegmentBytesFor(largest);
 
   Progress progress("redis", options.common.progress);
   if (Status s = EnsureRedisServer(&progress); !s.ok()) return s;

@@ -9,30 +9,25 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "rpc/master_process.h"
+#include "local_cluster.h"
 #include "tierkv/client.h"
+#include "tierkv/config.h"
+#include "workload.h"
 
 namespace tierkv::bench {
 namespace {
-
-constexpr uint8_t kPoison = 0xA5;
-constexpr size_t kSpotBytes = 64;               // checked at each end of every object
-constexpr uint64_t kSegmentMargin = 64 * kMiB;  // on top of 2x the working set
-
-Status Failed(std::string message) { return Status(ErrorCode::INTERNAL_ERROR, std::move(message)); }
 
 double Rounded(double value) { return std::round(value * 1000.0) / 1000.0; }
 
@@ -43,12 +38,6 @@ nlohmann::ordered_json OrNull(const std::optional<double>& value) {
 
 void EmitJson(const nlohmann::ordered_json& line) {
   std::cout << line.dump() << '\n' << std::flush;
-}
-
-std::vector<size_t> PieceSizes(uint64_t size, size_t pieces) {
-  std::vector<size_t> out(pieces, size / pieces);
-  out.back() += size % pieces;
-  return out;
 }
 
 // ---- Raw TCP baseline ---------------------------------------------------------------------
@@ -283,322 +272,6 @@ void PrintHuman(std::ostream& out, const RemoteBenchOptions& options, const Conf
 
 }  // namespace
 
-// ---- Shared helpers -----------------------------------------------------------------------
-
-size_t ObjectsFor(uint64_t working_set_bytes, uint64_t object_bytes) {
-  return std::max<size_t>(1, working_set_bytes / object_bytes);
-}
-
-uint64_t LargestWorkingSet(uint64_t working_set_bytes, const std::vector<uint64_t>& object_sizes) {
-  uint64_t largest = 0;
-  for (uint64_t size : object_sizes) {
-    largest = std::max<uint64_t>(largest, ObjectsFor(working_set_bytes, size) * size);
-  }
-  return largest;
-}
-
-uint64_t StoreSegmentBytes(uint64_t working_set) { return 2 * working_set + kSegmentMargin; }
-
-Status ValidateTransferOptions(const CommonOptions& common, uint64_t working_set_bytes,
-                               const std::vector<uint64_t>& object_sizes, size_t batch,
-                               size_t pieces) {
-  auto bad = [](std::string m) { return Status(ErrorCode::INVALID_PARAMS, std::move(m)); };
-  if (common.reps < 1) return bad("--reps must be >= 1");
-  if (batch < 1) return bad("--batch must be >= 1");
-  if (pieces < 1) return bad("--pieces must be >= 1");
-  if (object_sizes.empty()) return bad("--sizes is empty");
-  for (uint64_t size : object_sizes) {
-    if (size < pieces || size < 2 * kSpotBytes) {
-      return bad("object size " + std::to_string(size) + " is too small (minimum " +
-                 std::to_string(std::max<uint64_t>(pieces, 2 * kSpotBytes)) + " bytes)");
-    }
-    if (size > (uint64_t{1} << 31) - 1) {
-      return bad("object size " + FormatBytes(size) + " is above 2 GiB - 1");
-    }
-  }
-  if (working_set_bytes == 0) return bad("--working-set must be > 0");
-  return Status::Ok();
-}
-
-Config RequesterConfig(Config base, const std::string& master_address,
-                       const std::string& protocol) {
-  base.mode = Mode::kStandaloneStore;
-  base.global_segment_size = 0;
-  base.master_server_address = master_address;
-  base.protocol = protocol;
-  return base;
-}
-
-Result<Requesters> ConnectRequesters(const Config& base, const std::string& master_address,
-                                     const AlignedBuffer& src, const AlignedBuffer& dst) {
-  Requesters r;
-  for (const char* protocol : {"shm", "tcp"}) {
-    Result<std::unique_ptr<Client>> created =
-        Client::Create(RequesterConfig(base, master_address, protocol));
-    if (!created.ok()) {
-      if (std::string(protocol) == "shm") return created.status();
-      r.tcp_status = created.status().ToString();  // measured once Create accepts it
-      continue;
-    }
-    std::unique_ptr<Client> client = std::move(created).value();
-    if (Status s = client->RegisterBuffer(src.data(), src.size()); !s.ok()) return s;
-    if (Status s = client->RegisterBuffer(dst.data(), dst.size()); !s.ok()) return s;
-    if (Status s = WarmUpRequester(*client); !s.ok()) return s;
-    (std::string(protocol) == "shm" ? r.shm : r.tcp) = std::move(client);
-  }
-  return r;
-}
-
-Status WarmUpRequester(Client& client) {
-  const std::string key = "bench-remote@warm-up";
-  std::vector<uint8_t> value(4096, 0x5A);
-  std::vector<uint8_t> back(value.size());
-  if (int rc = client.Put(key, value.data(), value.size()); rc != 0) {
-    return Failed("warm-up put: " + CodeString(rc));
-  }
-  const int64_t got = client.Get(key, back.data(), back.size());
-  if (got != static_cast<int64_t>(value.size()) || back != value) {
-    return Failed("warm-up get: " + (got < 0 ? CodeString(got) : "wrong bytes"));
-  }
-  if (int rc = client.Remove(key, /*force=*/true); rc != 0) {
-    return Failed("warm-up remove: " + CodeString(rc));
-  }
-  return Status::Ok();
-}
-
-Status ClientRep(Client& client, TransferWorkload& workload, int rep, std::vector<double>* put,
-                 std::vector<double>* get) {
-  Result<double> put_seconds = workload.Put(client);
-  if (!put_seconds.ok()) return put_seconds.status();
-  Result<double> get_seconds = workload.Get(client, rep);
-  if (!get_seconds.ok()) return get_seconds.status();
-  put->push_back(Gbps(workload.total_bytes(), *put_seconds));
-  get->push_back(Gbps(workload.total_bytes(), *get_seconds));
-  return workload.RemoveAll(client);
-}
-
-Result<RemoteRun> RemoteRun::Start(const Config& base, uint64_t segment_bytes, bool small_pages,
-                                   const AlignedBuffer& src, const AlignedBuffer& dst) {
-  RemoteRun run;
-  Result<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(segment_bytes, small_pages);
-  if (!cluster.ok()) return cluster.status();
-  run.cluster = std::move(cluster).value();
-  Result<Requesters> clients = ConnectRequesters(base, run.cluster->master_address(), src, dst);
-  if (!clients.ok()) return clients.status();
-  run.clients = std::move(clients).value();
-  return run;
-}
-
-Status RemoteRun::Stop(const AlignedBuffer& src, const AlignedBuffer& dst) {
-  for (std::unique_ptr<Client>* client : {&clients.shm, &clients.tcp}) {
-    if (*client == nullptr) continue;
-    (void)(*client)->UnregisterBuffer(src.data());
-    (void)(*client)->UnregisterBuffer(dst.data());
-    client->reset();
-  }
-  return cluster->Stop();
-}
-
-// ---- TransferWorkload ---------------------------------------------------------------------
-
-TransferWorkload::TransferWorkload(std::string name, uint64_t object_bytes, size_t objects,
-                                   size_t batch, size_t pieces, const AlignedBuffer& src,
-                                   const AlignedBuffer& dst)
-    : name_(std::move(name)), object_bytes_(object_bytes), objects_(objects), src_(src), dst_(dst) {
-  const std::vector<size_t> piece_sizes = PieceSizes(object_bytes, pieces);
-  for (size_t i = 0; i < objects_; ++i) {
-    keys_.push_back("bench-" + name_ + "@size:" + std::to_string(object_bytes) + "@" +
-                    HexHash64(i));
-  }
-  for (size_t first = 0; first < objects_; first += batch) {
-    Batch b;
-    for (size_t i = first; i < std::min(objects_, first + batch); ++i) {
-      b.keys.push_back(keys_[i]);
-      b.objects.push_back(i);
-      std::vector<void*> src_ptrs, dst_ptrs;
-      size_t offset = i * object_bytes_;
-      for (size_t piece : piece_sizes) {
-        src_ptrs.push_back(src_.data() + offset);
-        dst_ptrs.push_back(dst_.data() + offset);
-        copies_.push_back({src_.data() + offset, dst_.data() + offset, piece});
-        offset += piece;
-      }
-      b.src_ptrs.push_back(std::move(src_ptrs));
-      b.dst_ptrs.push_back(std::move(dst_ptrs));
-      b.piece_sizes.push_back(piece_sizes);
-    }
-    batches_.push_back(std::move(b));
-  }
-}
-
-Result<double> TransferWorkload::Put(Client& client) {
-  std::vector<std::vector<int>> codes(batches_.size());
-  Stopwatch watch;
-  for (size_t b = 0; b < batches_.size(); ++b) {
-    const Batch& batch = batches_[b];
-    codes[b] = client.BatchPutFromMultiBuffers(batch.keys, batch.src_ptrs, batch.piece_sizes);
-  }
-  const double seconds = watch.Seconds();
-  FailureLog failures;
-  for (size_t b = 0; b < batches_.size(); ++b) {
-    const Batch& batch = batches_[b];
-    if (codes[b].size() != batch.keys.size()) {
-      failures.Add("batch put returned " + std::to_string(codes[b].size()) + " results for " +
-                   std::to_string(batch.keys.size()) + " keys");
-      continue;
-    }
-    for (size_t k = 0; k < batch.keys.size(); ++k) {
-      if (codes[b][k] != 0)
-        failures.Add("put of " + batch.keys[k] + ": " + CodeString(codes[b][k]));
-    }
-  }
-  if (!failures.empty())
-    return failures.ToStatus(name_ + " " + FormatBytes(object_bytes_) + " put");
-  return seconds;
-}
-
-Result<double> TransferWorkload::Get(Client& client, int rep) {
-  Poison(rep);
-  std::vector<std::vector<int64_t>> codes(batches_.size());
-  Stopwatch watch;
-  for (size_t b = 0; b < batches_.size(); ++b) {
-    const Batch& batch = batches_[b];
-    codes[b] = client.BatchGetIntoMultiBuffers(batch.keys, batch.dst_ptrs, batch.piece_sizes);
-  }
-  const double seconds = watch.Seconds();
-  FailureLog failures;
-  for (size_t b = 0; b < batches_.size(); ++b) {
-    const Batch& batch = batches_[b];
-    if (codes[b].size() != batch.keys.size()) {
-      failures.Add("batch get returned " + std::to_string(codes[b].size()) + " results for " +
-                   std::to_string(batch.keys.size()) + " keys");
-      continue;
-    }
-    for (size_t k = 0; k < batch.keys.size(); ++k) {
-      const int64_t code = codes[b][k];
-      if (code < 0) {
-        failures.Add("get of " + batch.keys[k] + ": " + CodeString(code));
-      } else if (static_cast<uint64_t>(code) != object_bytes_) {
-        failures.Add("get of " + batch.keys[k] + " returned " + std::to_string(code) +
-                     " bytes, expected " + std::to_string(object_bytes_));
-      }
-    }
-  }
-  const std::string context = name_ + " " + FormatBytes(object_bytes_) + " get";
-  if (!failures.empty()) return failures.ToStatus(context);
-  if (Status s = CheckBytes(rep, context); !s.ok()) return s;
-  return seconds;
-}
-
-Result<double> TransferWorkload::Memcpy(int rep) {
-  Poison(rep);
-  const double seconds = TimedMemcpy(copies_);
-  if (Status s = CheckBytes(rep, "memcpy baseline"); !s.ok()) return s;
-  return seconds;
-}
-
-Status TransferWorkload::RemoveAll(Client& client) {
-  const int64_t removed = client.RemoveAll(/*force=*/true);
-  if (removed < 0) return Failed("RemoveAll failed: " + CodeString(removed));
-  if (static_cast<uint64_t>(removed) != objects_) {
-    return Failed("RemoveAll removed " + std::to_string(removed) + " objects, expected " +
-                  std::to_string(objects_));
-  }
-  return Status::Ok();
-}
-
-size_t TransferWorkload::FullCheckObject(size_t b, int rep) const {
-  const Batch& batch = batches_[b];
-  return batch.objects[(b + static_cast<size_t>(rep)) % batch.objects.size()];
-}
-
-void TransferWorkload::Poison(int rep) {
-  for (size_t i = 0; i < objects_; ++i) {
-    std::memset(dst_object(i), kPoison, kSpotBytes);
-    std::memset(dst_object(i) + object_bytes_ - kSpotBytes, kPoison, kSpotBytes);
-  }
-  for (size_t b = 0; b < batches_.size(); ++b) {
-    std::memset(dst_object(FullCheckObject(b, rep)), kPoison, object_bytes_);
-  }
-}
-
-Status TransferWorkload::CheckBytes(int rep, const std::string& what) const {
-  FailureLog failures;
-  auto differs = [&](size_t offset, size_t bytes) {
-    return std::memcmp(dst_.data() + offset, src_.data() + offset, bytes) != 0;
-  };
-  for (size_t i = 0; i < objects_; ++i) {
-    const size_t base = i * object_bytes_;
-    if (differs(base, kSpotBytes)) failures.Add(keys_[i] + ": wrong bytes at its start");
-    if (differs(base + object_bytes_ - kSpotBytes, kSpotBytes)) {
-      failures.Add(keys_[i] + ": wrong bytes at its end");
-    }
-  }
-  for (size_t b = 0; b < batches_.size(); ++b) {
-    const size_t i = FullCheckObject(b, rep);
-    const uint8_t* got = dst_object(i);
-    const uint8_t* want = src_object(i);
-    if (std::memcmp(got, want, object_bytes_) != 0) {
-      size_t at = 0;
-      while (at < object_bytes_ && got[at] == want[at]) ++at;
-      failures.Add(keys_[i] + ": wrong byte at offset " + std::to_string(at));
-    }
-  }
-  return failures.ToStatus(what);
-}
-
-// ---- LocalCluster -------------------------------------------------------------------------
-
-Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(
-    uint64_t segment_bytes, bool small_pages, const std::vector<std::string>& store_args) {
-  const std::string self = SelfExecutable();
-  if (self.empty()) return Failed("cannot read /proc/self/exe");
-  std::unique_ptr<LocalCluster> cluster(new LocalCluster());
-  cluster->segment_bytes_ = segment_bytes;
-  MasterProcessOptions master;
-  master.binary = self;
-  master.args = {"--host", "127.0.0.1", "--port", "0", "--metrics-port", "-1"};
-  if (std::getenv("TIERKV_LOG_LEVEL") == nullptr) master.env = {{"TIERKV_LOG_LEVEL", "warn"}};
-  Result<std::unique_ptr<MasterProcess>> started = MasterProcess::Start(master);
-  if (!started.ok()) return started.status();
-  cluster->master_ = std::move(started).value();
-
-  MasterProcessOptions store = master;
-  store.command = "store";
-  // The segment is served over shm and over the network transport on 127.0.0.1; no metrics
-  // server (its fixed default port would collide between concurrent runs).
-  store.args = {"--master",       cluster->master_->address(),
-                "--segment-size", std::to_string(segment_bytes),
-                "--data-host",    "127.0.0.1",
-                "--metrics-port", "-1"};
-  if (small_pages) store.args.push_back("--small-pages");
-  store.args.insert(store.args.end(), store_args.begin(), store_args.end());
-  // Pre-faulting a large segment takes a while on 4 KiB pages.
-  store.start_timeout = Millis(60000);
-  started = MasterProcess::Start(store);
-  if (!started.ok()) return started.status();
-  cluster->store_ = std::move(started).value();
-  return cluster;
-}
-
-LocalCluster::~LocalCluster() = default;  // MasterProcess kills and reaps what still runs
-
-std::string LocalCluster::master_address() const { return master_->address(); }
-
-Status LocalCluster::Stop() {
-  std::string failed;
-  for (auto [process, name] :
-       {std::pair{store_.get(), "store"}, std::pair{master_.get(), "master"}}) {
-    if (process == nullptr || !process->running()) continue;
-    const std::optional<int> status = process->Stop();
-    if (!status || !WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
-      failed += std::string(failed.empty() ? "" : ", ") + "tierkv " + name;
-    }
-  }
-  if (!failed.empty()) return Failed(failed + " did not exit cleanly on SIGTERM");
-  return Status::Ok();
-}
-
 // ---- RunRemoteBench -----------------------------------------------------------------------
 
 Status RunRemoteBench(const RemoteBenchOptions& options) {
@@ -611,7 +284,7 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
   if (!loaded.ok()) return loaded.status();
   const Config base = std::move(loaded).value();
   const uint64_t largest = LargestWorkingSet(options.working_set_bytes, options.object_sizes);
-  const uint64_t segment_bytes = StoreSegmentBytes(largest);
+  const uint64_t segment_bytes = SegmentBytesFor(largest);
 
   Progress progress("remote", options.common.progress);
   // First of all, before anything in this process touches gRPC: fork the raw TCP sender.

@@ -14,12 +14,13 @@
 #include <vector>
 
 #include "fio_runner.h"
-#include "remote_bench.h"
+#include "local_cluster.h"
 #include "ssd/record_format.h"
 #include "ssd/staging_area.h"
 #include "store/tier_stager.h"
 #include "tierkv/client.h"
 #include "tierkv/config.h"
+#include "workload.h"
 
 namespace tierkv::bench {
 namespace {
@@ -33,7 +34,6 @@ constexpr uint32_t kRingQueueDepth = 32;  // the store's io_uring ring (DeviceOp
 constexpr const char* kName = "disk-remote";
 
 Status Bad(std::string message) { return Status(ErrorCode::INVALID_PARAMS, std::move(message)); }
-Status Failed(std::string message) { return Status(ErrorCode::INTERNAL_ERROR, std::move(message)); }
 double Round3(double value) { return std::round(value * 1000.0) / 1000.0; }
 
 Status Validate(const RemoteDiskBenchOptions& o) {
