@@ -16,6 +16,27 @@ constexpr uint8_t kPoison = 0xA5;
 constexpr size_t kSpotBytes = 64;               // checked at each end of every object
 constexpr uint64_t kSegmentMargin = 64 * kMiB;  // on top of 2x the working set
 
+// The untimed check of one batch op: every batch call returned one code per key, and `judge`
+// finds every code right (it returns "" for a right code, else what is wrong with it).
+template <typename Batch, typename Code, typename Judge>
+FailureLog CheckCodes(const char* op, const std::vector<Batch>& batches,
+                      const std::vector<std::vector<Code>>& codes, Judge judge) {
+  FailureLog failures;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const Batch& batch = batches[b];
+    if (codes[b].size() != batch.keys.size()) {
+      failures.Add(std::string("batch ") + op + " returned " + std::to_string(codes[b].size()) +
+                   " results for " + std::to_string(batch.keys.size()) + " keys");
+      continue;
+    }
+    for (size_t k = 0; k < batch.keys.size(); ++k) {
+      std::string wrong = judge(codes[b][k]);
+      if (!wrong.empty()) failures.Add(op + std::string(" of ") + batch.keys[k] + wrong);
+    }
+  }
+  return failures;
+}
+
 }  // namespace
 
 size_t ObjectsFor(uint64_t working_set_bytes, uint64_t object_bytes) {
@@ -102,19 +123,9 @@ Result<double> TransferWorkload::Put(Client& client) {
     codes[b] = client.BatchPutFromMultiBuffers(batch.keys, batch.src_ptrs, batch.piece_sizes);
   }
   const double seconds = watch.Seconds();
-  FailureLog failures;
-  for (size_t b = 0; b < batches_.size(); ++b) {
-    const Batch& batch = batches_[b];
-    if (codes[b].size() != batch.keys.size()) {
-      failures.Add("batch put returned " + std::to_string(codes[b].size()) + " results for " +
-                   std::to_string(batch.keys.size()) + " keys");
-      continue;
-    }
-    for (size_t k = 0; k < batch.keys.size(); ++k) {
-      if (codes[b][k] != 0)
-        failures.Add("put of " + batch.keys[k] + ": " + CodeString(codes[b][k]));
-    }
-  }
+  const FailureLog failures = CheckCodes("put", batches_, codes, [](int code) {
+    return code != 0 ? ": " + CodeString(code) : std::string();
+  });
   if (!failures.empty())
     return failures.ToStatus(name_ + " " + FormatBytes(object_bytes_) + " put");
   return seconds;
@@ -129,24 +140,14 @@ Result<double> TransferWorkload::Get(Client& client, int rep) {
     codes[b] = client.BatchGetIntoMultiBuffers(batch.keys, batch.dst_ptrs, batch.piece_sizes);
   }
   const double seconds = watch.Seconds();
-  FailureLog failures;
-  for (size_t b = 0; b < batches_.size(); ++b) {
-    const Batch& batch = batches_[b];
-    if (codes[b].size() != batch.keys.size()) {
-      failures.Add("batch get returned " + std::to_string(codes[b].size()) + " results for " +
-                   std::to_string(batch.keys.size()) + " keys");
-      continue;
+  const FailureLog failures = CheckCodes("get", batches_, codes, [&](int64_t code) {
+    if (code < 0) return ": " + CodeString(code);
+    if (static_cast<uint64_t>(code) != object_bytes_) {
+      return " returned " + std::to_string(code) + " bytes, expected " +
+             std::to_string(object_bytes_);
     }
-    for (size_t k = 0; k < batch.keys.size(); ++k) {
-      const int64_t code = codes[b][k];
-      if (code < 0) {
-        failures.Add("get of " + batch.keys[k] + ": " + CodeString(code));
-      } else if (static_cast<uint64_t>(code) != object_bytes_) {
-        failures.Add("get of " + batch.keys[k] + " returned " + std::to_string(code) +
-                     " bytes, expected " + std::to_string(object_bytes_));
-      }
-    }
-  }
+    return std::string();
+  });
   const std::string context = name_ + " " + FormatBytes(object_bytes_) + " get";
   if (!failures.empty()) return failures.ToStatus(context);
   if (Status s = CheckBytes(rep, context); !s.ok()) return s;
