@@ -30,7 +30,9 @@ PACKAGES=(
   protobuf-compiler-grpc  # grpc_cpp_plugin: generates the gRPC stubs of proto/tierkv/master.proto
   libprotobuf-dev
   protobuf-compiler    # protoc
-  prometheus-cpp-dev   # tierkv master: /metrics and /health (src/metrics/; pulls in libcivetweb-dev)
+  prometheus-cpp-dev   # tierkv master and store: the metrics data model and text format (src/metrics/)
+  libmicrohttpd-dev    # tierkv master and store: the HTTP server of /metrics and /health
+  zlib1g-dev           # gzip of /metrics
   libucx-dev           # the cross-host transport (src/transport/ucx_*): UCX over tcp, or verbs/RDMA
   python3              # scripts/test.sh checks the bench's JSON output with it
   fio                  # tierkv bench disk: the baseline of the SSD tier's raw path

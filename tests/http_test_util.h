@@ -25,7 +25,8 @@ struct HttpResponse {
 // Sends "`method` `path` HTTP/1.0" to 127.0.0.1:port and reads the answer until the server
 // closes the connection or `timeout` passes.
 inline HttpResponse HttpRequest(int port, const std::string& method, const std::string& path,
-                                std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+                                std::chrono::milliseconds timeout = std::chrono::seconds(5),
+                                const std::string& extra_headers = "") {
   HttpResponse out;
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return out;
@@ -37,7 +38,8 @@ inline HttpResponse HttpRequest(int port, const std::string& method, const std::
     close(fd);
     return out;
   }
-  const std::string request = method + " " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  const std::string request =
+      method + " " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n" + extra_headers + "\r\n";
   if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(request.size())) {
     close(fd);
@@ -63,6 +65,30 @@ inline HttpResponse HttpRequest(int port, const std::string& method, const std::
   out.headers = raw.substr(0, end);
   out.body = raw.substr(end + 4);
   return out;
+}
+
+// A connection to 127.0.0.1:port that sends `partial` (e.g. half a request, or nothing) and
+// then stays open, silent, until the caller closes the returned fd (-1 if it cannot connect).
+inline int OpenSlowClient(int port, const std::string& partial) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      (!partial.empty() && send(fd, partial.data(), partial.size(), MSG_NOSIGNAL) !=
+                               static_cast<ssize_t>(partial.size()))) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the server still holds the connection `fd` open (nothing to read, no hang-up).
+inline bool StillOpen(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, 0) == 0;
 }
 
 inline HttpResponse HttpGet(int port, const std::string& path) {

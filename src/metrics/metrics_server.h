@@ -3,11 +3,20 @@
 //   GET /metrics   the registry in the Prometheus text format (0.0.4; gzip if asked)
 //   GET /health    200 with the body "ok\n" while the process serves (a liveness probe)
 //
-// prometheus-cpp's Exposer (CivetWeb) serves /metrics. Exposer has no public way to add a
-// handler for another URI, but it passes CivetWeb callbacks through: /health is answered by
-// CivetWeb's begin_request callback, before CivetWeb looks for a handler. Other paths: 404.
+// HTTP is libmicrohttpd's (Debian's libmicrohttpd-dev), on one event-loop thread (epoll) that
+// never blocks on a client: idle or half-sent connections cost a file descriptor each, not a
+// thread, so /health answers at once while many slow clients hold connections open (a
+// thread-per-connection server is starved by as many idle clients as it has threads). A
+// connection that completes no request within kConnectionTimeoutSeconds is closed; at most
+// kMaxConnections are open at once (more are refused until one closes). /metrics is
+// collected on a worker thread (a scrape walks the master's tables) while its connection is
+// suspended, so a slow scrape does not hold up /health either. Other paths: 404; a method
+// other than GET or HEAD: 405.
 //
-// Thread-safety: thread-safe. Requests are served on CivetWeb's threads (`threads` of them).
+// The listening socket is bound by Start itself, to exactly `host`:`port` (one address: the
+// first the host resolves to, IPv4 or IPv6), so the error names the address and the errno.
+//
+// Thread-safety: thread-safe. Owns the listening socket, the event-loop and worker threads.
 #pragma once
 
 #include <cstddef>
@@ -18,26 +27,27 @@
 #include "metrics/metrics_registry.h"
 #include "tierkv/status.h"
 
-namespace prometheus {
-class Exposer;
-}  // namespace prometheus
-
 namespace tierkv {
 
 struct MetricsServerOptions {
-  std::string host = "127.0.0.1";  // an IPv4 address or a host name (CivetWeb has no IPv6 here)
+  std::string host = "127.0.0.1";  // an IPv4/IPv6 address or a host name
   int port = 9003;                 // 0 = a free port, chosen by the kernel
-  size_t threads = 2;              // CivetWeb worker threads
+  size_t threads = 1;              // /metrics collection threads (at least 1)
 };
 
 class MetricsServer {
  public:
-  // Binds and starts serving `registry`. INVALID_PARAMS for a bad port or host; RPC_FAIL
-  // naming the address and CivetWeb's reason if it cannot listen (e.g. "Address already in
-  // use").
+  // A connection that has not completed a request within this long is closed.
+  static constexpr unsigned kConnectionTimeoutSeconds = 10;
+  // Connections open at once; further ones are refused (closed on accept).
+  static constexpr unsigned kMaxConnections = 1024;
+
+  // Binds and starts serving `registry`. INVALID_PARAMS for a bad port, host or thread count;
+  // RPC_FAIL naming the address and the reason if it cannot listen (e.g. "Address already in
+  // use", a host that does not resolve).
   static Result<std::unique_ptr<MetricsServer>> Start(const MetricsServerOptions& options,
                                                       std::shared_ptr<MetricsRegistry> registry);
-  // Stops listening and waits for the requests in flight (milliseconds: see Stop in the .cc).
+  // Stops listening, answers the scrapes queued (or 503), closes every connection, joins.
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
@@ -45,16 +55,14 @@ class MetricsServer {
   int port() const { return port_; }
   std::string address() const { return host_ + ":" + std::to_string(port_); }  // host:port
 
+  struct Impl;
+
  private:
   MetricsServer() = default;
 
-  std::string host_;
+  std::string host_;  // as given (an IPv6 address in brackets)
   int port_ = 0;
-  // An IPv4 address that reaches the listening socket (0.0.0.0 -> 127.0.0.1), for the
-  // destructor; 0 = unknown (then stopping may take CivetWeb's 2 s poll quantum).
-  uint32_t wake_address_ = 0;  // network byte order
-  std::shared_ptr<MetricsRegistry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace tierkv
