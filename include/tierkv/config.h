@@ -55,6 +55,7 @@ struct Config {
   bool offload_warm_restart = false;       // keep tier files and re-register them at start
   bool offload_page_cache_reads = false;   // read the tier through the page cache
   bool offload_allow_buffered_io = false;  // accept a filesystem without O_DIRECT
+  bool offload_block_devices = false;      // offload_paths are raw block devices, used whole
   uint64_t staging_buffer_size = uint64_t{1280} << 20;  // disk reads land here
   double staging_usable_ratio = 0.9;  // share of the staging buffer one batch part may use
   uint64_t staging_ttl_ms = 30000;    // staging space of a vanished requester is reclaimed

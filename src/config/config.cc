@@ -308,6 +308,7 @@ const KeySpec kKeys[] = {
     {"offload_warm_restart", &BoolKey<&Config::offload_warm_restart>},
     {"offload_page_cache_reads", &BoolKey<&Config::offload_page_cache_reads>},
     {"offload_allow_buffered_io", &BoolKey<&Config::offload_allow_buffered_io>},
+    {"offload_block_devices", &BoolKey<&Config::offload_block_devices>},
     {"staging_buffer_size", &SizeKey<&Config::staging_buffer_size>},
     {"staging_usable_ratio", &RatioKey<&Config::staging_usable_ratio>},
     {"staging_ttl_ms", &UintKey<&Config::staging_ttl_ms>},
@@ -426,7 +427,8 @@ Status ValidateOffload(const Config& config) {
                     "enable_offload needs at least one tier file path (e.g. "
                     "[\"/mnt/nvme0/tierkv.tier\"])");
   }
-  if (config.offload_capacity < config.offload_region_size) {
+  // A block device's capacity is its size (offload_capacity does not apply).
+  if (!config.offload_block_devices && config.offload_capacity < config.offload_region_size) {
     return KeyError("offload_capacity", "must hold at least one region (offload_region_size " +
                                             std::to_string(config.offload_region_size) +
                                             " bytes), got " +

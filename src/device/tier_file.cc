@@ -1,20 +1,79 @@
 #include "device/tier_file.h"
 
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
 
+#include "common/checksum.h"
+
 namespace tierkv {
 namespace {
+
+// The label: 64 bytes at the start of the last 4096-byte block of a tier file, then zeroes.
+constexpr uint32_t kLabelMagic = 0x46544B54;  // "TKTF", little-endian
+constexpr uint16_t kLabelVersion = 1;
+constexpr uint16_t kLabelLength = 64;
+
+void Put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, sizeof(v)); }
+void Put32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, sizeof(v)); }
+void Put64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, sizeof(v)); }
+template <typename T>
+T Get(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Fills `block` (kLabelBytes) with the label of a tier file of `capacity` data bytes.
+void EncodeLabel(uint8_t* block, uint64_t capacity) {
+  std::memset(block, 0, TierFile::kLabelBytes);
+  Put32(block + 0, kLabelMagic);
+  Put16(block + 4, kLabelVersion);
+  Put16(block + 6, kLabelLength);
+  Put64(block + 8, capacity);
+  Put32(block + 16, static_cast<uint32_t>(geteuid()));
+  // 20..55 reserved (zero)
+  Put64(block + 56, Checksum(block, 56));
+}
+
+// The capacity a label names, or -1 when `block` is no valid label.
+int64_t DecodeLabel(const uint8_t* block) {
+  if (Get<uint32_t>(block) != kLabelMagic || Get<uint16_t>(block + 4) != kLabelVersion ||
+      Get<uint16_t>(block + 6) != kLabelLength ||
+      Get<uint64_t>(block + 56) != Checksum(block, 56)) {
+    return -1;
+  }
+  const uint64_t capacity = Get<uint64_t>(block + 8);
+  if (capacity == 0 || capacity % TierFile::kAlignment != 0 ||
+      capacity > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return -1;
+  }
+  return static_cast<int64_t>(capacity);
+}
+
+// What lstat says is at a path, in words for an error message.
+std::string KindOf(const struct stat& st) {
+  if (S_ISREG(st.st_mode)) return "a regular file of " + std::to_string(st.st_size) + " bytes";
+  if (S_ISDIR(st.st_mode)) return "a directory";
+  if (S_ISLNK(st.st_mode)) return "a symbolic link";
+  if (S_ISBLK(st.st_mode)) return "a block device";
+  if (S_ISCHR(st.st_mode)) return "a character device";
+  if (S_ISFIFO(st.st_mode)) return "a FIFO";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  return "a file of an unknown kind";
+}
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
@@ -89,18 +148,78 @@ Status NoDirectIo(const std::string& path, bool allow_buffered_fallback) {
   return Status::Ok();
 }
 
+// The capacity named by the label of the open regular file `fd` (its stat in `st`), or -1 when
+// it has none (too small, unreadable, or not a label).
+int64_t ReadLabel(int fd, const struct stat& st) {
+  if (st.st_size < static_cast<off_t>(TierFile::kLabelBytes) ||
+      st.st_size % static_cast<off_t>(TierFile::kAlignment) != 0) {
+    return -1;
+  }
+  void* block = nullptr;
+  if (posix_memalign(&block, TierFile::kAlignment, TierFile::kLabelBytes) != 0) return -1;
+  const off_t at = st.st_size - static_cast<off_t>(TierFile::kLabelBytes);
+  const ssize_t n = pread(fd, block, TierFile::kLabelBytes, at);
+  int64_t capacity = -1;
+  if (n == static_cast<ssize_t>(TierFile::kLabelBytes)) {
+    capacity = DecodeLabel(static_cast<const uint8_t*>(block));
+    if (capacity != at) capacity = -1;  // a label of another size: not this file's
+  }
+  std::free(block);
+  return capacity;
+}
+
+// OK when what lstat found at `path` (`st`) is a tier file tierkv created, owned by this user:
+// Create may replace it. Otherwise FILE_OPEN_FAIL naming the path and what is there.
+Status CheckReplaceable(const std::string& path, const struct stat& st) {
+  auto refuse = [&path, &st](const std::string& why) {
+    return OpenFail(path, "is " + KindOf(st) + why +
+                              "; refusing to replace it (remove it yourself, or configure "
+                              "another path)");
+  };
+  if (S_ISLNK(st.st_mode)) {
+    char target[4096] = {};
+    const ssize_t n = readlink(path.c_str(), target, sizeof(target) - 1);
+    return refuse(n > 0 ? " to " + std::string(target, static_cast<size_t>(n)) +
+                              " (links are never followed)"
+                        : std::string(" (links are never followed)"));
+  }
+  if (S_ISBLK(st.st_mode)) {
+    return refuse(" (to use a raw block device as a tier, set offload_block_devices: true)");
+  }
+  if (!S_ISREG(st.st_mode)) return refuse("");
+  // O_NONBLOCK: a FIFO swapped in after the lstat must not block the open.
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return OpenFail(path, "cannot open to check its label: " + ErrnoText(errno));
+  struct stat opened {};
+  const bool same = fstat(fd, &opened) == 0 && opened.st_dev == st.st_dev &&
+                    opened.st_ino == st.st_ino && S_ISREG(opened.st_mode);
+  const int64_t capacity = same ? ReadLabel(fd, opened) : -1;
+  close(fd);
+  if (!same) return OpenFail(path, "changed while it was checked; refusing to replace it");
+  if (capacity < 0) return refuse(" that tierkv did not create (it has no tier file label)");
+  if (st.st_uid != geteuid()) {
+    return refuse(", a tier file of uid " + std::to_string(st.st_uid) + ", not of this user (uid " +
+                  std::to_string(geteuid()) + ")");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<TierFile> TierFile::Create(const std::string& path, const TierFileOptions& options) {
   if (Status st = ValidateArguments(path, options.capacity); !st.ok()) return st;
 
-  // Remove what is there. unlink() of a symlink removes the link, never its target.
+  // Replace only a tier file of ours; refuse anything else, naming it.
   struct stat st {};
   if (lstat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return OpenFail(path, "is a directory");
+    if (Status mine = CheckReplaceable(path, st); !mine.ok()) return mine;
     if (unlink(path.c_str()) != 0 && errno != ENOENT) {
-      return OpenFail(path, "cannot remove the existing file: " + ErrnoText(errno));
+      return OpenFail(path, "cannot remove the tier file of an earlier run: " + ErrnoText(errno));
     }
+    spdlog::info("tier file {}: replacing the tier file of an earlier run ({} bytes)", path,
+                 st.st_size);
+  } else if (errno != ENOENT) {
+    return OpenFail(path, "cannot look at the path: " + ErrnoText(errno));
   }
 
   const int flags = O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC;
@@ -131,17 +250,80 @@ Result<TierFile> TierFile::Create(const std::string& path, const TierFileOptions
   if (file.fd_ < 0) return CreateError(path, err);
 
   if (fchmod(file.fd_, 0600) != 0) return OpenFail(path, "fchmod 0600: " + ErrnoText(errno));
-  if (fallocate(file.fd_, 0, 0, static_cast<off_t>(options.capacity)) != 0) {
+  const uint64_t file_size = options.capacity + kLabelBytes;
+  if (fallocate(file.fd_, 0, 0, static_cast<off_t>(file_size)) != 0) {
     err = errno;
-    if (err != EOPNOTSUPP) return FallocateError(path, file.fd_, options.capacity, err);
+    if (err != EOPNOTSUPP) return FallocateError(path, file.fd_, file_size, err);
     // No preallocation on this filesystem: size the file sparse, space is not reserved.
-    if (ftruncate(file.fd_, static_cast<off_t>(options.capacity)) != 0) {
+    if (ftruncate(file.fd_, static_cast<off_t>(file_size)) != 0) {
       return OpenFail(path, "ftruncate: " + ErrnoText(errno));
     }
     spdlog::warn("tier file {}: fallocate unsupported; file is sparse, writes may hit ENOSPC",
                  path);
   }
+  // The label, so that a later run knows this file for a tier file of tierkv's.
+  void* block = nullptr;
+  if (posix_memalign(&block, kAlignment, kLabelBytes) != 0) {
+    return OpenFail(path, "cannot allocate the label's buffer");
+  }
+  EncodeLabel(static_cast<uint8_t*>(block), options.capacity);
+  const ssize_t wrote = pwrite(file.fd_, block, kLabelBytes, static_cast<off_t>(options.capacity));
+  err = errno;
+  std::free(block);
+  if (wrote != static_cast<ssize_t>(kLabelBytes)) {
+    return OpenFail(path, "writing the tier file label: " +
+                              (wrote < 0 ? ErrnoText(err) : std::string("short write")));
+  }
+  if (fdatasync(file.fd_) != 0) return OpenFail(path, "fdatasync: " + ErrnoText(errno));
   file.remove_on_close_ = options.remove_on_close;
+  return file;
+}
+
+Result<TierFile> TierFile::OpenBlockDevice(const std::string& path) {
+  if (path.empty()) return Status(ErrorCode::INVALID_PARAMS, "tier device path is empty");
+  auto fail = [&path](const std::string& what) {
+    return Status(ErrorCode::FILE_OPEN_FAIL, "tier device " + path + ": " + what);
+  };
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return fail("cannot open: " + ErrnoText(errno));
+  if (S_ISLNK(st.st_mode)) {
+    return fail(
+        "is a symbolic link; refusing to follow it (give the device node itself, e.g. "
+        "the path `readlink -f` prints)");
+  }
+  if (!S_ISBLK(st.st_mode)) {
+    return fail("is " + KindOf(st) +
+                ", not a block device (offload_block_devices: every offload_paths entry must be "
+                "a block device)");
+  }
+  TierFile file;
+  file.path_ = path;
+  file.block_device_ = true;
+  file.remove_on_close_ = false;
+  file.direct_io_ = true;
+  // O_EXCL on a block device: the kernel refuses it while it is mounted or opened exclusively.
+  file.fd_ = open(path.c_str(), O_RDWR | O_DIRECT | O_EXCL | O_NOFOLLOW | O_CLOEXEC);
+  if (file.fd_ < 0) {
+    const int err = errno;
+    if (err == EBUSY) {
+      return fail("is in use (mounted, or opened exclusively by another process): " +
+                  ErrnoText(err));
+    }
+    return fail("cannot open with O_DIRECT: " + ErrnoText(err));
+  }
+  if (fstat(file.fd_, &st) != 0 || !S_ISBLK(st.st_mode)) {
+    return fail("is no longer a block device after it was opened");
+  }
+  uint64_t size = 0;
+  if (ioctl(file.fd_, BLKGETSIZE64, &size) != 0) return fail("BLKGETSIZE64: " + ErrnoText(errno));
+  int logical = 0;
+  if (ioctl(file.fd_, BLKSSZGET, &logical) != 0) return fail("BLKSSZGET: " + ErrnoText(errno));
+  if (logical <= 0 || kAlignment % static_cast<uint64_t>(logical) != 0) {
+    return fail("logical block size " + std::to_string(logical) + " does not divide " +
+                std::to_string(kAlignment));
+  }
+  file.capacity_ = size / kAlignment * kAlignment;
+  if (file.capacity_ == 0) return fail("has " + std::to_string(size) + " bytes, fewer than 4096");
   return file;
 }
 
@@ -200,10 +382,16 @@ Result<TierFile> TierFile::OpenExisting(const std::string& path, const TierFileO
     return OpenFail(path, std::string("mode ") + mode +
                               ", expected 0600 (a tier file is private to the store)");
   }
-  if (static_cast<uint64_t>(st.st_size) != options.capacity) {
+  if (static_cast<uint64_t>(st.st_size) != options.capacity + kLabelBytes) {
     return OpenFail(path, "size " + std::to_string(st.st_size) + " bytes, expected " +
+                              std::to_string(options.capacity + kLabelBytes) +
+                              " (the configured capacity and the label; was the configuration "
+                              "changed?)");
+  }
+  if (ReadLabel(file.fd_, st) != static_cast<int64_t>(options.capacity)) {
+    return OpenFail(path, "has no valid tier file label for a capacity of " +
                               std::to_string(options.capacity) +
-                              " (the configured capacity; was the configuration changed?)");
+                              " bytes: not a tier file tierkv created (or one of an older format)");
   }
   const int fl = fcntl(file.fd_, F_GETFL);
   if (fl < 0 || fcntl(file.fd_, F_SETFL, fl & ~O_NONBLOCK) != 0) {
@@ -224,6 +412,7 @@ TierFile& TierFile::operator=(TierFile&& other) noexcept {
     fd_ = std::exchange(other.fd_, -1);
     capacity_ = std::exchange(other.capacity_, 0);
     direct_io_ = std::exchange(other.direct_io_, false);
+    block_device_ = std::exchange(other.block_device_, false);
     remove_on_close_ = std::exchange(other.remove_on_close_, true);
     other.path_.clear();
   }
@@ -232,7 +421,7 @@ TierFile& TierFile::operator=(TierFile&& other) noexcept {
 
 void TierFile::Reset() {
   if (fd_ < 0) return;
-  if (remove_on_close_) {
+  if (remove_on_close_ && !block_device_) {
     // Unlink only if the path still names our file, not one that replaced it.
     struct stat ours {};
     struct stat named {};

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -34,7 +35,7 @@ Status Validate(const SsdTierOptions& o) {
     return ConfigError("region_size " + std::to_string(o.region_size) +
                        " must be a multiple of 4096 and at least 8192");
   }
-  if (o.capacity_per_path < o.region_size) {
+  if (!o.block_devices && o.capacity_per_path < o.region_size) {
     return ConfigError("capacity_per_path " + std::to_string(o.capacity_per_path) +
                        " is smaller than one region (" + std::to_string(o.region_size) + " bytes)");
   }
@@ -90,6 +91,32 @@ Result<std::unique_ptr<OwnedFd>> OpenBufferedReadFd(const TierFile& file) {
   return owned;
 }
 
+// Zeroes the first block of every whole region of a raw device, so that no region header of an
+// earlier run survives a fresh (non warm-restart) start.
+Status ClearRegionHeaders(const TierFile& device, uint64_t region_size) {
+  void* zero = nullptr;
+  if (posix_memalign(&zero, kBlockSize, kBlockSize) != 0) {
+    return Status(ErrorCode::INTERNAL_ERROR, "ssd tier: cannot allocate a block");
+  }
+  std::memset(zero, 0, kBlockSize);
+  Status out;
+  for (uint64_t at = 0; at + region_size <= device.capacity(); at += region_size) {
+    if (pwrite(device.fd(), zero, kBlockSize, static_cast<off_t>(at)) !=
+        static_cast<ssize_t>(kBlockSize)) {
+      out = Status(ErrorCode::FILE_WRITE_FAIL,
+                   "tier device " + device.path() + ": clearing the region header at offset " +
+                       std::to_string(at) + ": " + std::strerror(errno));
+      break;
+    }
+  }
+  std::free(zero);
+  if (out.ok() && fdatasync(device.fd()) != 0) {
+    out = Status(ErrorCode::FILE_WRITE_FAIL,
+                 "tier device " + device.path() + ": fdatasync: " + std::strerror(errno));
+  }
+  return out;
+}
+
 }  // namespace
 
 struct SsdTier::Impl {
@@ -132,7 +159,21 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options,
     fo.remove_on_close = true;
     struct stat st {};
     Result<TierFile> file = TierFile();
-    if (options.warm_restart && lstat(path.c_str(), &st) == 0) {
+    if (options.block_devices) {
+      file = TierFile::OpenBlockDevice(path);
+      if (file.ok() && file->capacity() < options.region_size) {
+        return ConfigError("tier device " + path + " has " + std::to_string(file->capacity()) +
+                           " bytes, fewer than one region (" + std::to_string(options.region_size) +
+                           " bytes)");
+      }
+      if (file.ok() && !options.warm_restart) {
+        if (Status cleared = ClearRegionHeaders(*file, options.region_size); !cleared.ok()) {
+          return cleared;
+        }
+      }
+      any_existing = any_existing || options.warm_restart;
+      created.push_back(false);
+    } else if (options.warm_restart && lstat(path.c_str(), &st) == 0) {
       fo.remove_on_close = false;  // another run's data: never removed by a failed Open
       file = TierFile::OpenExisting(path, fo);
       any_existing = true;
@@ -189,11 +230,12 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options,
   for (size_t i = 0; i < impl->files.size(); ++i) {
     if (created[i]) impl->files[i].set_remove_on_close(!options.warm_restart);
   }
-  spdlog::info(
-      "ssd tier: {} file(s) of {} bytes, {} regions of {} bytes, {} reads, staging {} bytes{}",
-      impl->files.size(), file_capacity, impl->log->num_regions(), options.region_size,
-      options.page_cache_reads ? "page-cache" : "direct", impl->staging->capacity(),
-      any_existing ? ", warm restart" : "");
+  spdlog::info("ssd tier: {} {} of {} bytes, {} regions of {} bytes, {} reads, staging {} bytes{}",
+               impl->files.size(), options.block_devices ? "block device(s)" : "file(s)",
+               options.block_devices ? impl->files.front().capacity() : file_capacity,
+               impl->log->num_regions(), options.region_size,
+               options.page_cache_reads ? "page-cache" : "direct", impl->staging->capacity(),
+               any_existing ? ", warm restart" : "");
   std::unique_ptr<SsdTier> tier(new SsdTier());
   tier->impl_ = std::move(impl);
   return tier;

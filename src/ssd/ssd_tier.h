@@ -18,8 +18,10 @@
 // O_DIRECT): faster on repeated reads, but the cached pages take the DRAM this tier exists
 // to save. Off by default.
 //
-// Files: each tier file is made by TierFile::Create (unlink, O_CREAT|O_EXCL|O_NOFOLLOW,
-// O_DIRECT, 0600, fallocate). Without warm_restart the files are removed by the destructor;
+// Files: each tier file is made by TierFile::Create (replaces only a tier file of an earlier run,
+// recognised by its label; O_CREAT|O_EXCL|O_NOFOLLOW, O_DIRECT, 0600, fallocate, label). With
+// block_devices, each path is a raw block device instead (TierFile::OpenBlockDevice), never
+// removed. Without warm_restart the files are removed by the destructor;
 // with it the destructor flushes the open region and keeps them, and Open() reopens them
 // (TierFile::OpenExisting: regular file, not a symlink, owned by this user, mode 0600, right
 // size) and recovers the log, returning the surviving records; a path with no file yet gets
@@ -66,6 +68,10 @@ struct SsdTierOptions {
   bool warm_restart = false;             // keep the files at shutdown and recover them at Open
   bool page_cache_reads = false;         // read through the page cache instead of O_DIRECT
   bool allow_buffered_fallback = false;  // a filesystem without O_DIRECT: buffered IO, warned
+  // Every path is a raw block device (TierFile::OpenBlockDevice), used whole: capacity_per_path
+  // does not apply. Without warm_restart, Open zeroes each region's first block (the log would
+  // otherwise find an earlier run's regions at a later warm restart); nothing is ever unlinked.
+  bool block_devices = false;
   DeviceOptions device;
   StagingOptions staging;
   // Region and staging buffers on 2 MiB pages (the staging buffer only if

@@ -55,6 +55,7 @@ SsdTierOptions TierOptionsFrom(const Config& c) {
   o.warm_restart = c.offload_warm_restart;
   o.page_cache_reads = c.offload_page_cache_reads;
   o.allow_buffered_fallback = c.offload_allow_buffered_io;
+  o.block_devices = c.offload_block_devices;
   o.device.engine = c.offload_io_engine == "io_uring" ? DeviceEngine::kUring
                     : c.offload_io_engine == "posix"  ? DeviceEngine::kPosix
                                                       : DeviceEngine::kAuto;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,47 +80,87 @@ TEST_F(TierFileTest, CreatesPreallocatedFileWithMode0600EvenWithUmask0) {
   ASSERT_EQ(lstat(File("tier").c_str(), &st), 0);
   EXPECT_TRUE(S_ISREG(st.st_mode));
   EXPECT_EQ(st.st_mode & 07777, 0600u);
-  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 4 * kMiB);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 4 * kMiB + TierFile::kLabelBytes);
   EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, 4 * kMiB);  // really allocated
   const int flags = fcntl(file->fd(), F_GETFL);
   EXPECT_EQ((flags & O_DIRECT) != 0, file->direct_io());
   EXPECT_NE(fcntl(file->fd(), F_GETFD) & FD_CLOEXEC, 0);
 }
 
-TEST_F(TierFileTest, ReplacesASymlinkWithoutFollowingIt) {
+// Regression (issue 12): Create unlinked whatever was at the path (a file of data, a device
+// node, a symlink) and put a tier file there. It now refuses all of them, leaves them as they
+// were, and says what is there.
+TEST_F(TierFileTest, RefusesASymlinkWithoutFollowingOrRemovingIt) {
   WriteText(File("victim"), "precious bytes");
   ASSERT_EQ(chmod(File("victim").c_str(), 0644), 0);
   ASSERT_EQ(symlink(File("victim").c_str(), File("tier").c_str()), 0);
-  {
-    Result<TierFile> file = TierFile::Create(File("tier"), Options(kMiB));
-    ASSERT_TRUE(file.ok()) << file.status().ToString();
-    struct stat st {};
-    ASSERT_EQ(lstat(File("tier").c_str(), &st), 0);
-    EXPECT_TRUE(S_ISREG(st.st_mode)) << "the link must be replaced by a real file";
-    EXPECT_EQ(static_cast<uint64_t>(st.st_size), kMiB);
-  }
-  // The target is untouched: same bytes, same mode, and it survives the TierFile's removal.
+  Result<TierFile> file = TierFile::Create(File("tier"), Options(kMiB));
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.code(), ErrorCode::FILE_OPEN_FAIL);
+  EXPECT_NE(
+      file.status().message().find(File("tier") + ": is a symbolic link to " + File("victim")),
+      std::string::npos)
+      << file.status().message();
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(File("tier"))));
   EXPECT_EQ(ReadText(File("victim")), "precious bytes");
   struct stat st {};
   ASSERT_EQ(stat(File("victim").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0644u);
-  EXPECT_FALSE(fs::exists(fs::symlink_status(File("tier"))));
+
+  ASSERT_EQ(symlink(File("nowhere").c_str(), File("dangling").c_str()), 0);
+  EXPECT_EQ(TierFile::Create(File("dangling"), Options(kMiB)).code(), ErrorCode::FILE_OPEN_FAIL);
+  EXPECT_FALSE(fs::exists(File("nowhere")));  // the link's target was not created
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(File("dangling"))));
 }
 
-TEST_F(TierFileTest, ReplacesADanglingSymlinkAndAnExistingFile) {
-  ASSERT_EQ(symlink(File("nowhere").c_str(), File("dangling").c_str()), 0);
-  Result<TierFile> a = TierFile::Create(File("dangling"), Options(kMiB));
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  EXPECT_FALSE(fs::exists(File("nowhere")));  // the link's target was not created
+TEST_F(TierFileTest, RefusesAFileOfDataAndLeavesItAlone) {
+  WriteText(File("data"), "someone's data, not a tier file");
+  Result<TierFile> file = TierFile::Create(File("data"), Options(kMiB));
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.code(), ErrorCode::FILE_OPEN_FAIL);
+  EXPECT_NE(file.status().message().find(File("data") + ": is a regular file of 31 bytes that "
+                                                        "tierkv did not create"),
+            std::string::npos)
+      << file.status().message();
+  EXPECT_EQ(ReadText(File("data")), "someone's data, not a tier file");
+  // A large file of zeroes (the size of a tier file, no label) is refused too.
+  { std::ofstream(File("zeroes")); }
+  ASSERT_EQ(truncate(File("zeroes").c_str(), kMiB + TierFile::kLabelBytes), 0);
+  EXPECT_EQ(TierFile::Create(File("zeroes"), Options(kMiB)).code(), ErrorCode::FILE_OPEN_FAIL);
+  EXPECT_EQ(fs::file_size(File("zeroes")), kMiB + TierFile::kLabelBytes);
+}
 
-  WriteText(File("old"), "stale tier from a crashed run");
-  ASSERT_EQ(chmod(File("old").c_str(), 0666), 0);
-  Result<TierFile> b = TierFile::Create(File("old"), Options(kMiB));
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
-  struct stat st {};
-  ASSERT_EQ(stat(File("old").c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 07777, 0600u);
-  EXPECT_EQ(static_cast<uint64_t>(st.st_size), kMiB);
+TEST_F(TierFileTest, RefusesADeviceNodeAFifoAndASocketPath) {
+  ASSERT_EQ(mkfifo(File("fifo").c_str(), 0600), 0);
+  Result<TierFile> fifo = TierFile::Create(File("fifo"), Options(kMiB));
+  EXPECT_EQ(fifo.code(), ErrorCode::FILE_OPEN_FAIL);
+  EXPECT_NE(fifo.status().message().find("is a FIFO"), std::string::npos)
+      << fifo.status().message();
+  EXPECT_TRUE(fs::is_fifo(File("fifo")));
+  if (geteuid() != 0) GTEST_SKIP() << "making a device node needs root";
+  // A block device node (that of /dev/null's numbers would be a character one: use loop0's 7,0).
+  ASSERT_EQ(mknod(File("blk").c_str(), S_IFBLK | 0600, makedev(7, 0)), 0);
+  Result<TierFile> blk = TierFile::Create(File("blk"), Options(kMiB));
+  EXPECT_EQ(blk.code(), ErrorCode::FILE_OPEN_FAIL);
+  EXPECT_NE(blk.status().message().find("is a block device"), std::string::npos)
+      << blk.status().message();
+  EXPECT_NE(blk.status().message().find("offload_block_devices"), std::string::npos);
+  EXPECT_TRUE(fs::is_block_file(File("blk")));
+  ASSERT_EQ(mknod(File("chr").c_str(), S_IFCHR | 0600, makedev(1, 3)), 0);
+  EXPECT_EQ(TierFile::Create(File("chr"), Options(kMiB)).code(), ErrorCode::FILE_OPEN_FAIL);
+  EXPECT_TRUE(fs::is_character_file(File("chr")));
+}
+
+TEST_F(TierFileTest, ReplacesATierFileOfAnEarlierRun) {
+  TierFileOptions keep = Options(kMiB);
+  keep.remove_on_close = false;
+  { ASSERT_TRUE(TierFile::Create(File("tier"), keep).ok()); }
+  ASSERT_TRUE(fs::exists(File("tier")));
+  // Recognised by its label, whatever capacity it had: replaced by one of the new capacity.
+  Result<TierFile> again = TierFile::Create(File("tier"), Options(2 * kMiB));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(fs::file_size(File("tier")), 2 * kMiB + TierFile::kLabelBytes);
+  EXPECT_EQ(again->capacity(), 2 * kMiB);
 }
 
 TEST_F(TierFileTest, RefusesADirectoryAndBadCapacity) {
@@ -149,7 +190,7 @@ TEST_F(TierFileTest, KeptWithRemoveOnCloseFalse) {
   options.remove_on_close = false;
   { ASSERT_TRUE(TierFile::Create(File("tier"), options).ok()); }
   EXPECT_TRUE(fs::exists(File("tier")));
-  EXPECT_EQ(fs::file_size(File("tier")), kMiB);
+  EXPECT_EQ(fs::file_size(File("tier")), kMiB + TierFile::kLabelBytes);
 }
 
 TEST_F(TierFileTest, DoesNotRemoveAFileThatReplacedIt) {
@@ -266,7 +307,8 @@ TEST_F(TierFileTest, CapacityBeyondTheFilesystemIsAClearError) {
   EXPECT_EQ(file.code(), ErrorCode::FILE_OPEN_FAIL);
   EXPECT_NE(file.status().message().find(File("tier")), std::string::npos)
       << file.status().message();
-  EXPECT_NE(file.status().message().find(std::to_string(kPiB)), std::string::npos)
+  EXPECT_NE(file.status().message().find(std::to_string(kPiB + TierFile::kLabelBytes)),
+            std::string::npos)
       << file.status().message();
   EXPECT_FALSE(fs::exists(File("tier"))) << "a failed create leaves nothing behind";
 }
@@ -288,7 +330,8 @@ TEST_F(TierFileTest, NotEnoughSpaceNamesNeededAndAvailableBytes) {
   EXPECT_EQ(file.code(), ErrorCode::FILE_OPEN_FAIL);
   const std::string& message = file.status().message();
   EXPECT_NE(message.find(path), std::string::npos) << message;
-  EXPECT_NE(message.find("not enough space: needs " + std::to_string(kPiB) + " bytes, "),
+  EXPECT_NE(message.find("not enough space: needs " + std::to_string(kPiB + TierFile::kLabelBytes) +
+                         " bytes, "),
             std::string::npos)
       << message;
   EXPECT_NE(message.find("bytes available"), std::string::npos) << message;
@@ -360,7 +403,7 @@ TEST_F(TierFileTest, OpenExistingRefusesASymlinkAndLeavesItsTargetAlone) {
   ExpectOpenFail(TierFile::OpenExisting(File("tier"), options), File("tier"), "symbolic link");
   EXPECT_TRUE(fs::is_symlink(fs::symlink_status(File("tier"))));  // neither removed
   EXPECT_TRUE(fs::exists(File("target")));                        // nor followed
-  EXPECT_EQ(fs::file_size(File("target")), kMiB);
+  EXPECT_EQ(fs::file_size(File("target")), kMiB + TierFile::kLabelBytes);
   ASSERT_EQ(symlink(File("nowhere").c_str(), File("dangling").c_str()), 0);
   ExpectOpenFail(TierFile::OpenExisting(File("dangling"), options), File("dangling"),
                  "symbolic link");
@@ -390,10 +433,20 @@ TEST_F(TierFileTest, OpenExistingRefusesAnotherModeOrSize) {
                  "mode 0644, expected 0600");
   ASSERT_EQ(chmod(File("tier").c_str(), 0600), 0);
   ExpectOpenFail(TierFile::OpenExisting(File("tier"), Options(2 * kMiB)), File("tier"),
-                 "size 1048576 bytes, expected 2097152");
+                 "size 1052672 bytes, expected 2101248");
   // Refusals leave the file as it was, even with remove_on_close.
-  EXPECT_EQ(fs::file_size(File("tier")), kMiB);
+  EXPECT_EQ(fs::file_size(File("tier")), kMiB + TierFile::kLabelBytes);
   ASSERT_TRUE(TierFile::OpenExisting(File("tier"), Options(kMiB)).ok());
+}
+
+TEST_F(TierFileTest, OpenExistingRefusesAFileWithoutALabel) {
+  // The size a tier file of 1 MiB has, mode 0600, ours: but no label (say, a file of data).
+  { std::ofstream(File("tier")); }
+  ASSERT_EQ(truncate(File("tier").c_str(), kMiB + TierFile::kLabelBytes), 0);
+  ASSERT_EQ(chmod(File("tier").c_str(), 0600), 0);
+  ExpectOpenFail(TierFile::OpenExisting(File("tier"), Options(kMiB)), File("tier"),
+                 "not a tier file tierkv created");
+  EXPECT_EQ(fs::file_size(File("tier")), kMiB + TierFile::kLabelBytes);
 }
 
 TEST_F(TierFileTest, OpenExistingRefusesAFileOfAnotherUser) {
