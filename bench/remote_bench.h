@@ -7,7 +7,7 @@
 // pre-faulted buffers, `batch` keys per call), once per transport:
 //  - shm (the store's segment mapped through the shared-memory transport): against a
 //    single-thread memcpy of the same bytes between the same buffers;
-//  - tcp (the store's segment over the UCX transport on 127.0.0.1): against a raw loopback
+//  - tcp (the store's segment over tierkv's TCP transport on 127.0.0.1): against a raw loopback
 //    TCP stream of the same bytes from a forked child process to this one. When
 //    Client::Create refuses a tcp requester, the tcp figures are reported as null with the
 //    refusal's text (never a number).

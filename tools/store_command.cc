@@ -14,6 +14,7 @@
 #include "rpc/create_client.h"
 #include "store/store.h"
 #include "tierkv/config.h"
+#include "transport/shm_segment_server.h"
 
 namespace tierkv::cli {
 namespace {
@@ -67,6 +68,28 @@ int RunStore(const StoreFlags& flags) {
   if (!flags.hostname.empty()) config.local_hostname = flags.hostname;
   if (flags.small_pages) config.use_huge_pages = false;
 
+  // Sockets of stores that were killed (SIGKILL, OOM) pile up in the per-user IPC directory.
+  if (auto removed = transport::RemoveDeadProcessSockets(); !removed.ok()) {
+    spdlog::warn("tierkv store: {}", removed.status().ToString());
+  }
+  // Every port is taken before the store registers: a metrics port in use fails here, before
+  // the master has seen a segment.
+  std::shared_ptr<MetricsRegistry> registry;
+  std::unique_ptr<MetricsServer> metrics;
+  if (flags.metrics_port >= 0) {
+    registry = std::make_shared<MetricsRegistry>();
+    MetricsServerOptions options;
+    options.host = flags.metrics_host;
+    options.port = flags.metrics_port;
+    auto serving = MetricsServer::Start(options, registry);
+    if (!serving.ok()) {
+      std::cerr << "tierkv store: error: metrics on " << flags.metrics_host << ":"
+                << flags.metrics_port << ": " << serving.status().ToString() << std::endl;
+      return serving.code() == ErrorCode::INVALID_PARAMS ? kExitUsage : kExitFailed;
+    }
+    metrics = std::move(serving).value();
+  }
+
   auto backend = ConnectRemoteBackend(config);
   if (!backend.ok()) {
     std::cerr << "tierkv store: error: " << backend.status().ToString() << std::endl;
@@ -80,11 +103,8 @@ int RunStore(const StoreFlags& flags) {
     return created.code() == ErrorCode::INVALID_CONFIG ? kExitUsage : kExitFailed;
   }
   std::unique_ptr<Store> store = std::move(created).value();
-  std::shared_ptr<MetricsRegistry> registry;
   std::shared_ptr<StoreCollector> collector;
-  std::unique_ptr<MetricsServer> metrics;
-  if (flags.metrics_port >= 0) {
-    registry = std::make_shared<MetricsRegistry>();
+  if (registry != nullptr) {
     const Store* s = store.get();
     const RemoteBackend* b = backend->get();
     collector = std::make_shared<StoreCollector>([s, b, size = config.global_segment_size] {
@@ -105,16 +125,6 @@ int RunStore(const StoreFlags& flags) {
       return f;
     });
     registry->Add(collector);
-    MetricsServerOptions options;
-    options.host = flags.metrics_host;
-    options.port = flags.metrics_port;
-    auto serving = MetricsServer::Start(options, registry);
-    if (!serving.ok()) {
-      std::cerr << "tierkv store: error: metrics on " << flags.metrics_host << ":"
-                << flags.metrics_port << ": " << serving.status().ToString() << std::endl;
-      return serving.code() == ErrorCode::INVALID_PARAMS ? kExitUsage : kExitFailed;
-    }
-    metrics = std::move(serving).value();
   }
   // The first line is what scripts and MasterProcess wait for; the metrics line follows it.
   std::cout << "tierkv store serving segment " << store->mounted_name() << " ("
@@ -142,7 +152,7 @@ void AddStoreCommand(CLI::App& app, int* exit_code) {
   CLI::App* store = app.add_subcommand(
       "store",
       "Run a standalone store: contribute a DRAM segment to a tierkv master's pool and serve it "
-      "to requesters on this host (shared memory) and over the network (UCX on --data-host); "
+      "to requesters on this host (shared memory) and over the network (TCP on --data-host); "
       "with enable_offload in the config, an SSD tier behind it. Prints 'tierkv store serving "
       "segment NAME "
       "...' on stdout once serving; stops cleanly on SIGINT/SIGTERM (the segment is unmounted)");
@@ -152,11 +162,10 @@ void AddStoreCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   store->add_option("--segment-size", flags->segment_size, "DRAM contributed (e.g. 4GiB)")
       ->capture_default_str();
-  store
-      ->add_option("--config", flags->config_path,
-                   "JSON config (tierkv::LoadConfig; default: $TIERKV_CONFIG_PATH, else "
-                   "built-in defaults). mode and global_segment_size are set by this command")
-      ->check(CLI::ExistingFile);
+  store->add_option("--config", flags->config_path,
+                    "JSON config (tierkv::LoadConfig; default: $TIERKV_CONFIG_PATH, else "
+                    "built-in defaults). mode and global_segment_size are set by this command; a "
+                    "missing or unreadable file is INVALID_CONFIG, exit status 2");
   store
       ->add_option("--hostname", flags->hostname,
                    "Host name this store registers with (default: local_hostname of the config, "
@@ -164,7 +173,7 @@ void AddStoreCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   store
       ->add_option("--data-host", flags->data_host,
-                   "Address the network transport (UCX over tcp, or rdma with protocol rdma) "
+                   "Address the network transport (tierkv's TCP, or UCX with protocol rdma) "
                    "listens on and advertises, on a free port; the default serves this host "
                    "only: use a NIC's address for other hosts. \"\" = shared memory only")
       ->capture_default_str();

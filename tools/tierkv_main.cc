@@ -59,11 +59,11 @@ void AddCommonFlags(CLI::App* command, tierkv::bench::CommonOptions* common) {
   command->add_option("--reps", common->reps, "Repetitions; the median is reported")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
-  command
-      ->add_option("--config", common->config_path,
-                   "JSON client config (tierkv::LoadConfig); default: $TIERKV_CONFIG_PATH, "
-                   "else built-in defaults")
-      ->check(CLI::ExistingFile);
+  command->add_option(
+      "--config", common->config_path,
+      "JSON client config (tierkv::LoadConfig); default: $TIERKV_CONFIG_PATH, "
+      "else built-in defaults; a missing or unreadable file is INVALID_CONFIG, exit "
+      "status 2");
   command->add_flag("--progress", common->progress,
                     "Show a progress line on stderr even when it is not a terminal");
 }
@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
       "A store's SSD tier from a requester in another process: a `tierkv master` and a `tierkv "
       "store` with an SSD tier (children, 127.0.0.1); a tcp requester puts a working set larger "
       "than the store's DRAM (the master demotes into the tier) and loads the demoted objects "
-      "back (staged loads over UCX), against fio on a file in the same directory");
+      "back (staged loads over TCP), against fio on a file in the same directory");
   AddCommonFlags(rdisk, &rdisk_options.common);
   rdisk
       ->add_option("--dir", rdisk_options.dir,

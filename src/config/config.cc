@@ -346,9 +346,12 @@ Status ApplyKey(const std::string& key, const Json& value, Config* config) {
 
 // Warnings for settings that are valid but probably not what the user meant.
 void WarnAboutIgnoredSettings(const Config& config) {
-  if (!config.device_name.empty() && config.protocol != "rdma" && config.protocol != "auto") {
-    spdlog::warn("config: device_name {} is ignored with protocol \"{}\" (used by rdma and auto)",
-                 Quote(config.device_name), config.protocol);
+  if (!config.device_name.empty() && config.protocol != "rdma") {
+    spdlog::warn(
+        "config: device_name {} is not used with protocol \"{}\": the tcp data plane listens on "
+        "the store's --data-host address only and connects by the kernel's routes; device_name "
+        "picks the NIC of protocol rdma",
+        Quote(config.device_name), config.protocol);
   }
 }
 

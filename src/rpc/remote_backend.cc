@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "common/host_name.h"
+#include "transport/network_segment.h"
 #include "transport/segment_endpoint.h"
-#include "transport/ucx_segment_client.h"
 
 namespace tierkv {
 namespace {
@@ -32,10 +32,10 @@ class MappedAccess final : public SegmentAccess {
   const std::shared_ptr<transport::MappedSegment> m_;
 };
 
-// A segment of another process reached through the UCX transport: no mapping here.
+// A segment of another process reached through the network transport (tcp or rdma): no mapping.
 class UcxAccess final : public SegmentAccess {
  public:
-  UcxAccess(std::unique_ptr<transport::UcxSegmentClient> c, Transport t)
+  UcxAccess(std::unique_ptr<transport::NetworkSegmentClient> c, Transport t)
       : c_(std::move(c)), transport_(t) {}
   uint8_t* base() const override { return nullptr; }
   bool mapped() const override { return false; }
@@ -43,10 +43,10 @@ class UcxAccess final : public SegmentAccess {
   const std::string& name() const override { return c_->segment_name(); }
   bool alive() const override { return c_->alive(); }
   Transport transport() const override { return transport_; }
-  transport::UcxSegmentClient& client() const { return *c_; }
+  transport::NetworkSegmentClient& client() const { return *c_; }
 
  private:
-  const std::unique_ptr<transport::UcxSegmentClient> c_;
+  const std::unique_ptr<transport::NetworkSegmentClient> c_;
   const Transport transport_;
 };
 
@@ -257,7 +257,7 @@ std::shared_ptr<SegmentAccess> RemoteBackend::Connect(SegmentId id, const std::s
                  protocol_, id, mounted);
     return nullptr;
   }
-  auto connected = transport::UcxSegmentClient::Connect(tcp_address, name, kMapTimeout, ucx_);
+  auto connected = transport::ConnectNetworkSegment(tcp_address, name, kMapTimeout, ucx_);
   if (!connected.ok()) {
     spdlog::warn("requester: connecting to segment {} ('{}') at {} failed: {}", id, name,
                  tcp_address, connected.status().ToString());
@@ -303,17 +303,19 @@ std::vector<Status> PerSegment(const std::vector<Op>& ops, const Run& run) {
 }  // namespace
 
 std::vector<Status> RemoteBackend::ReadRemote(const std::vector<RemoteRead>& ops) {
-  using Batch = transport::UcxSegmentClient::ReadOp;
+  using Batch = transport::NetworkSegmentClient::ReadOp;
   return PerSegment<RemoteRead, Batch>(
-      ops,
-      [](transport::UcxSegmentClient& c, const std::vector<Batch>& b) { return c.ReadBatch(b); });
+      ops, [](transport::NetworkSegmentClient& c, const std::vector<Batch>& b) {
+        return c.ReadBatch(b);
+      });
 }
 
 std::vector<Status> RemoteBackend::WriteRemote(const std::vector<RemoteWrite>& ops) {
-  using Batch = transport::UcxSegmentClient::WriteOp;
+  using Batch = transport::NetworkSegmentClient::WriteOp;
   return PerSegment<RemoteWrite, Batch>(
-      ops,
-      [](transport::UcxSegmentClient& c, const std::vector<Batch>& b) { return c.WriteBatch(b); });
+      ops, [](transport::NetworkSegmentClient& c, const std::vector<Batch>& b) {
+        return c.WriteBatch(b);
+      });
 }
 
 std::shared_ptr<SsdTier> RemoteBackend::FindTier(SegmentId id) {
@@ -357,7 +359,7 @@ std::shared_ptr<SegmentAccess> RemoteBackend::StageAccess(SegmentId id) {
   }
   transport::UcxTransportOptions options = ucx_;
   if (protocol_ == "shm" || protocol_ == "auto") options.protocol = "tcp";
-  auto connected = transport::UcxSegmentClient::Connect(tcp_address, name, kMapTimeout, options);
+  auto connected = transport::ConnectNetworkSegment(tcp_address, name, kMapTimeout, options);
   if (!connected.ok()) {
     spdlog::warn("requester: connecting to segment {} ('{}') at {} for a staged load failed: {}",
                  id, name, tcp_address, connected.status().ToString());
@@ -386,7 +388,7 @@ std::vector<Status> RemoteBackend::StageRemote(const std::vector<RemoteStage>& o
       }
       continue;
     }
-    std::vector<transport::UcxSegmentClient::StageOp> batch;
+    std::vector<transport::NetworkSegmentClient::StageOp> batch;
     batch.reserve(list.size());
     for (size_t i : list) batch.push_back({ops[i].key, ops[i].location, ops[i].dst});
     std::vector<Status> done = ucx->client().StageBatch(batch, usable_ratio);

@@ -7,7 +7,8 @@
 // another segment's name comes from the master's segment list (fetched on a miss, at most
 // every 100 ms) and, when its host is this host, it is mapped once through the
 // ShmSegmentMapper and cached; otherwise (protocol tcp/rdma, or auto for another host) it
-// connects a UcxSegmentClient to the address after '#' and the bytes move with
+// connects a NetworkSegmentClient (tcp: TcpSegmentClient; rdma: UcxSegmentClient) to the
+// address after '#' and the bytes move with
 // ReadRemote/WriteRemote. A connection whose owner hung up is dead: FindSegment returns null for
 // it from then on (its replicas fail rather than return bytes of a dead owner), and the master
 // drops them after client_ttl. A segment this protocol cannot reach: null, logged once per

@@ -9,10 +9,10 @@
 #include "common/host_name.h"
 #include "store/local_tier_mover.h"
 #include "store/tier_stager.h"
+#include "transport/network_segment.h"
 #include "transport/segment_endpoint.h"
 #include "transport/shm_segment_server.h"
 #include "transport/ucx_options.h"
-#include "transport/ucx_segment_server.h"
 
 namespace tierkv {
 namespace {
@@ -136,7 +136,7 @@ Status Store::Serve(const Config& config, const StoreOptions& options) {
       "seg-" + std::to_string(getpid()) + "-" + std::to_string(sockets++) + ".sock", segment_);
   if (!shm.ok()) return shm.status();
   shm_server_ = std::move(shm).value();
-  // An SSD tier is read by other processes through the UCX server (staged loads): without a
+  // An SSD tier is read by other processes through the network server (staged loads): without a
   // data host it listens on loopback, for this host's requesters.
   const std::string serve_on =
       !options.data_host.empty() ? options.data_host : (tier_ ? "127.0.0.1" : std::string());
@@ -149,7 +149,7 @@ Status Store::Serve(const Config& config, const StoreOptions& options) {
       if (!stager.ok()) return stager.status();
       stager_ = std::move(stager).value();
     }
-    auto server = transport::UcxSegmentServer::Start(segment_, serve_on, 0, *ucx, stager_);
+    auto server = transport::StartNetworkSegmentServer(segment_, serve_on, 0, *ucx, stager_);
     if (!server.ok()) return server.status();
     ucx_server_ = std::move(server).value();
     data_address = ucx_server_->address();

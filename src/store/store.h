@@ -9,8 +9,9 @@
 //      reclaims its expired staging space every second;
 //   3. when other processes reach the segment (SegmentHost::serves_other_processes), serves it
 //      over shared memory (transport/shm_segment_server.h) and, on `data_host` — or on
-//      127.0.0.1 when there is a tier but no data host, for this host's staged loads — over UCX
-//      (transport/ucx_segment_server.h), whose staged loads from the tier a TierStager reads;
+//      127.0.0.1 when there is a tier but no data host, for this host's staged loads — over the
+//      network (transport/network_segment.h: tcp, or UCX for rdma), whose staged loads from the
+//      tier a TierStager reads;
 //   4. mounts the segment on the host's master, under a name that carries those endpoints;
 //   5. attaches the tier (the master demotes into it through a LocalTierMover) and registers
 //      what warm restart found.
@@ -38,7 +39,7 @@ namespace tierkv {
 
 namespace transport {
 class ShmSegmentServer;
-class UcxSegmentServer;
+class NetworkSegmentServer;
 }  // namespace transport
 class LocalTierMover;
 class TierStager;
@@ -108,7 +109,7 @@ class Store {
   std::unique_ptr<PeriodicThread> reclaim_;
   std::shared_ptr<TierStager> stager_;  // answers the UCX server's stage requests; outlives it
   std::unique_ptr<transport::ShmSegmentServer> shm_server_;
-  std::unique_ptr<transport::UcxSegmentServer> ucx_server_;
+  std::unique_ptr<transport::NetworkSegmentServer> ucx_server_;  // tcp, or UCX for rdma
 };
 
 // The SSD tier options `config` asks for (enable_offload, offload_*, staging_*).

@@ -1,4 +1,4 @@
-// TierStager: the store's StageSource — answers the stage requests its UCX segment server
+// TierStager: the store's StageSource — answers the stage requests its network segment server
 // receives by reading them from the SSD tier, off the server's progress thread.
 //
 // Policy: kThreads stager threads each take the queue's head and what follows it while the

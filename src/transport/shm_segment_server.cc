@@ -1,6 +1,8 @@
 #include "transport/shm_segment_server.h"
 
+#include <dirent.h>
 #include <poll.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -12,6 +14,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -89,6 +92,26 @@ Status RemoveStaleSocket(const std::string& path) {
   return Status::Ok();
 }
 
+// The pid in "<prefix><pid>-<n>.sock", or -1 when `name` is not of that form.
+pid_t PidOfSocketName(const std::string& name, const std::string& prefix) {
+  static constexpr std::string_view kSuffix = ".sock";
+  if (name.size() <= prefix.size() + kSuffix.size() ||
+      name.compare(0, prefix.size(), prefix) != 0 ||
+      name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
+    return -1;
+  }
+  const std::string middle =
+      name.substr(prefix.size(), name.size() - prefix.size() - kSuffix.size());
+  const size_t dash = middle.find('-');
+  if (dash == 0 || dash == std::string::npos || dash + 1 == middle.size() || dash > 9 ||
+      middle.find_first_not_of("0123456789-") != std::string::npos ||
+      middle.find('-', dash + 1) != std::string::npos) {
+    return -1;
+  }
+  const long pid = std::stol(middle.substr(0, dash));
+  return pid > 0 ? static_cast<pid_t>(pid) : -1;
+}
+
 bool ValidSocketName(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
          name.find('\0') == std::string::npos;
@@ -106,6 +129,40 @@ struct Connection {
 };
 
 }  // namespace
+
+Result<size_t> RemoveDeadProcessSockets(const std::string& prefix) {
+  const std::string dir = IpcDir();
+  DIR* listing = ::opendir(dir.c_str());
+  if (listing == nullptr) {
+    if (errno == ENOENT) return size_t{0};
+    return SystemError(ErrorCode::FILE_OPEN_FAIL, dir, "opendir", errno);
+  }
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(listing)) names.emplace_back(entry->d_name);
+  ::closedir(listing);
+  size_t removed = 0;
+  for (const std::string& name : names) {
+    const pid_t pid = PidOfSocketName(name, prefix);
+    if (pid < 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (EPERM: another user's pid)
+    const std::string path = dir + "/" + name;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    // RemoveStaleSocket refuses a socket someone listens on (a live process of another pid
+    // namespace that shares this directory).
+    if (Status status = RemoveStaleSocket(path); !status.ok()) {
+      spdlog::warn("shm segment server: keeping \"{}\" (pid {} is gone): {}", path, pid,
+                   status.ToString());
+      continue;
+    }
+    ++removed;
+  }
+  if (removed != 0) {
+    spdlog::info("shm segment server: removed {} socket files of dead processes from {}", removed,
+                 dir);
+  }
+  return removed;
+}
 
 Result<std::unique_ptr<ShmSegmentServer>> ShmSegmentServer::Start(
     const std::string& socket_name, std::shared_ptr<MemorySegment> segment,

@@ -37,6 +37,15 @@ struct ShmSegmentServerOptions {
   size_t max_connections = 4096;
 };
 
+// Removes the socket files "<prefix><pid>-<n>.sock" in IpcDir() (the names stores give their
+// servers) whose process is gone: pid not this process's, kill(pid, 0) answers ESRCH, and
+// nobody listens on the socket (a connect is refused: a live server in another pid namespace
+// keeps its file). Never removes anything else: another name, a file that is not a socket, a
+// socket of a live pid. Returns how many it removed; a missing IpcDir() is 0. Errors:
+// FILE_OPEN_FAIL when the directory cannot be listed; failures on single files are logged and
+// skipped. Thread-safety: thread-safe (it works on the file system).
+Result<size_t> RemoveDeadProcessSockets(const std::string& prefix = "seg-");
+
 class ShmSegmentServer {
  public:
   // Serves `segment` on the socket IpcPath(socket_name). `socket_name` is one path component.

@@ -110,12 +110,15 @@ Result<UcxTransportSelection> SelectUcxTransports(const UcxTransportOptions& opt
 Result<UcxTransportOptions> UcxOptionsFromConfig(const Config& config) {
   UcxTransportOptions ucx;
   ucx.protocol = config.protocol == "rdma" ? "rdma" : "tcp";
+  // The tcp data plane (tierkv's TCP transport) binds the store's data host only and connects by
+  // the kernel's routes: device_name picks the NIC of rdma alone.
+  if (ucx.protocol != "rdma") return ucx;
   if (!config.device_name.empty()) {
     auto device = SelectDeviceFromEnv(config.device_name);
     if (!device.ok()) return device.status();
     ucx.device = *device;
   }
-  if (config.protocol != "shm") {
+  {
     if (auto selected = SelectUcxTransports(ucx); !selected.ok()) {
       return Status(selected.code(),
                     "protocol '" + config.protocol + "': " + selected.status().message());

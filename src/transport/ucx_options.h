@@ -44,10 +44,10 @@ struct UcxTransportSelection {
 Result<UcxTransportSelection> SelectUcxTransports(const UcxTransportOptions& options,
                                                   const std::string& sysfs_root = "/sys");
 
-// The network transport `config` asks for (protocol rdma -> "rdma", else "tcp"; device_name
-// through SelectDeviceFromEnv), checked with SelectUcxTransports unless protocol is "shm" (no
-// network transport). Errors: as SelectDeviceFromEnv and SelectUcxTransports, the message naming
-// the protocol.
+// The network transport `config` asks for (protocol rdma -> "rdma", else "tcp"). For rdma,
+// device_name goes through SelectDeviceFromEnv and the result is checked with
+// SelectUcxTransports; tcp (tierkv's TCP transport) takes no device and needs no check. Errors
+// (rdma): as SelectDeviceFromEnv and SelectUcxTransports, the message naming the protocol.
 Result<UcxTransportOptions> UcxOptionsFromConfig(const Config& config);
 
 }  // namespace tierkv::transport

@@ -14,6 +14,7 @@
 #include "common/disk_location.h"
 #include "tierkv/status.h"
 #include "transfer/copy.h"
+#include "transport/network_segment.h"
 #include "transport/ucx_options.h"
 
 namespace tierkv::transport {
@@ -26,27 +27,8 @@ namespace tierkv::transport {
 // Failure: once the server hangs up, errors, breaks the protocol, or leaves a call without any
 // reply for options.io_timeout, the connection is closed for good: alive() turns false and every
 // later call fails with TRANSFER_FAIL naming the first cause. Reconnect with a new client.
-class UcxSegmentClient {
+class UcxSegmentClient final : public NetworkSegmentClient {
  public:
-  // A range [offset, offset + total) of the segment, where total is the sum of the pieces'
-  // sizes: read into `dst`, or written from `src`, piece after piece. The caller owns the
-  // buffers; they must stay valid until the batch returns.
-  struct ReadOp {
-    uint64_t offset = 0;
-    std::vector<MutPiece> dst;
-  };
-  struct WriteOp {
-    uint64_t offset = 0;
-    std::vector<ConstPiece> src;
-  };
-  // A staged load: the whole value of the record of `key` at `location` in the server's SSD
-  // tier, into `dst` (exactly location.size bytes).
-  struct StageOp {
-    std::string key;
-    DiskLocation location;
-    std::vector<MutPiece> dst;
-  };
-
   // Connects to the server at `address` ("host:port", "[ipv6]:port") and asks for
   // `segment_name`; `timeout` bounds the connection and the handshake. Errors: INVALID_PARAMS
   // (malformed address, empty name or one over 4096 bytes, timeout not positive);
@@ -58,24 +40,25 @@ class UcxSegmentClient {
                                                            const std::string& segment_name,
                                                            std::chrono::milliseconds timeout,
                                                            const UcxTransportOptions& options = {});
-  ~UcxSegmentClient();  // closes the connection (waits up to a second for the server to see it)
+  ~UcxSegmentClient()
+      override;  // closes the connection (waits up to a second for the server to see it)
   UcxSegmentClient(const UcxSegmentClient&) = delete;
   UcxSegmentClient& operator=(const UcxSegmentClient&) = delete;
 
   // The segment's size in bytes, from the handshake.
-  uint64_t size() const;
+  uint64_t size() const override;
   // The server's staging buffer in bytes (0: it has no SSD tier), from the handshake.
-  uint64_t staging_capacity() const;
-  const std::string& address() const;
-  const std::string& segment_name() const;
+  uint64_t staging_capacity() const override;
+  const std::string& address() const override;
+  const std::string& segment_name() const override;
 
   // Reads (writes) every op, keeping many requests in flight; returns one status per op, in
   // order. Errors per op: INVALID_PARAMS (a range outside the segment, a null piece with a
   // size; checked here and again by the server, which never touches bytes outside the segment);
   // TRANSFER_FAIL (the connection failed before or during the op; see above). An op that failed
   // may have transferred part of its bytes. An empty range succeeds without a message.
-  std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops);
-  std::vector<Status> WriteBatch(const std::vector<WriteOp>& ops);
+  std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops) override;
+  std::vector<Status> WriteBatch(const std::vector<WriteOp>& ops) override;
 
   // Loads every op from the server's SSD tier (the requester's half of a staged load), many
   // requests in flight: each op is cut into value ranges whose staging need fits usable_ratio x
@@ -86,11 +69,11 @@ class UcxSegmentClient {
   // CHECKSUM_MISMATCH: a corrupt record header; FILE_READ_FAIL; NO_AVAILABLE_HANDLE: no staging
   // space in time; UNAVAILABLE_IN_CURRENT_MODE: the server has no SSD tier), OBJECT_TOO_LARGE
   // when the staging budget holds no range, INVALID_KEY for an empty or over-long key.
-  std::vector<Status> StageBatch(const std::vector<StageOp>& ops, double usable_ratio);
+  std::vector<Status> StageBatch(const std::vector<StageOp>& ops, double usable_ratio) override;
 
   // False once the connection failed or closed (see above); never true again. When no call is
   // running it first progresses the connection once, so a server that hung up is noticed here.
-  bool alive() const;
+  bool alive() const override;
 
  private:
   struct Impl;

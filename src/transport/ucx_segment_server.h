@@ -32,13 +32,14 @@
 
 #include "memory/memory_segment.h"
 #include "tierkv/status.h"
+#include "transport/network_segment.h"
 #include "transport/stage_source.h"
 #include "transport/ucx_options.h"
 #include "transport/unique_fd.h"
 
 namespace tierkv::transport {
 
-class UcxSegmentServer {
+class UcxSegmentServer final : public NetworkSegmentServer {
  public:
   // Serves `segment` on `host`:`port` (port 0: a free port; address() says which). `host` is a
   // name or a numeric IPv4/IPv6 address to listen on ("0.0.0.0": every interface). Errors:
@@ -49,27 +50,27 @@ class UcxSegmentServer {
   static Result<std::unique_ptr<UcxSegmentServer>> Start(
       std::shared_ptr<MemorySegment> segment, const std::string& host, int port,
       const UcxTransportOptions& options = {}, std::shared_ptr<StageSource> stages = nullptr);
-  ~UcxSegmentServer();  // Stop()
+  ~UcxSegmentServer() override;  // Stop()
   UcxSegmentServer(const UcxSegmentServer&) = delete;
   UcxSegmentServer& operator=(const UcxSegmentServer&) = delete;
 
   // "host:port" as requesters pass it to UcxSegmentClient::Connect: the host given to Start
   // (IPv6 in brackets) and the port actually bound.
-  std::string address() const { return address_; }
+  std::string address() const override { return address_; }
 
   // Endpoints currently open (handshaking or established). For tests and metrics.
-  size_t open_endpoints() const { return open_endpoints_.load(std::memory_order_relaxed); }
+  size_t open_endpoints() const override { return open_endpoints_.load(std::memory_order_relaxed); }
   // Bytes requesters read from the segment or the SSD tier (replies sent) and wrote into the
   // segment, since Start.
-  uint64_t read_bytes() const { return read_bytes_.load(std::memory_order_relaxed); }
-  uint64_t written_bytes() const { return written_bytes_.load(std::memory_order_relaxed); }
+  uint64_t read_bytes() const override { return read_bytes_.load(std::memory_order_relaxed); }
+  uint64_t written_bytes() const override { return written_bytes_.load(std::memory_order_relaxed); }
   // "tcp" or "rdma".
-  const std::string& protocol() const { return protocol_; }
+  const std::string& protocol() const override { return protocol_; }
 
   // Stops serving: closes the listener and every endpoint (requesters' calls fail with
   // TRANSFER_FAIL and their alive() turns false), waits up to a second for transfers in flight
   // to be cancelled, joins the thread and releases UCX. Idempotent.
-  void Stop();
+  void Stop() override;
 
  private:
   struct Loop;

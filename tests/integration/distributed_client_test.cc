@@ -511,12 +511,13 @@ TEST(DistributedClientTest, ConfigurationErrorsAreClear) {
     EXPECT_EQ(rdma.code(), ErrorCode::UNAVAILABLE_IN_CURRENT_MODE) << rdma.status().ToString();
     EXPECT_NE(rdma.status().message().find("rdma"), std::string::npos);
   }
+  // device_name picks the NIC of rdma only: the tcp data plane binds --data-host and connects
+  // by the kernel's routes, so with tcp it is not used (a warning says so) and the only error
+  // left here is the unreachable master.
   c.protocol = "tcp";
   c.device_name = "no-such-nic0";
   auto nic = Client::Create(c);
-  EXPECT_NE(nic.code(), ErrorCode::OK);
-  EXPECT_NE(nic.status().message().find("no-such-nic0"), std::string::npos)
-      << nic.status().ToString();
+  EXPECT_EQ(nic.code(), ErrorCode::RPC_FAIL) << nic.status().ToString();
   c.device_name.clear();
 
   c.protocol = "shm";

@@ -1,5 +1,6 @@
 // The cross-process SSD tier paths under concurrency (run under TSan in CI):
-//  - staged loads over UCX from three requesters while a writer keeps appending to a small tier,
+//  - staged loads over UCX and over the TCP transport from three requesters while a writer keeps
+//    appending to a small tier,
 //    so regions are reused under the loads: every load is byte-exact or a clean error;
 //  - RemoteTierMover with four demoting threads, a thread answering from the wire, and the
 //    stream closing in the middle: every call returns one result per item, none hangs.
@@ -19,6 +20,8 @@
 #include "rpc/tier_moves.h"
 #include "ssd/ssd_tier.h"
 #include "store/tier_stager.h"
+#include "transport/tcp_segment_client.h"
+#include "transport/tcp_segment_server.h"
 #include "transport/ucx_segment_client.h"
 #include "transport/ucx_segment_server.h"
 
@@ -34,7 +37,8 @@ std::string Value(int n) {
   return s;
 }
 
-TEST(RemoteTierStress, StagedLoadsRacingRegionReuseAreExactOrClean) {
+// `tcp`: TcpSegmentServer/Client, else UcxSegmentServer/Client (over UCX's tcp).
+void StagedLoadsRacingRegionReuse(bool tcp) {
   test_util::ScratchDir dir;
   SsdTierOptions o;
   o.paths = {dir.File("stress.tier")};
@@ -54,9 +58,18 @@ TEST(RemoteTierStress, StagedLoadsRacingRegionReuseAreExactOrClean) {
   auto stager = TierStager::Start(tier, "stress");
   ASSERT_TRUE(stager.ok()) << stager.status().ToString();
   std::shared_ptr<TierStager> stages = std::move(stager).value();
-  auto server =
-      transport::UcxSegmentServer::Start(std::move(segment).value(), "127.0.0.1", 0, {}, stages);
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::unique_ptr<transport::NetworkSegmentServer> server;
+  if (tcp) {
+    auto started =
+        transport::TcpSegmentServer::Start(std::move(segment).value(), "127.0.0.1", 0, {}, stages);
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    server = std::move(started).value();
+  } else {
+    auto started =
+        transport::UcxSegmentServer::Start(std::move(segment).value(), "127.0.0.1", 0, {}, stages);
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    server = std::move(started).value();
+  }
 
   struct Written {
     int n;
@@ -80,9 +93,17 @@ TEST(RemoteTierStress, StagedLoadsRacingRegionReuseAreExactOrClean) {
   std::vector<std::thread> readers;
   for (int r = 0; r < 3; ++r) {
     readers.emplace_back([&, r] {
-      auto client = transport::UcxSegmentClient::Connect((*server)->address(), "stress-seg",
-                                                         std::chrono::milliseconds(5000));
-      if (!client.ok()) {
+      std::unique_ptr<transport::NetworkSegmentClient> client;
+      if (tcp) {
+        auto c = transport::TcpSegmentClient::Connect(server->address(), "stress-seg",
+                                                      std::chrono::milliseconds(5000));
+        if (c.ok()) client = std::move(c).value();
+      } else {
+        auto c = transport::UcxSegmentClient::Connect(server->address(), "stress-seg",
+                                                      std::chrono::milliseconds(5000));
+        if (c.ok()) client = std::move(c).value();
+      }
+      if (client == nullptr) {
         wrong.fetch_add(1000);
         return;
       }
@@ -99,14 +120,14 @@ TEST(RemoteTierStress, StagedLoadsRacingRegionReuseAreExactOrClean) {
           continue;
         }
         std::vector<std::string> bufs;
-        std::vector<transport::UcxSegmentClient::StageOp> ops;
+        std::vector<transport::NetworkSegmentClient::StageOp> ops;
         for (const Written& w : pick) bufs.emplace_back(w.location.size, '\0');
         for (size_t k = 0; k < pick.size(); ++k) {
           ops.push_back({"k" + std::to_string(pick[k].n),
                          pick[k].location,
                          {MutPiece{bufs[k].data(), bufs[k].size()}}});
         }
-        const auto done = (*client)->StageBatch(ops, 0.9);
+        const auto done = client->StageBatch(ops, 0.9);
         for (size_t k = 0; k < pick.size(); ++k) {
           if (done[k].ok()) {
             (bufs[k] == Value(pick[k].n) ? exact : wrong).fetch_add(1);
@@ -122,10 +143,18 @@ TEST(RemoteTierStress, StagedLoadsRacingRegionReuseAreExactOrClean) {
   for (auto& t : readers) t.join();
   stop.store(true);
   writer.join();
-  (*server)->Stop();
+  server->Stop();
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_GT(exact.load(), 0);
   EXPECT_GT(tier->stats().log.evicted_regions, 0u);
+}
+
+TEST(RemoteTierStress, StagedLoadsRacingRegionReuseAreExactOrClean) {
+  StagedLoadsRacingRegionReuse(/*tcp=*/false);
+}
+
+TEST(RemoteTierStress, StagedLoadsOverTcpRacingRegionReuseAreExactOrClean) {
+  StagedLoadsRacingRegionReuse(/*tcp=*/true);
 }
 
 TEST(RemoteTierStress, ConcurrentDemotionsAndACloseAllReturn) {

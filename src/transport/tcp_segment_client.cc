@@ -1,0 +1,597 @@
+#include "transport/tcp_segment_client.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <type_traits>
+#include <utility>
+
+#include "transport/tcp_protocol.h"
+#include "transport/ucx_worker.h"
+#include "transport/unique_fd.h"
+
+namespace tierkv::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Requests in flight per batch, and the bytes they may move at once (at least one request is
+// always in flight, however large).
+constexpr size_t kMaxInFlight = 128;
+constexpr uint64_t kMaxInFlightBytes = uint64_t{64} << 20;
+constexpr int kMaxIov = 64;
+
+std::string Errno(int err) { return std::strerror(err); }
+
+int MillisUntil(Clock::time_point deadline) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, std::numeric_limits<int>::max()));
+}
+
+// Bytes [from, from + length) of the concatenation of `pieces`, as pieces.
+template <typename Piece>
+std::vector<Piece> Slice(const std::vector<Piece>& pieces, uint64_t from, uint64_t length) {
+  using Byte = std::conditional_t<std::is_same_v<Piece, ConstPiece>, const uint8_t, uint8_t>;
+  std::vector<Piece> out;
+  uint64_t begin = 0;
+  for (const Piece& piece : pieces) {
+    const uint64_t end = begin + piece.size;
+    const uint64_t lo = std::max(begin, from);
+    const uint64_t hi = std::min(end, from + length);
+    if (lo < hi) out.push_back(Piece{static_cast<Byte*>(piece.ptr) + (lo - begin), hi - lo});
+    begin = end;
+    if (begin >= from + length) break;
+  }
+  return out;
+}
+
+// Fills `iov` with the pieces from byte `skip` on (at most `max` entries); returns the count.
+template <typename Piece>
+int IovFrom(const std::vector<Piece>& pieces, uint64_t skip, iovec* iov, int max) {
+  int count = 0;
+  for (const Piece& piece : pieces) {
+    if (count == max) break;
+    if (skip >= piece.size) {
+      skip -= piece.size;
+      continue;
+    }
+    iov[count++] = {const_cast<uint8_t*>(static_cast<const uint8_t*>(piece.ptr)) + skip,
+                    static_cast<size_t>(piece.size - skip)};
+    skip = 0;
+  }
+  return count;
+}
+
+}  // namespace
+
+struct TcpSegmentClient::Impl {
+  struct Pending {
+    UcxOp op = UcxOp::kRead;
+    size_t op_index = 0;
+    uint64_t op_offset = 0;  // the op's range, for messages
+    uint64_t op_total = 0;
+    uint64_t id = 0;
+    uint64_t offset = 0;  // this request's range
+    uint64_t total = 0;
+    std::vector<MutPiece> dst;
+    std::vector<ConstPiece> src;
+    const std::string* name = nullptr;                 // hello
+    const std::vector<uint8_t>* descriptor = nullptr;  // stage
+    bool header_sent = false;
+    bool replied = false;
+    bool completed = false;
+    bool failed = false;
+    uint64_t value = 0;
+    uint32_t aux = 0;
+    Status status;
+  };
+
+  std::string address;
+  std::string segment_name;
+  UcxTransportOptions options;
+  uint64_t size = 0;
+  uint64_t staging_capacity = 0;
+
+  mutable std::mutex mu;
+  UniqueFd fd;
+  std::string failure;  // why the connection ended; empty while alive
+  std::atomic<bool> alive{true};
+  uint64_t next_id = 1;
+
+  void Fail(const std::string& why) {
+    if (failure.empty()) failure = why;
+    alive.store(false, std::memory_order_release);
+    if (fd.valid()) ::shutdown(fd.get(), SHUT_RDWR);
+  }
+
+  std::string Describe(const Pending& p) const {
+    if (p.op == UcxOp::kHello) {
+      return "tcp connect to " + address + " (segment '" + segment_name + "')";
+    }
+    const std::string range =
+        p.op_total <= ~p.op_offset
+            ? "[" + std::to_string(p.op_offset) + ", " + std::to_string(p.op_offset + p.op_total) +
+                  ")"
+            : std::to_string(p.op_total) + " bytes at " + std::to_string(p.op_offset);
+    if (p.op == UcxOp::kStage) {
+      return "tcp staged load of value bytes " + range + " from the SSD tier of segment '" +
+             segment_name + "' at " + address;
+    }
+    return std::string("tcp ") + (p.op == UcxOp::kRead ? "read of " : "write of ") + range +
+           " of segment '" + segment_name + "' at " + address;
+  }
+
+  void Run(std::vector<Pending>& pendings, std::chrono::milliseconds idle);
+  template <typename Piece>
+  void AddOp(std::vector<Pending>& out, UcxOp op, size_t index, uint64_t offset,
+             const std::vector<Piece>& pieces, uint64_t limit, uint64_t max_request);
+  std::vector<Status> RunOps(std::vector<Pending>& pendings, size_t count);
+};
+
+void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::milliseconds idle) {
+  const uint64_t first_id = next_id;
+  next_id += pendings.size();
+  for (size_t i = 0; i < pendings.size(); ++i) pendings[i].id = first_id + i;
+  size_t in_flight = 0;
+  uint64_t in_flight_bytes = 0;
+  size_t remaining = static_cast<size_t>(std::count_if(
+      pendings.begin(), pendings.end(), [](const Pending& p) { return !p.completed; }));
+  auto complete = [&](Pending& p) {
+    if (p.completed) return;
+    p.completed = true;
+    --in_flight;
+    --remaining;
+    in_flight_bytes -= p.total;
+  };
+
+  // Sending: the request at `send_index`, `send_pos` bytes of its header + data written.
+  size_t send_index = 0;
+  while (send_index < pendings.size() && pendings[send_index].completed) ++send_index;
+  bool sending = false;
+  TcpHeader send_header{};
+  uint64_t send_pos = 0;
+  uint64_t send_total = 0;
+  // Receiving: a reply header, then (reads, stages) its data into the request's pieces.
+  uint8_t reply_header[kTcpHeaderSize];
+  size_t reply_have = 0;
+  Pending* receiving = nullptr;
+  uint64_t data_have = 0;
+
+  auto last_event = Clock::now();
+  auto start_next = [&]() {
+    if (sending || send_index >= pendings.size()) return;
+    Pending& p = pendings[send_index];
+    if (in_flight != 0 &&
+        (in_flight >= kMaxInFlight || in_flight_bytes + p.total > kMaxInFlightBytes)) {
+      return;
+    }
+    TcpRequest request;
+    request.op = p.op;
+    request.id = p.id;
+    request.offset = p.offset;
+    request.length = p.op == UcxOp::kHello ? 0 : p.total;
+    uint64_t data = 0;
+    if (p.op == UcxOp::kHello) data = p.name->size();
+    if (p.op == UcxOp::kWrite) data = p.total;
+    if (p.op == UcxOp::kStage) data = p.descriptor->size();
+    request.data_length = static_cast<uint32_t>(data);
+    send_header = EncodeTcpRequest(request);
+    send_pos = 0;
+    send_total = kTcpHeaderSize + data;
+    sending = true;
+    ++in_flight;
+    in_flight_bytes += p.total;
+  };
+  auto outstanding = [&]() { return remaining != 0; };
+
+  // One attempt to send; false when the socket would block (or the connection failed).
+  auto try_send = [&]() -> bool {
+    start_next();
+    if (!sending) return false;
+    Pending& p = pendings[send_index];
+    iovec iov[kMaxIov];
+    int count = 0;
+    if (send_pos < kTcpHeaderSize) {
+      iov[count++] = {send_header.data() + send_pos,
+                      static_cast<size_t>(kTcpHeaderSize - send_pos)};
+    }
+    const uint64_t data_pos = send_pos > kTcpHeaderSize ? send_pos - kTcpHeaderSize : 0;
+    if (p.op == UcxOp::kHello) {
+      iov[count++] = {const_cast<char*>(p.name->data()) + data_pos, p.name->size() - data_pos};
+    } else if (p.op == UcxOp::kStage) {
+      iov[count++] = {const_cast<uint8_t*>(p.descriptor->data()) + data_pos,
+                      p.descriptor->size() - data_pos};
+    } else if (p.op == UcxOp::kWrite) {
+      count += IovFrom(p.src, data_pos, iov + count, kMaxIov - count);
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(count);
+    const ssize_t n = sendmsg(fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) return true;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+      Fail("sending a request failed: " + Errno(errno));
+      return false;
+    }
+    send_pos += static_cast<uint64_t>(n);
+    last_event = Clock::now();
+    if (send_pos >= kTcpHeaderSize) p.header_sent = true;
+    if (send_pos == send_total) {
+      sending = false;
+      ++send_index;
+      while (send_index < pendings.size() && pendings[send_index].completed) ++send_index;
+    }
+    return true;
+  };
+
+  auto on_reply = [&](const TcpReply& reply) {
+    Pending* p = nullptr;
+    if (reply.id >= first_id && reply.id - first_id < pendings.size()) {
+      p = &pendings[reply.id - first_id];
+    }
+    if (p == nullptr || !p->header_sent || p->replied || p->completed || p->op != reply.op) {
+      Fail("protocol error: a reply to no request in flight (id " + std::to_string(reply.id) + ")");
+      return;
+    }
+    const bool fully_sent = !(sending && &pendings[send_index] == p);
+    if (!fully_sent) {
+      Fail("protocol error: a reply to a request still being sent (id " + std::to_string(reply.id) +
+           ")");
+      return;
+    }
+    p->replied = true;
+    if (reply.status != 0) {
+      const auto code =
+          reply.status < 0 ? static_cast<ErrorCode>(reply.status) : ErrorCode::TRANSFER_FAIL;
+      std::string what = Describe(*p) +
+                         ": the server refused: " + std::string(ErrorCodeName(code)) + " (" +
+                         std::to_string(reply.status) + ")";
+      if (code == ErrorCode::INVALID_PARAMS && p->op != UcxOp::kStage) {
+        what += ": the range is outside its segment of " + std::to_string(size) + " bytes";
+      } else if (code == ErrorCode::SEGMENT_NOT_FOUND) {
+        what += ": it serves another segment";
+      }
+      p->status = Status(code, std::move(what));
+      complete(*p);
+      return;
+    }
+    p->value = reply.value;
+    p->aux = reply.aux;
+    if (p->op == UcxOp::kRead || p->op == UcxOp::kStage) {
+      if (reply.value != p->total) {
+        p->failed = true;
+        Fail("protocol error: a read or stage reply of " + std::to_string(reply.value) +
+             " bytes for " + std::to_string(p->total) + " asked");
+        return;
+      }
+      receiving = p;
+      data_have = 0;
+      return;
+    }
+    if (p->op == UcxOp::kWrite && reply.value != p->total) {
+      p->failed = true;
+      Fail("protocol error: the server wrote " + std::to_string(reply.value) + " of " +
+           std::to_string(p->total) + " bytes");
+      return;
+    }
+    complete(*p);
+  };
+
+  // One attempt to receive; false when nothing is there (or the connection failed).
+  auto try_receive = [&]() -> bool {
+    ssize_t n;
+    if (receiving != nullptr) {
+      iovec iov[kMaxIov];
+      const int count = IovFrom(receiving->dst, data_have, iov, kMaxIov);
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(count);
+      n = recvmsg(fd.get(), &msg, MSG_DONTWAIT);
+    } else {
+      n = recv(fd.get(), reply_header + reply_have, kTcpHeaderSize - reply_have, MSG_DONTWAIT);
+    }
+    if (n == 0) {
+      Fail("the server closed the connection");
+      return false;
+    }
+    if (n < 0) {
+      if (errno == EINTR) return true;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+      Fail("receiving failed: " + Errno(errno));
+      return false;
+    }
+    last_event = Clock::now();
+    if (receiving != nullptr) {
+      data_have += static_cast<uint64_t>(n);
+      if (data_have == receiving->total) {
+        complete(*receiving);
+        receiving = nullptr;
+      }
+      return true;
+    }
+    reply_have += static_cast<size_t>(n);
+    if (reply_have < kTcpHeaderSize) return true;
+    reply_have = 0;
+    Result<TcpReply> reply = DecodeTcpReply(reply_header);
+    if (!reply.ok()) {
+      Fail("protocol error: " + reply.status().message());
+      return false;
+    }
+    on_reply(*reply);
+    return failure.empty();
+  };
+
+  while (failure.empty() && outstanding()) {
+    bool progressed = false;
+    for (int round = 0; round < 64 && failure.empty(); ++round) {
+      const bool sent = try_send();
+      const bool received = failure.empty() && try_receive();
+      if (!sent && !received) break;
+      progressed = true;
+    }
+    if (!failure.empty() || !outstanding()) break;
+    if (progressed) continue;
+    const auto deadline = last_event + idle;
+    if (Clock::now() >= deadline) {
+      Fail("no reply from the server within " + std::to_string(idle.count()) + " ms");
+      break;
+    }
+    start_next();
+    pollfd p{fd.get(), static_cast<short>(POLLIN | (sending ? POLLOUT : 0)), 0};
+    const int rc = ::poll(&p, 1, std::min(MillisUntil(deadline), 100));
+    (void)rc;  // EINTR and timeouts: loop, the deadline decides
+  }
+}
+
+template <typename Piece>
+void TcpSegmentClient::Impl::AddOp(std::vector<Pending>& out, UcxOp op, size_t index,
+                                   uint64_t offset, const std::vector<Piece>& pieces,
+                                   uint64_t limit, uint64_t max_request) {
+  uint64_t total = 0;
+  bool null_piece = false;
+  for (const Piece& piece : pieces) {
+    if (piece.ptr == nullptr && piece.size != 0) null_piece = true;
+    if (piece.size > std::numeric_limits<uint64_t>::max() - total) {
+      total = std::numeric_limits<uint64_t>::max();
+      break;
+    }
+    total += piece.size;
+  }
+  Pending first;
+  first.op = op;
+  first.op_index = index;
+  first.op_offset = offset;
+  first.op_total = total;
+  if (null_piece) {
+    first.status = Status(ErrorCode::INVALID_PARAMS, Describe(first) + ": a piece has no buffer");
+  } else if (offset > limit || total > limit - offset) {
+    first.status =
+        Status(ErrorCode::INVALID_PARAMS, Describe(first) + ": the range is outside the " +
+                                              (op == UcxOp::kStage ? "object" : "segment") +
+                                              " of " + std::to_string(limit) + " bytes");
+  } else if (max_request == 0 && staging_capacity == 0) {
+    first.status = Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
+                          Describe(first) + ": the server has no SSD tier");
+  } else if (max_request == 0) {
+    first.status = Status(ErrorCode::OBJECT_TOO_LARGE,
+                          Describe(first) + ": the server's staging buffer of " +
+                              std::to_string(staging_capacity) + " bytes holds no range");
+  }
+  if (!first.status.ok() || total == 0) {
+    first.completed = true;  // nothing to send
+    out.push_back(std::move(first));
+    return;
+  }
+  std::vector<Piece> merged;  // neighbouring pieces contiguous in memory: one iov entry
+  merged.reserve(pieces.size());
+  for (const Piece& piece : pieces) {
+    if (piece.size == 0) continue;
+    if (!merged.empty() && static_cast<const uint8_t*>(merged.back().ptr) + merged.back().size ==
+                               static_cast<const uint8_t*>(piece.ptr)) {
+      merged.back().size += piece.size;
+      continue;
+    }
+    merged.push_back(piece);
+  }
+  for (uint64_t from = 0; from < total; from += max_request) {
+    Pending& p = out.emplace_back(first);
+    p.offset = offset + from;
+    p.total = std::min(max_request, total - from);
+    if constexpr (std::is_same_v<Piece, MutPiece>) p.dst = Slice(merged, from, p.total);
+    if constexpr (std::is_same_v<Piece, ConstPiece>) p.src = Slice(merged, from, p.total);
+  }
+}
+
+std::vector<Status> TcpSegmentClient::Impl::RunOps(std::vector<Pending>& pendings, size_t count) {
+  if (failure.empty()) Run(pendings, options.io_timeout);
+  std::vector<Status> out(count);
+  for (Pending& p : pendings) {
+    Status& result = out[p.op_index];
+    if (!result.ok()) continue;  // the op's first failure stands
+    if (!p.status.ok()) {
+      result = std::move(p.status);
+    } else if (!p.completed || p.failed) {
+      result = Status(ErrorCode::TRANSFER_FAIL, Describe(p) + ": " + failure);
+    }
+  }
+  return out;
+}
+
+Result<std::unique_ptr<TcpSegmentClient>> TcpSegmentClient::Connect(
+    const std::string& address, const std::string& segment_name, std::chrono::milliseconds timeout,
+    const UcxTransportOptions& options) {
+  Result<HostPort> host_port = ParseHostPort(address, /*allow_zero=*/false);
+  if (!host_port.ok()) return host_port.status();
+  const std::string prefix = "tcp connect to " + address + " (segment '" + segment_name + "'): ";
+  if (segment_name.empty() || segment_name.size() > kUcxMaxNameLength) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  prefix + "the segment name must have 1.." + std::to_string(kUcxMaxNameLength) +
+                      " bytes, not " + std::to_string(segment_name.size()));
+  }
+  if (timeout.count() <= 0) {
+    return Status(ErrorCode::INVALID_PARAMS, prefix + "the timeout must be positive");
+  }
+  if (options.io_timeout.count() <= 0) {
+    return Status(ErrorCode::INVALID_CONFIG, prefix + "io_timeout must be positive");
+  }
+  Result<SocketAddress> remote =
+      ResolveHost(host_port->host, host_port->port, /*passive=*/false, ErrorCode::TRANSFER_FAIL);
+  if (!remote.ok()) return Status(remote.code(), prefix + remote.status().message());
+
+  auto impl = std::make_unique<Impl>();
+  impl->address = address;
+  impl->segment_name = segment_name;
+  impl->options = options;
+  impl->fd =
+      UniqueFd(::socket(remote->storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!impl->fd.valid())
+    return Status(ErrorCode::INTERNAL_ERROR, prefix + "socket: " + Errno(errno));
+  const int one = 1;
+  setsockopt(impl->fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(impl->fd.get(), SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  const auto deadline = Clock::now() + timeout;
+  if (::connect(impl->fd.get(), remote->get(), remote->length) != 0) {
+    if (errno != EINPROGRESS) {
+      return Status(ErrorCode::TRANSFER_FAIL, prefix + "connect: " + Errno(errno) +
+                                                  " (is a tierkv store serving tcp there?)");
+    }
+    pollfd p{impl->fd.get(), POLLOUT, 0};
+    int rc;
+    do {
+      rc = ::poll(&p, 1, MillisUntil(deadline));
+    } while (rc < 0 && errno == EINTR);
+    if (rc == 0) {
+      return Status(ErrorCode::TRANSFER_FAIL,
+                    prefix + "no connection within " + std::to_string(timeout.count()) + " ms");
+    }
+    int err = 0;
+    socklen_t len = sizeof(err);
+    getsockopt(impl->fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) {
+      return Status(ErrorCode::TRANSFER_FAIL,
+                    prefix + "connect: " + Errno(err) + " (is a tierkv store serving tcp there?)");
+    }
+  }
+  std::lock_guard<std::mutex> lock(impl->mu);
+  std::vector<Impl::Pending> hello(1);
+  hello[0].op = UcxOp::kHello;
+  hello[0].name = &impl->segment_name;
+  hello[0].total = 0;
+  impl->Run(hello, std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::max(deadline - Clock::now(), Clock::duration(1))));
+  if (!impl->failure.empty()) {
+    return Status(ErrorCode::TRANSFER_FAIL,
+                  prefix + impl->failure + " (is a tierkv store serving tcp there?)");
+  }
+  if (!hello[0].status.ok()) return hello[0].status;
+  impl->size = hello[0].value;
+  impl->staging_capacity = uint64_t{hello[0].aux} * kUcxStagingUnit;
+  return std::unique_ptr<TcpSegmentClient>(new TcpSegmentClient(std::move(impl)));
+}
+
+TcpSegmentClient::TcpSegmentClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TcpSegmentClient::~TcpSegmentClient() = default;
+
+uint64_t TcpSegmentClient::size() const { return impl_->size; }
+uint64_t TcpSegmentClient::staging_capacity() const { return impl_->staging_capacity; }
+const std::string& TcpSegmentClient::address() const { return impl_->address; }
+const std::string& TcpSegmentClient::segment_name() const { return impl_->segment_name; }
+
+bool TcpSegmentClient::alive() const {
+  if (!impl_->alive.load(std::memory_order_acquire)) return false;
+  std::unique_lock<std::mutex> lock(impl_->mu, std::try_to_lock);
+  if (!lock.owns_lock()) return true;  // a batch is running: it notices a failure itself
+  char byte;
+  const ssize_t n = recv(impl_->fd.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) {
+    impl_->Fail("the server closed the connection");
+  } else if (n > 0) {
+    impl_->Fail("protocol error: bytes from the server while no request was in flight");
+  } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    impl_->Fail("the connection failed: " + Errno(errno));
+  }
+  return impl_->alive.load(std::memory_order_acquire);
+}
+
+std::vector<Status> TcpSegmentClient::ReadBatch(const std::vector<ReadOp>& ops) {
+  std::vector<Impl::Pending> pendings;
+  pendings.reserve(ops.size());
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    impl_->AddOp(pendings, UcxOp::kRead, i, ops[i].offset, ops[i].dst, impl_->size,
+                 kTcpMaxRequestBytes);
+  }
+  return impl_->RunOps(pendings, ops.size());
+}
+
+std::vector<Status> TcpSegmentClient::WriteBatch(const std::vector<WriteOp>& ops) {
+  std::vector<Impl::Pending> pendings;
+  pendings.reserve(ops.size());
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    impl_->AddOp(pendings, UcxOp::kWrite, i, ops[i].offset, ops[i].src, impl_->size,
+                 kTcpMaxRequestBytes);
+  }
+  return impl_->RunOps(pendings, ops.size());
+}
+
+std::vector<Status> TcpSegmentClient::StageBatch(const std::vector<StageOp>& ops,
+                                                 double usable_ratio) {
+  // The largest range whose staging need (align_up(length, 4096) + 8192) fits the usable part
+  // of the server's staging buffer.
+  const auto usable =
+      static_cast<uint64_t>(usable_ratio * static_cast<double>(impl_->staging_capacity));
+  const uint64_t max_range =
+      usable > 8192 + 4096 ? std::min(kTcpMaxRequestBytes, (usable - 8192) & ~uint64_t{4095}) : 0;
+  std::vector<std::vector<uint8_t>> descriptors(ops.size());
+  std::vector<Impl::Pending> pendings;
+  pendings.reserve(ops.size());
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    UcxStageDescriptor d;
+    d.region = ops[i].location.region;
+    d.generation = ops[i].location.generation;
+    d.record_offset = ops[i].location.offset;
+    d.object_size = ops[i].location.size;
+    d.key = ops[i].key;
+    uint64_t total = 0;
+    for (const MutPiece& piece : ops[i].dst) total += piece.size;
+    Status bad;
+    if (d.key.empty() || d.key.size() > kUcxMaxNameLength) {
+      bad = Status(ErrorCode::INVALID_KEY,
+                   "tcp staged load: a key of " + std::to_string(d.key.size()) + " bytes");
+    } else if (total != d.object_size) {
+      bad = Status(ErrorCode::INVALID_PARAMS, "tcp staged load of " + d.key + ": " +
+                                                  std::to_string(total) + " bytes of buffer for " +
+                                                  std::to_string(d.object_size));
+    }
+    if (!bad.ok()) {
+      Impl::Pending refused;
+      refused.op = UcxOp::kStage;
+      refused.op_index = i;
+      refused.completed = true;
+      refused.status = std::move(bad);
+      pendings.push_back(std::move(refused));
+      continue;
+    }
+    descriptors[i] = EncodeUcxStageDescriptor(d);
+    const size_t first = pendings.size();
+    impl_->AddOp(pendings, UcxOp::kStage, i, 0, ops[i].dst, ops[i].location.size, max_range);
+    for (size_t k = first; k < pendings.size(); ++k) pendings[k].descriptor = &descriptors[i];
+  }
+  return impl_->RunOps(pendings, ops.size());
+}
+
+}  // namespace tierkv::transport

@@ -1,0 +1,724 @@
+#include "transport/tcp_segment_server.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "transport/stage_source.h"
+#include "transport/tcp_protocol.h"
+#include "transport/ucx_worker.h"
+#include "transport/unique_fd.h"
+
+namespace tierkv::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// While a connection waits for its hello, the loop wakes at least this often.
+constexpr int kHousekeepingMs = 50;
+// A connection with this many replies queued (a requester that sends faster than it reads) is
+// not read from until they drain.
+constexpr size_t kMaxQueuedReplies = 512;
+// Bytes read from one connection per event before the loop turns to the others.
+constexpr size_t kReadBudget = size_t{4} << 20;
+// After accept fails for lack of descriptors, the listener rests this long.
+constexpr std::chrono::milliseconds kAcceptBackoff{100};
+// Connections dropped to make room for new ones per wake-up of the listener, at most.
+constexpr int kMaxDropsPerAccept = 256;
+// Protocol violations logged per second; the rest are counted in one line.
+constexpr int kRejectLogsPerSecond = 10;
+
+std::string Errno(int err) { return std::strerror(err); }
+
+const char* OpName(UcxOp op) {
+  switch (op) {
+    case UcxOp::kHello:
+      return "hello";
+    case UcxOp::kRead:
+      return "read";
+    case UcxOp::kWrite:
+      return "write";
+    case UcxOp::kStage:
+      return "stage";
+  }
+  return "?";
+}
+
+}  // namespace
+
+struct TcpSegmentServer::Loop {
+  struct Out {
+    TcpHeader header{};
+    const uint8_t* data = nullptr;
+    size_t length = 0;
+    size_t sent = 0;                   // of header + data
+    std::shared_ptr<const void> hold;  // stage replies: keeps their staging space
+    uint64_t counts = 0;               // read bytes counted once sent (stage replies)
+  };
+  enum class Phase { kHeader, kName, kDescriptor, kWrite, kDiscard };
+  struct Connection {
+    UniqueFd fd;
+    uint64_t serial = 0;
+    std::string peer;
+    Clock::time_point accepted;
+    bool established = false;
+    Phase phase = Phase::kHeader;
+    uint8_t header[kTcpHeaderSize] = {};
+    size_t have = 0;             // bytes of the current header or data phase received
+    TcpRequest request;          // the request being received
+    std::vector<uint8_t> small;  // hello name, stage descriptor
+    uint8_t* target = nullptr;   // write: where its data goes
+    std::deque<Out> out;
+    bool want_out = false;      // EPOLLOUT registered
+    bool input_paused = false;  // EPOLLIN dropped (too many replies queued)
+  };
+  struct StageJob {
+    uint64_t serial = 0;  // the connection's
+    uint64_t id = 0;
+    uint64_t length = 0;
+    StagedRange staged;
+  };
+  // Shared with every callback of the source: one that comes after the server stopped (closed)
+  // drops its range, releasing the staging space, and touches nothing else.
+  struct StageInbox {
+    std::mutex mu;
+    std::vector<StageJob> staged;  // guarded by mu
+    int wake_fd = -1;              // guarded by mu; the loop's eventfd until closed
+    bool closed = false;           // guarded by mu
+    void Push(StageJob job) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (closed) return;
+      staged.push_back(std::move(job));
+      const uint64_t one = 1;
+      while (::write(wake_fd, &one, sizeof(one)) < 0 && errno == EINTR) {
+      }
+    }
+    std::vector<StageJob> Take() {
+      std::lock_guard<std::mutex> lock(mu);
+      return std::exchange(staged, {});
+    }
+    void Close() {
+      std::lock_guard<std::mutex> lock(mu);
+      closed = true;
+      staged.clear();
+    }
+  };
+
+  TcpSegmentServer* owner = nullptr;
+  std::shared_ptr<MemorySegment> segment;
+  std::shared_ptr<StageSource> stages;  // null: stage requests are refused
+  std::shared_ptr<StageInbox> inbox = std::make_shared<StageInbox>();
+  UcxTransportOptions options;
+  std::string address;
+  UniqueFd listener;
+  UniqueFd epoll;
+  UniqueFd wake;
+  std::atomic<bool> stopping{false};
+  uint64_t next_serial = 1;
+  std::unordered_map<int, std::unique_ptr<Connection>> by_fd;
+  std::unordered_map<uint64_t, Connection*> by_serial;
+  std::vector<uint8_t> discard = std::vector<uint8_t>(64 * 1024);
+  Clock::time_point accept_paused_until{};  // out of descriptors: accepts rest until then
+  // Rejection log budget.
+  Clock::time_point log_window;
+  int logged_in_window = 0;
+  uint64_t suppressed = 0;
+
+  ~Loop() { inbox->Close(); }
+
+  bool InBounds(uint64_t offset, uint64_t length) const {
+    return offset <= segment->size() && length <= segment->size() - offset;
+  }
+
+  void Update(Connection& c) {
+    epoll_event ev{};
+    ev.events = (c.input_paused ? 0u : static_cast<uint32_t>(EPOLLIN | EPOLLRDHUP)) |
+                (c.want_out ? static_cast<uint32_t>(EPOLLOUT) : 0u);
+    ev.data.fd = c.fd.get();
+    epoll_ctl(epoll.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
+  }
+
+  void Close(Connection& c, const std::string& reason, bool broke_protocol) {
+    if (broke_protocol) {
+      owner->rejected_.fetch_add(1, std::memory_order_relaxed);
+      const auto now = Clock::now();
+      if (now - log_window >= std::chrono::seconds(1)) {
+        if (suppressed != 0) {
+          spdlog::warn("tcp segment server {}: {} more connections closed for protocol errors",
+                       address, suppressed);
+        }
+        log_window = now;
+        logged_in_window = 0;
+        suppressed = 0;
+      }
+      if (logged_in_window < kRejectLogsPerSecond) {
+        ++logged_in_window;
+        spdlog::warn("tcp segment server {}: closing the connection of {}: {}", address, c.peer,
+                     reason);
+      } else {
+        ++suppressed;
+      }
+    } else {
+      spdlog::debug("tcp segment server {}: closing the connection of {}: {}", address, c.peer,
+                    reason);
+    }
+    epoll_ctl(epoll.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+    by_serial.erase(c.serial);
+    const int fd = c.fd.get();
+    by_fd.erase(fd);  // closes the socket, drops queued replies (and their staging holds)
+    owner->open_.store(by_fd.size(), std::memory_order_relaxed);
+  }
+
+  void Reply(Connection& c, UcxOp op, uint64_t id, ErrorCode status, uint64_t value,
+             const uint8_t* data = nullptr, size_t length = 0,
+             std::shared_ptr<const void> hold = nullptr, uint32_t aux = 0) {
+    TcpReply reply;
+    reply.op = op;
+    reply.id = id;
+    reply.status = ToInt(status);
+    reply.aux = aux;
+    reply.value = value;
+    reply.data_length = static_cast<uint32_t>(length);
+    Out out;
+    out.header = EncodeTcpReply(reply);
+    out.data = data;
+    out.length = length;
+    out.hold = std::move(hold);
+    if (op == UcxOp::kStage && status == ErrorCode::OK) out.counts = length;
+    c.out.push_back(std::move(out));
+  }
+
+  // Sends what is queued; false when the connection was closed.
+  bool Flush(Connection& c) {
+    while (!c.out.empty()) {
+      iovec iov[64];
+      int count = 0;
+      for (auto it = c.out.begin(); it != c.out.end() && count + 2 <= 64; ++it) {
+        size_t skip = it->sent;
+        if (skip < kTcpHeaderSize) {
+          iov[count++] = {it->header.data() + skip, kTcpHeaderSize - skip};
+          skip = 0;
+        } else {
+          skip -= kTcpHeaderSize;
+        }
+        if (it->length > skip) {
+          iov[count++] = {const_cast<uint8_t*>(it->data) + skip, it->length - skip};
+        }
+      }
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(count);
+      const ssize_t n = sendmsg(c.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          if (!c.want_out) {
+            c.want_out = true;
+            Update(c);
+          }
+          return true;
+        }
+        Close(c, "sending: " + Errno(errno), false);
+        return false;
+      }
+      size_t done = static_cast<size_t>(n);
+      while (done > 0 && !c.out.empty()) {
+        Out& front = c.out.front();
+        const size_t left = kTcpHeaderSize + front.length - front.sent;
+        if (done < left) {
+          front.sent += done;
+          done = 0;
+        } else {
+          done -= left;
+          if (front.counts != 0) {
+            owner->read_bytes_.fetch_add(front.counts, std::memory_order_relaxed);
+          }
+          c.out.pop_front();
+        }
+      }
+    }
+    if (c.want_out || c.input_paused) {
+      c.want_out = false;
+      c.input_paused = false;
+      Update(c);
+    }
+    return true;
+  }
+
+  // Receives into [dst, dst + want); the bytes received, 0 for "nothing now", -1 closed.
+  ssize_t Receive(Connection& c, void* dst, size_t want) {
+    while (true) {
+      const ssize_t n = recv(c.fd.get(), dst, want, MSG_DONTWAIT);
+      if (n > 0) return n;
+      if (n == 0) {
+        Close(c,
+              c.phase == Phase::kHeader && c.have == 0
+                  ? "hung up"
+                  : "hung up in the middle of a frame (truncated)",
+              c.phase != Phase::kHeader || c.have != 0);
+        return -1;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+      Close(c, "receiving: " + Errno(errno), false);
+      return -1;
+    }
+  }
+
+  // A whole header arrived: check it and set up the data phase (or answer at once).
+  bool OnHeader(Connection& c) {
+    Result<TcpRequest> decoded = DecodeTcpRequest(c.header);
+    if (!decoded.ok()) {
+      Close(c, decoded.status().message(), true);
+      return false;
+    }
+    const TcpRequest& r = *decoded;
+    c.request = r;
+    c.have = 0;
+    if (r.op == UcxOp::kHello) {
+      if (c.established) {
+        Close(c, "a second hello", true);
+        return false;
+      }
+      c.small.resize(r.data_length);
+      c.phase = Phase::kName;
+      return true;
+    }
+    if (!c.established) {
+      Close(c, std::string("a ") + OpName(r.op) + " before the hello", true);
+      return false;
+    }
+    switch (r.op) {
+      case UcxOp::kRead:
+        if (!InBounds(r.offset, r.length)) {
+          Reply(c, r.op, r.id, ErrorCode::INVALID_PARAMS, 0);
+        } else {
+          owner->read_bytes_.fetch_add(r.length, std::memory_order_relaxed);
+          Reply(c, r.op, r.id, ErrorCode::OK, r.length, segment->base() + r.offset, r.length);
+        }
+        c.phase = Phase::kHeader;
+        return true;
+      case UcxOp::kWrite:
+        if (InBounds(r.offset, r.length)) {
+          c.target = segment->base() + r.offset;
+          c.phase = Phase::kWrite;
+        } else {
+          c.phase = Phase::kDiscard;  // read and dropped, then refused
+        }
+        return true;
+      case UcxOp::kStage:
+        c.small.resize(r.data_length);
+        c.phase = Phase::kDescriptor;
+        return true;
+      case UcxOp::kHello:
+        break;
+    }
+    return true;
+  }
+
+  // The data of the current request arrived in full.
+  bool OnData(Connection& c) {
+    const TcpRequest& r = c.request;
+    c.phase = Phase::kHeader;
+    c.have = 0;
+    switch (r.op) {
+      case UcxOp::kHello: {
+        const std::string name(c.small.begin(), c.small.end());
+        if (name != segment->name()) {
+          spdlog::info("tcp segment server {}: {} asked for segment '{}', this server has '{}'",
+                       address, c.peer, name, segment->name());
+          Reply(c, r.op, r.id, ErrorCode::SEGMENT_NOT_FOUND, 0);
+          return true;
+        }
+        c.established = true;
+        const uint32_t aux = stages == nullptr
+                                 ? 0
+                                 : static_cast<uint32_t>(std::min<uint64_t>(
+                                       stages->staging_capacity() / kUcxStagingUnit, UINT32_MAX));
+        Reply(c, r.op, r.id, ErrorCode::OK, segment->size(), nullptr, 0, nullptr, aux);
+        return true;
+      }
+      case UcxOp::kWrite:
+        owner->written_bytes_.fetch_add(r.length, std::memory_order_relaxed);
+        Reply(c, r.op, r.id, ErrorCode::OK, r.length);
+        return true;
+      case UcxOp::kRead:
+        return true;
+      case UcxOp::kStage: {
+        Result<UcxStageDescriptor> d = DecodeUcxStageDescriptor(c.small.data(), c.small.size());
+        if (!d.ok()) {
+          Close(c, d.status().message(), true);
+          return false;
+        }
+        if (stages == nullptr) {
+          Reply(c, r.op, r.id, ErrorCode::UNAVAILABLE_IN_CURRENT_MODE, 0);
+          return true;
+        }
+        if (r.offset > d->object_size || r.length > d->object_size - r.offset) {
+          Reply(c, r.op, r.id, ErrorCode::INVALID_PARAMS, 0);
+          return true;
+        }
+        StageRange range;
+        range.key = std::move(d->key);
+        range.location = DiskLocation{d->region, d->generation, d->record_offset, d->object_size};
+        range.value_offset = r.offset;
+        range.length = r.length;
+        StageDone done = [inbox = inbox, serial = c.serial, id = r.id,
+                          length = r.length](StagedRange staged) {
+          inbox->Push(StageJob{serial, id, length, std::move(staged)});
+        };
+        stages->Submit(std::move(range), std::move(done));
+        return true;
+      }
+    }
+    return true;
+  }
+
+  // Reads what the peer sent (up to kReadBudget) and acts on whole frames.
+  void OnReadable(Connection& c) {
+    size_t budget = kReadBudget;
+    while (budget > 0) {
+      if (c.phase == Phase::kHeader && c.out.size() >= kMaxQueuedReplies) {
+        if (!c.input_paused) {
+          c.input_paused = true;
+          c.want_out = true;
+          Update(c);
+        }
+        return;
+      }
+      void* dst = nullptr;
+      size_t want = 0;
+      switch (c.phase) {
+        case Phase::kHeader:
+          dst = c.header + c.have;
+          want = kTcpHeaderSize - c.have;
+          break;
+        case Phase::kName:
+        case Phase::kDescriptor:
+          dst = c.small.data() + c.have;
+          want = c.small.size() - c.have;
+          break;
+        case Phase::kWrite:
+          dst = c.target + c.have;
+          want = c.request.length - c.have;
+          break;
+        case Phase::kDiscard:
+          dst = discard.data();
+          want = std::min<size_t>(discard.size(), c.request.length - c.have);
+          break;
+      }
+      const ssize_t n = Receive(c, dst, std::min(want, budget));
+      if (n <= 0) return;  // nothing now, or closed
+      budget -= static_cast<size_t>(n);
+      c.have += static_cast<size_t>(n);
+      if (c.phase == Phase::kHeader) {
+        // A wrong magic is refused as soon as its bytes are in, not after 40 bytes.
+        if (std::memcmp(c.header, kTcpMagic, std::min(c.have, sizeof(kTcpMagic))) != 0) {
+          Close(c, "tcp request: wrong magic (not TKVT)", true);
+          return;
+        }
+        if (c.have < kTcpHeaderSize) continue;
+        if (!OnHeader(c)) return;
+        if (c.phase == Phase::kHeader) continue;  // answered at once (a read)
+        continue;
+      }
+      const size_t total = (c.phase == Phase::kName || c.phase == Phase::kDescriptor)
+                               ? c.small.size()
+                               : c.request.length;
+      if (c.have < total) continue;
+      if (c.phase == Phase::kDiscard) {
+        c.phase = Phase::kHeader;
+        c.have = 0;
+        Reply(c, c.request.op, c.request.id, ErrorCode::INVALID_PARAMS, 0);
+        continue;
+      }
+      if (!OnData(c)) return;
+    }
+  }
+
+  Connection* OldestWithoutHello() {
+    Connection* oldest = nullptr;
+    for (auto& [fd, c] : by_fd) {
+      if (!c->established && (oldest == nullptr || c->accepted < oldest->accepted)) {
+        oldest = c.get();
+      }
+    }
+    return oldest;
+  }
+
+  // Accepts again once a pause for lack of descriptors is over.
+  void MaybeResumeAccepts() {
+    if (accept_paused_until == Clock::time_point{} || Clock::now() < accept_paused_until) return;
+    accept_paused_until = Clock::time_point{};
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = listener.get();
+    epoll_ctl(epoll.get(), EPOLL_CTL_MOD, listener.get(), &ev);
+  }
+
+  void Accept() {
+    int drops = 0;
+    while (true) {
+      sockaddr_storage peer{};
+      socklen_t length = sizeof(peer);
+      const int fd = accept4(listener.get(), reinterpret_cast<sockaddr*>(&peer), &length,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of descriptors: the oldest connection still without its hello makes room and
+          // the accept is tried again at once (a flood of silent connections cannot lock
+          // requesters out); with none to drop, or after many drops in one go, the listener
+          // rests a while (a readable listener would spin the loop; the peer stays in the
+          // backlog).
+          const int err = errno;
+          Connection* oldest = drops < kMaxDropsPerAccept ? OldestWithoutHello() : nullptr;
+          if (oldest != nullptr) {
+            ++drops;
+            Close(*oldest, "dropped without its hello: out of file descriptors", true);
+            continue;
+          }
+          spdlog::warn("tcp segment server {}: accept: {}; pausing accepts for {} ms", address,
+                       Errno(err), kAcceptBackoff.count());
+          accept_paused_until = Clock::now() + kAcceptBackoff;
+          epoll_event ev{};
+          ev.events = 0;
+          ev.data.fd = listener.get();
+          epoll_ctl(epoll.get(), EPOLL_CTL_MOD, listener.get(), &ev);
+          return;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          spdlog::warn("tcp segment server {}: accept: {}", address, Errno(errno));
+        }
+        return;
+      }
+      UniqueFd owned(fd);
+      if (by_fd.size() >= kMaxConnections) {
+        // Full: the oldest connection still without its hello makes room (a flood of silent
+        // connections cannot lock requesters out); with none, the new one is refused.
+        Connection* oldest = OldestWithoutHello();
+        if (oldest == nullptr) {
+          spdlog::warn("tcp segment server {}: refusing {}: {} connections open", address,
+                       DescribeAddress(peer), by_fd.size());
+          continue;  // closed
+        }
+        Close(*oldest,
+              "dropped without its hello: " + std::to_string(kMaxConnections) + " connections open",
+              true);
+      }
+      const int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+      auto c = std::make_unique<Connection>();
+      c->fd = std::move(owned);
+      c->serial = next_serial++;
+      c->peer = DescribeAddress(peer);
+      c->accepted = Clock::now();
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLRDHUP;
+      ev.data.fd = fd;
+      if (epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+        spdlog::warn("tcp segment server {}: epoll_ctl: {}", address, Errno(errno));
+        continue;
+      }
+      by_serial[c->serial] = c.get();
+      by_fd[fd] = std::move(c);
+      owner->open_.store(by_fd.size(), std::memory_order_relaxed);
+    }
+  }
+
+  void CheckHandshakes() {
+    const auto now = Clock::now();
+    std::vector<Connection*> late;
+    for (auto& [fd, c] : by_fd) {
+      if (!c->established && now - c->accepted > options.io_timeout) late.push_back(c.get());
+    }
+    for (Connection* c : late) {
+      Close(*c, "no hello within " + std::to_string(options.io_timeout.count()) + " ms", true);
+    }
+  }
+
+  bool Handshaking() const {
+    return std::any_of(by_fd.begin(), by_fd.end(),
+                       [](const auto& entry) { return !entry.second->established; });
+  }
+
+  // On the loop: queue the replies of staged pieces (their connections may have gone).
+  void TakeStaged() {
+    std::vector<Connection*> touched;
+    for (StageJob& job : inbox->Take()) {
+      auto it = by_serial.find(job.serial);
+      if (it == by_serial.end()) continue;  // the hold goes with the job
+      Connection& c = *it->second;
+      if (!job.staged.status.ok()) {
+        Reply(c, UcxOp::kStage, job.id, job.staged.status.code(), 0);
+      } else {
+        Reply(c, UcxOp::kStage, job.id, ErrorCode::OK, job.length, job.staged.data, job.length,
+              std::move(job.staged.hold));
+      }
+      touched.push_back(&c);
+    }
+    std::sort(touched.begin(), touched.end());
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    for (Connection* c : touched) Flush(*c);  // each once: a close here frees only itself
+  }
+
+  void Run() {
+    std::vector<epoll_event> events(64);
+    while (!stopping.load(std::memory_order_acquire)) {
+      const int timeout =
+          Handshaking() || accept_paused_until != Clock::time_point{} ? kHousekeepingMs : -1;
+      const int n =
+          epoll_wait(epoll.get(), events.data(), static_cast<int>(events.size()), timeout);
+      if (n < 0 && errno != EINTR) {
+        spdlog::error("tcp segment server {}: epoll_wait: {}", address, Errno(errno));
+        break;
+      }
+      for (int i = 0; i < n; ++i) {
+        const int fd = events[i].data.fd;
+        if (fd == listener.get()) {
+          Accept();
+          continue;
+        }
+        if (fd == wake.get()) {
+          uint64_t count = 0;
+          while (::read(wake.get(), &count, sizeof(count)) < 0 && errno == EINTR) {
+          }
+          TakeStaged();
+          continue;
+        }
+        auto it = by_fd.find(fd);
+        if (it == by_fd.end()) continue;
+        Connection& c = *it->second;
+        const uint64_t serial = c.serial;
+        if ((events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0 &&
+            !c.input_paused) {
+          OnReadable(c);
+          if (by_serial.count(serial) == 0) continue;
+        }
+        if ((events[i].events & (EPOLLHUP | EPOLLERR)) != 0 && c.input_paused) {
+          Close(c, "hung up", false);
+          continue;
+        }
+        Flush(c);  // replies the reads queued, or room to send more
+      }
+      CheckHandshakes();
+      MaybeResumeAccepts();
+    }
+    // Shutdown: no more connections; what the source has queued fails at once, and what it
+    // is reading comes back to a closed inbox (its staging space is released there).
+    listener.Reset();
+    if (stages != nullptr) {
+      stages->FailQueued(Status(ErrorCode::TRANSFER_FAIL, "the segment server is stopping"));
+    }
+    inbox->Close();
+    by_serial.clear();
+    by_fd.clear();
+    owner->open_.store(0, std::memory_order_relaxed);
+  }
+};
+
+Result<std::unique_ptr<TcpSegmentServer>> TcpSegmentServer::Start(
+    std::shared_ptr<MemorySegment> segment, const std::string& host, int port,
+    const UcxTransportOptions& options, std::shared_ptr<StageSource> stages) {
+  using R = Result<std::unique_ptr<TcpSegmentServer>>;
+  if (segment == nullptr) return R(ErrorCode::INVALID_PARAMS, "tcp segment server: no segment");
+  if (host.empty()) return R(ErrorCode::INVALID_PARAMS, "tcp segment server: empty host");
+  if (port < 0 || port > 65535) {
+    return R(ErrorCode::INVALID_PARAMS,
+             "tcp segment server: port " + std::to_string(port) + " outside 0..65535");
+  }
+  if (options.io_timeout.count() <= 0) {
+    return R(ErrorCode::INVALID_CONFIG, "tcp segment server: io_timeout must be positive");
+  }
+  const std::string wanted = FormatHostPort(host, port);
+  Result<SocketAddress> at = ResolveHost(host, port, true, ErrorCode::TRANSFER_FAIL);
+  if (!at.ok()) return R(at.code(), "tcp segment server: " + at.status().message());
+
+  auto loop = std::make_unique<Loop>();
+  loop->segment = std::move(segment);
+  loop->stages = std::move(stages);
+  loop->options = options;
+  loop->listener =
+      UniqueFd(::socket(at->storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!loop->listener.valid()) {
+    return R(ErrorCode::INTERNAL_ERROR, "tcp segment server: socket: " + Errno(errno));
+  }
+  const int one = 1;
+  setsockopt(loop->listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (at->storage.ss_family == AF_INET6) {
+    setsockopt(loop->listener.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  }
+  if (::bind(loop->listener.get(), at->get(), at->length) != 0 ||
+      ::listen(loop->listener.get(), SOMAXCONN) != 0) {
+    return R(ErrorCode::TRANSFER_FAIL,
+             "tcp segment server: cannot listen on " + wanted + ": " + Errno(errno));
+  }
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  if (getsockname(loop->listener.get(), reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
+    return R(ErrorCode::INTERNAL_ERROR, "tcp segment server: getsockname: " + Errno(errno));
+  }
+  loop->address = FormatHostPort(host, PortOf(bound));
+  loop->epoll = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
+  loop->wake = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!loop->epoll.valid() || !loop->wake.valid()) {
+    return R(ErrorCode::INTERNAL_ERROR, "tcp segment server: epoll/eventfd: " + Errno(errno));
+  }
+  for (int fd : {loop->listener.get(), loop->wake.get()}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (epoll_ctl(loop->epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+      return R(ErrorCode::INTERNAL_ERROR, "tcp segment server: epoll_ctl: " + Errno(errno));
+    }
+  }
+  std::unique_ptr<TcpSegmentServer> server(new TcpSegmentServer());
+  server->address_ = loop->address;
+  loop->owner = server.get();
+  server->loop_ = std::move(loop);
+  Loop* raw = server->loop_.get();
+  raw->inbox->wake_fd = raw->wake.get();
+  try {
+    server->thread_ = std::thread([raw] { raw->Run(); });
+  } catch (const std::system_error& error) {
+    return R(ErrorCode::INTERNAL_ERROR,
+             std::string("tcp segment server: cannot start its thread: ") + error.what());
+  }
+  spdlog::info("tcp segment server: serving segment '{}' ({} bytes) on {}", raw->segment->name(),
+               raw->segment->size(), server->address_);
+  return server;
+}
+
+TcpSegmentServer::~TcpSegmentServer() { Stop(); }
+
+void TcpSegmentServer::Stop() {
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  if (loop_ != nullptr) {
+    loop_->stopping.store(true, std::memory_order_release);
+    const uint64_t one = 1;
+    while (::write(loop_->wake.get(), &one, sizeof(one)) < 0 && errno == EINTR) {
+    }
+  }
+  if (thread_.joinable()) thread_.join();
+  loop_.reset();
+  spdlog::info("tcp segment server {}: stopped", address_);
+}
+
+}  // namespace tierkv::transport
