@@ -373,9 +373,11 @@ TEST_P(DeviceEngineTest, ShortReadIsAnErrorAndTheDeviceKeepsWorking) {
   EXPECT_NE(status.message().find("short read at offset 1572864: transferred 0 of 65536"),
             std::string::npos)
       << status.message();
-  // A batch straddling the end: only the request past it fails.
-  std::vector<Status> batch = device->ReadBatch(
-      {IoRequest{0, buf.data(), 32 * kKiB}, IoRequest{kMiB, buf.data() + 32 * kKiB, 4096}});
+  // A batch straddling the end (of the file: its data, then its 4 KiB label): only the request
+  // past it fails.
+  std::vector<Status> batch =
+      device->ReadBatch({IoRequest{0, buf.data(), 32 * kKiB},
+                         IoRequest{kMiB + TierFile::kLabelBytes, buf.data() + 32 * kKiB, 4096}});
   EXPECT_TRUE(batch[0].ok()) << batch[0].ToString();
   EXPECT_EQ(batch[1].code(), ErrorCode::FILE_READ_FAIL);
 
