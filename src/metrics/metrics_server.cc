@@ -187,8 +187,15 @@ MHD_Result MetricsServer::Impl::Handle(void* cls, MHD_Connection* connection, co
     *upload_size = 0;  // a body is read and ignored; the answer comes once it is in
     return MHD_YES;
   }
-  if (request->metrics && request->ready) {
-    return Respond(connection, MHD_HTTP_OK, request->body, kMetricsType, request->gzip);
+  if (request->metrics) {
+    // Called again after the worker resumed the connection: its body is ready.
+    std::unique_lock<std::mutex> lock(self->mu);
+    if (request->ready) {
+      std::string body = std::move(request->body);
+      const bool gzip = request->gzip;
+      lock.unlock();
+      return Respond(connection, MHD_HTTP_OK, body, kMetricsType, gzip);
+    }
   }
   const bool get_or_head = std::strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
                            std::strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
