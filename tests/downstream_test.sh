@@ -24,11 +24,15 @@ if grep -Eq 'grpc|protobuf|prometheus' <<<"$link"; then
   echo "downstream: tierkv::embedded pulls in the control plane: $link" >&2
   exit 1
 fi
-if ldd "$work/embedded-only/downstream_embedded" | grep -E 'grpc|protobuf|prometheus'; then
+# ldd's output is taken whole first: under pipefail, `ldd | grep -q` fails when grep exits at its
+# first match and ldd dies of SIGPIPE.
+embedded_libs=$(ldd "$work/embedded-only/downstream_embedded")
+full_libs=$(ldd "$work/full/downstream_full")
+if grep -E 'grpc|protobuf|prometheus' <<<"$embedded_libs"; then
   echo "downstream: the embedded-only program loads the libraries above" >&2
   exit 1
 fi
-if ! ldd "$work/full/downstream_full" | grep -q grpc; then
+if ! grep -q grpc <<<"$full_libs"; then
   echo "downstream: tierkv::tierkv should link gRPC" >&2
   exit 1
 fi
