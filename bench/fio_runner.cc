@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -32,9 +33,10 @@ std::string ReadFile(const std::string& path) {
 
 // Runs argv[0] (searched on PATH) with the child's stdout and stderr sent to the given
 // files ("" = this process's stderr: stdout carries results only). Returns the exit status,
-// or -1 with *error set when the program could not be started or did not exit normally.
+// or -1 with *error set when the program could not be started or did not exit normally
+// (*signaled then says whether a signal killed it).
 int Spawn(const std::vector<std::string>& args, const std::string& stdout_path,
-          const std::string& stderr_path, std::string* error) {
+          const std::string& stderr_path, std::string* error, bool* signaled = nullptr) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (stdout_path.empty()) {
@@ -66,6 +68,7 @@ int Spawn(const std::vector<std::string>& args, const std::string& stdout_path,
   }
   if (!WIFEXITED(wstatus)) {
     *error = args[0] + " was killed by signal " + std::to_string(WTERMSIG(wstatus));
+    if (signaled != nullptr) *signaled = WIFSIGNALED(wstatus);
     return -1;
   }
   return WEXITSTATUS(wstatus);
@@ -109,13 +112,24 @@ Result<double> RunFio(const FioJob& job, const std::string& file, const std::str
       "--output-format=json",
       "--output=" + json_path,
   };
-  std::string error;
-  const int rc = Spawn(args, "/dev/null", err_path, &error);
-  const std::string stderr_text = ReadFile(err_path);
-  const std::string json_text = ReadFile(json_path);
-  std::error_code ignored;
-  fs::remove(json_path, ignored);
-  fs::remove(err_path, ignored);
+  // Debian's fio 3.33 now and then dies of SIGSEGV and a double free in its own teardown
+  // (axboe/fio#1598): a baseline run killed by a signal is run once more, and said so; a
+  // second crash is the error.
+  std::string error, stderr_text, json_text;
+  int rc = -1;
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    bool signaled = false;
+    error.clear();
+    rc = Spawn(args, "/dev/null", err_path, &error, &signaled);
+    stderr_text = ReadFile(err_path);
+    json_text = ReadFile(json_path);
+    std::error_code ignored;
+    fs::remove(json_path, ignored);
+    fs::remove(err_path, ignored);
+    if (rc == 0 || !signaled || attempt == 2) break;
+    std::fprintf(stderr, "bench: fio %s crashed (%s: %s); running it again\n", job.name.c_str(),
+                 error.c_str(), stderr_text.c_str());
+  }
   if (rc != 0) {
     return Failed("fio " + job.name + " failed (" +
                   (rc < 0 ? error : "exit " + std::to_string(rc)) + "): " + stderr_text);
