@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-layers=(common config transfer memory device ssd master metrics transport store client rpc)
+layers=(common config transfer memory device ssd master metrics transport store client rpc connector)
 
 declare -A rank
 for i in "${!layers[@]}"; do rank[${layers[$i]}]=$i; done

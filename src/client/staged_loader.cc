@@ -14,6 +14,7 @@
 
 #include "common/checksum.h"
 #include "ssd/ssd_tier.h"
+#include "ssd/staging_plan.h"
 #include "tierkv/status.h"
 
 namespace tierkv {
@@ -142,21 +143,19 @@ void StagedLoader::LoadFromTier(SsdTier& tier, std::vector<DiskRead*>& all,
   // copied out; and at most kStageBatchBytes, so even a batch that would fit whole is cut into
   // a few parts and its disk reads overlap its copies.
   const uint64_t half = std::min(usable / 2, kStageBatchBytes);
+  std::vector<uint64_t> sizes;
+  sizes.reserve(reads.size());
+  for (const DiskRead* r : reads) sizes.push_back(r->location.size);
+  const StagingSplit split = SplitForStaging(sizes, usable, half);
+  for (const StagingStream& s : split.streamed) {
+    ++stats.streamed_objects;
+    Stream(tier, *reads[s.index], s.piece_bytes);
+  }
   std::vector<std::vector<DiskRead*>> parts;
-  uint64_t used = 0;
-  for (DiskRead* r : reads) {
-    const uint64_t need = StagingNeed(r->location.size);
-    if (need > usable) {
-      ++stats.streamed_objects;
-      Stream(tier, *r, usable);
-      continue;
-    }
-    if (parts.empty() || used + need > half) {
-      parts.emplace_back();
-      used = 0;
-    }
-    parts.back().push_back(r);
-    used += need;
+  parts.reserve(split.parts.size());
+  for (const auto& indices : split.parts) {
+    auto& part = parts.emplace_back();
+    for (size_t i : indices) part.push_back(reads[i]);
   }
   stats.parts += parts.size();
   if (parts.empty()) return;
@@ -213,10 +212,8 @@ void StagedLoader::LoadFromTier(SsdTier& tier, std::vector<DiskRead*>& all,
   }
 }
 
-void StagedLoader::Stream(SsdTier& tier, DiskRead& r, uint64_t usable) const {
-  // The largest piece whose staging need fits the usable budget.
-  const uint64_t piece = usable > 8192 + 4096 ? (usable - 8192) & ~uint64_t{4095} : 0;
-  if (piece == 0) {
+void StagedLoader::Stream(SsdTier& tier, DiskRead& r, uint64_t piece) const {
+  if (piece == 0) {  // not even one 4096-byte piece fits the usable budget
     Fail(r, ErrorCode::OBJECT_TOO_LARGE);
     return;
   }

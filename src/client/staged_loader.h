@@ -68,7 +68,8 @@ class StagedLoader {
  private:
   void LoadFromTier(SsdTier& tier, std::vector<DiskRead*>& reads, StagedLoadStats& stats) const;
   void LoadDirect(SsdTier& tier, const std::vector<DiskRead*>& reads) const;
-  void Stream(SsdTier& tier, DiskRead& read, uint64_t budget) const;
+  // Streams one object in pieces of `piece` value bytes (0: OBJECT_TOO_LARGE).
+  void Stream(SsdTier& tier, DiskRead& read, uint64_t piece) const;
 
   const double usable_ratio_;
   TransferPool* const pool_;
