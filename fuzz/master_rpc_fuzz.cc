@@ -287,6 +287,20 @@ const std::vector<Target>& Targets() {
          seeds.add(r);
          return seeds.out;
        }},
+      {"req_RemoveByRegex",
+       [](const uint8_t* data, size_t size) {
+         FuzzRequest(data, size, &MasterRpcHandler::RemoveByRegex);
+       },
+       [] {
+         SeedList seeds;
+         RemoveByRegexRequest r;
+         r.set_regex("^key-[0-9]+$");
+         seeds.add(r);
+         r.set_regex("(a*)*b|[");
+         r.set_force(true);
+         seeds.add(r);
+         return seeds.out;
+       }},
       {"req_DropDiskReplicas",
        [](const uint8_t* data, size_t size) {
          FuzzRequest(data, size, &MasterRpcHandler::DropDiskReplicas);

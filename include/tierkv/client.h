@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,15 @@ class Client {
   // never left wrong.
   virtual int64_t Get(const std::string& key, void* buf, size_t capacity) = 0;
 
+  // Like Put, but a key that exists gets a new version instead of OBJECT_ALREADY_EXISTS. The
+  // new version is published atomically when its bytes are in: a reader sees the old bytes or
+  // the new ones, never a mix; a reader that already holds a lease on the old version finishes
+  // reading it, and the old version's space is freed when the last such lease ends. Errors as
+  // Put, plus REPLICA_IS_NOT_READY while another put or upsert of the key is in progress, and
+  // INVALID_PARAMS when config.group_ids names another group than the object's.
+  virtual int Upsert(const std::string& key, const void* data, size_t size,
+                     const ReplicateConfig& config = {}) = 0;
+
   // Object i is the concatenation of buffers ptrs[i][j] of sizes[i][j] (registered ones unless
   // require_registered_buffers is false). Per key: 0, or Put's errors, and DUPLICATE_KEY (the
   // key appears earlier in the batch), BUFFER_NOT_REGISTERED, INVALID_PARAMS (ptrs[i] and
@@ -65,12 +75,34 @@ class Client {
                                                     const std::vector<std::vector<void*>>& ptrs,
                                                     const std::vector<std::vector<size_t>>& sizes,
                                                     const ReplicateConfig& config = {}) = 0;
+  // BatchPutFromMultiBuffers with Upsert's semantics per key.
+  virtual std::vector<int> BatchUpsertFromMultiBuffers(
+      const std::vector<std::string>& keys, const std::vector<std::vector<void*>>& ptrs,
+      const std::vector<std::vector<size_t>>& sizes, const ReplicateConfig& config = {}) = 0;
   // Object i is scattered over ptrs[i][j]; the sizes must add up to the object size exactly
   // (smaller: BUFFER_OVERFLOW, larger: INVALID_PARAMS). Per key: bytes read, or Get's errors,
   // DUPLICATE_KEY and BUFFER_NOT_REGISTERED.
   virtual std::vector<int64_t> BatchGetIntoMultiBuffers(
       const std::vector<std::string>& keys, const std::vector<std::vector<void*>>& ptrs,
       const std::vector<std::vector<size_t>>& sizes) = 0;
+
+  // Object i is read into [bufs[i], bufs[i]+capacities[i]) (registered memory, as for the
+  // multi-buffer calls); a larger buffer is fine. Per key: bytes read, or Get's errors,
+  // DUPLICATE_KEY and BUFFER_NOT_REGISTERED (BUFFER_OVERFLOW when the capacity is smaller than
+  // the object: nothing is written). Lists shorter than `keys` fail the keys they miss with
+  // INVALID_PARAMS.
+  virtual std::vector<int64_t> BatchGetInto(const std::vector<std::string>& keys,
+                                            const std::vector<void*>& bufs,
+                                            const std::vector<size_t>& capacities) = 0;
+  // Reads objects whose sizes the caller does not know: once key i is looked up, the client
+  // calls allocate(i, size) — on the calling thread, before any byte is copied — for a
+  // destination of exactly `size` bytes (memory the caller vouches for; it need not be
+  // registered), or nullptr to fail the key with BUFFER_OVERFLOW. One master call for the
+  // batch, so the size a destination is given is the size of the version read. Per key: bytes
+  // read, or Get's errors (allocate is not called for keys that fail before).
+  virtual std::vector<int64_t> BatchGetAllocated(
+      const std::vector<std::string>& keys,
+      const std::function<void*(size_t index, uint64_t size)>& allocate) = 0;
 
   // Per key: 1 exists (readable), 0 does not (absent, or its put has not ended), or
   // INVALID_KEY / RPC_FAIL. Grants a read lease on what exists.
@@ -86,6 +118,17 @@ class Client {
   // Removes every complete object (leased ones only with `force`); the count removed (0 when a
   // remote master could not be reached; logged).
   virtual int64_t RemoveAll(bool force = false) = 0;
+  // Remove per key, in one master call.
+  virtual std::vector<int> BatchRemove(const std::vector<std::string>& keys,
+                                       bool force = false) = 0;
+  // Removes the complete objects whose key `regex` matches somewhere in (RE2 syntax, as
+  // Mooncake's regex_search: anchor with ^ and $; leased ones only with `force`): the count, or
+  // INVALID_PARAMS for a bad expression (RPC_FAIL when the master does not answer).
+  virtual int64_t RemoveByRegex(const std::string& regex, bool force = false) = 0;
+
+  // The name this client's own segment is mounted under ("" when it contributes none), as
+  // ReplicaDesc::segment_name reports it.
+  virtual std::string LocalSegmentName() const = 0;
 };
 
 }  // namespace tierkv

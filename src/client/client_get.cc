@@ -32,10 +32,11 @@ int64_t CopyMappedReplica(const SegmentAccess& seg, uint64_t offset,
 }  // namespace
 
 std::vector<int64_t> ClientImpl::GetImpl(const std::vector<std::string>& keys,
-                                         const std::vector<std::vector<MutPiece>>& pieces,
-                                         bool check_registered, bool exact) {
+                                         const std::vector<std::vector<MutPiece>>& given,
+                                         bool check_registered, bool exact,
+                                         const GetAllocator* allocate) {
   const size_t n = keys.size();
-  const std::vector<int> checked = CheckBatch(keys, pieces, check_registered, buffers_);
+  const std::vector<int> checked = CheckBatch(keys, given, check_registered, buffers_);
   std::vector<int64_t> results(checked.begin(), checked.end());
   std::vector<size_t> idx;
   std::vector<std::string> sub_keys;
@@ -46,6 +47,18 @@ std::vector<int64_t> ClientImpl::GetImpl(const std::vector<std::string>& keys,
   }
   if (sub_keys.empty()) return results;
   auto replicas = master_.GetReplicas(sub_keys);
+  // BatchGetAllocated: each destination sized by the version just looked up (a key left
+  // without one fails below with BUFFER_OVERFLOW: capacity 0).
+  std::vector<std::vector<MutPiece>> allocated;
+  if (allocate != nullptr) {
+    allocated.resize(n);
+    for (size_t j = 0; j < sub_keys.size(); ++j) {
+      if (!replicas[j].ok()) continue;
+      void* ptr = (*allocate)(idx[j], replicas[j]->size);
+      if (ptr != nullptr) allocated[idx[j]].push_back(MutPiece{ptr, replicas[j]->size});
+    }
+  }
+  const std::vector<std::vector<MutPiece>>& pieces = allocate != nullptr ? allocated : given;
   const Clock* clock = master_.clock();
   const bool verify = config_.verify_checksum;
   std::vector<std::vector<MutPiece>> dsts(sub_keys.size());
@@ -365,6 +378,36 @@ void ClientImpl::Promote(const std::vector<DiskRead>& reads, const std::vector<s
 int64_t ClientImpl::Get(const std::string& key, void* buf, size_t capacity) {
   return GetImpl({key}, {{MutPiece{buf, capacity}}}, /*check_registered=*/false,
                  /*exact=*/false)[0];
+}
+
+std::vector<int64_t> ClientImpl::BatchGetInto(const std::vector<std::string>& keys,
+                                              const std::vector<void*>& bufs,
+                                              const std::vector<size_t>& capacities) {
+  const size_t n = keys.size();
+  std::vector<std::vector<MutPiece>> pieces(n);
+  std::vector<bool> bad(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    if (i >= bufs.size() || i >= capacities.size()) {
+      bad[i] = true;
+      continue;
+    }
+    pieces[i].push_back(MutPiece{bufs[i], capacities[i]});
+  }
+  auto results = GetImpl(keys, pieces, config_.require_registered_buffers, /*exact=*/false);
+  for (size_t i = 0; i < n; ++i) {
+    if (bad[i]) results[i] = ToInt(ErrorCode::INVALID_PARAMS);
+  }
+  return results;
+}
+
+std::vector<int64_t> ClientImpl::BatchGetAllocated(
+    const std::vector<std::string>& keys,
+    const std::function<void*(size_t index, uint64_t size)>& allocate) {
+  // One placeholder piece per key passes CheckBatch's shape checks (keys and duplicates are
+  // what it checks here); the real destinations come from `allocate`.
+  static uint8_t placeholder;
+  const std::vector<std::vector<MutPiece>> pieces(keys.size(), {MutPiece{&placeholder, 1}});
+  return GetImpl(keys, pieces, /*check_registered=*/false, /*exact=*/false, &allocate);
 }
 
 std::vector<int64_t> ClientImpl::BatchGetIntoMultiBuffers(

@@ -121,4 +121,20 @@ int ClientImpl::Remove(const std::string& key, bool force) {
 
 int64_t ClientImpl::RemoveAll(bool force) { return static_cast<int64_t>(master_.RemoveAll(force)); }
 
+std::vector<int> ClientImpl::BatchRemove(const std::vector<std::string>& keys, bool force) {
+  std::vector<int> out;
+  out.reserve(keys.size());
+  for (const Status& st : master_.BatchRemove(keys, force)) out.push_back(ToInt(st.code()));
+  return out;
+}
+
+int64_t ClientImpl::RemoveByRegex(const std::string& regex, bool force) {
+  auto removed = master_.RemoveByRegex(regex, force);
+  if (!removed.ok()) {
+    spdlog::warn("remove_by_regex: {}", removed.status().ToString());
+    return ToInt(removed.code());
+  }
+  return static_cast<int64_t>(*removed);
+}
+
 }  // namespace tierkv

@@ -56,18 +56,33 @@ class ClientImpl final : public Client {
   int Put(const std::string& key, const void* data, size_t size,
           const ReplicateConfig& config = {}) override;
   int64_t Get(const std::string& key, void* buf, size_t capacity) override;
+  int Upsert(const std::string& key, const void* data, size_t size,
+             const ReplicateConfig& config = {}) override;
   std::vector<int> BatchPutFromMultiBuffers(const std::vector<std::string>& keys,
                                             const std::vector<std::vector<void*>>& ptrs,
                                             const std::vector<std::vector<size_t>>& sizes,
                                             const ReplicateConfig& config = {}) override;
+  std::vector<int> BatchUpsertFromMultiBuffers(const std::vector<std::string>& keys,
+                                               const std::vector<std::vector<void*>>& ptrs,
+                                               const std::vector<std::vector<size_t>>& sizes,
+                                               const ReplicateConfig& config = {}) override;
   std::vector<int64_t> BatchGetIntoMultiBuffers(
       const std::vector<std::string>& keys, const std::vector<std::vector<void*>>& ptrs,
       const std::vector<std::vector<size_t>>& sizes) override;
+  std::vector<int64_t> BatchGetInto(const std::vector<std::string>& keys,
+                                    const std::vector<void*>& bufs,
+                                    const std::vector<size_t>& capacities) override;
+  std::vector<int64_t> BatchGetAllocated(
+      const std::vector<std::string>& keys,
+      const std::function<void*(size_t index, uint64_t size)>& allocate) override;
   std::vector<int> BatchIsExist(const std::vector<std::string>& keys) override;
   std::vector<Result<std::vector<ReplicaDesc>>> BatchGetReplicaDesc(
       const std::vector<std::string>& keys) override;
   int Remove(const std::string& key, bool force = false) override;
   int64_t RemoveAll(bool force = false) override;
+  std::vector<int> BatchRemove(const std::vector<std::string>& keys, bool force = false) override;
+  int64_t RemoveByRegex(const std::string& regex, bool force = false) override;
+  std::string LocalSegmentName() const override { return mounted_segment_name(); }
 
   // The store this client contributes its segment through; null in mode standalone-store.
   Store* store() const { return store_.get(); }
@@ -82,15 +97,25 @@ class ClientImpl final : public Client {
  private:
   ClientImpl(Config config, std::shared_ptr<ClientBackend> backend);
 
-  // The shared body of all puts: pieces per key, registration checked or not.
+  // The shared body of all puts: pieces per key, registration checked or not; `upsert`: an
+  // existing key gets a new version (UpsertStart) instead of OBJECT_ALREADY_EXISTS.
   std::vector<int> PutImpl(const std::vector<std::string>& keys,
                            const std::vector<std::vector<ConstPiece>>& pieces,
-                           const ReplicateConfig& config, bool check_registered);
+                           const ReplicateConfig& config, bool check_registered,
+                           bool upsert = false);
+  std::vector<int> MultiBufferPut(const std::vector<std::string>& keys,
+                                  const std::vector<std::vector<void*>>& ptrs,
+                                  const std::vector<std::vector<size_t>>& sizes,
+                                  const ReplicateConfig& config, bool upsert);
+  // Sizes a get's destination once the object's size is known (BatchGetAllocated).
+  using GetAllocator = std::function<void*(size_t index, uint64_t size)>;
   // The shared body of all gets. `exact`: the pieces must add up to the object
-  // size exactly; otherwise they are a capacity and the bytes fill a prefix.
+  // size exactly; otherwise they are a capacity and the bytes fill a prefix. With `allocate`,
+  // `given` only passes the shape checks: each key's destination comes from allocate().
   std::vector<int64_t> GetImpl(const std::vector<std::string>& keys,
-                               const std::vector<std::vector<MutPiece>>& pieces,
-                               bool check_registered, bool exact);
+                               const std::vector<std::vector<MutPiece>>& given,
+                               bool check_registered, bool exact,
+                               const GetAllocator* allocate = nullptr);
   // Writes the replicas on segments not mapped here (remote[j]: key j's) through the
   // backend's transport; a failed one fails its key (codes[j] = TRANSFER_FAIL).
   void WriteRemoteReplicas(const std::vector<std::vector<RemoteWrite>>& remote,

@@ -37,7 +37,8 @@ void ClientImpl::WriteRemoteReplicas(const std::vector<std::vector<RemoteWrite>>
 
 std::vector<int> ClientImpl::PutImpl(const std::vector<std::string>& keys,
                                      const std::vector<std::vector<ConstPiece>>& pieces,
-                                     const ReplicateConfig& config, bool check_registered) {
+                                     const ReplicateConfig& config, bool check_registered,
+                                     bool upsert) {
   const size_t n = keys.size();
   if (!config.group_ids.empty() && config.group_ids.size() != n) {
     spdlog::warn("put: group_ids has {} entries for {} keys", config.group_ids.size(), n);
@@ -61,7 +62,8 @@ std::vector<int> ClientImpl::PutImpl(const std::vector<std::string>& keys,
     if (!config.group_ids.empty()) sub_config.group_ids.push_back(config.group_ids[i]);
   }
   if (sub_keys.empty()) return codes;
-  auto started = master_.PutStart(sub_keys, sub_sizes, sub_config);
+  auto started = upsert ? master_.UpsertStart(sub_keys, sub_sizes, sub_config)
+                        : master_.PutStart(sub_keys, sub_sizes, sub_config);
 
   std::vector<uint64_t> checksums(sub_keys.size(), 0);
   std::vector<int> copy_codes(sub_keys.size(), 0);
@@ -131,14 +133,33 @@ int ClientImpl::Put(const std::string& key, const void* data, size_t size,
   return PutImpl({key}, {{ConstPiece{data, size}}}, config, /*check_registered=*/false)[0];
 }
 
+int ClientImpl::Upsert(const std::string& key, const void* data, size_t size,
+                       const ReplicateConfig& config) {
+  return PutImpl({key}, {{ConstPiece{data, size}}}, config, /*check_registered=*/false,
+                 /*upsert=*/true)[0];
+}
+
 std::vector<int> ClientImpl::BatchPutFromMultiBuffers(const std::vector<std::string>& keys,
                                                       const std::vector<std::vector<void*>>& ptrs,
                                                       const std::vector<std::vector<size_t>>& sizes,
                                                       const ReplicateConfig& config) {
+  return MultiBufferPut(keys, ptrs, sizes, config, /*upsert=*/false);
+}
+
+std::vector<int> ClientImpl::BatchUpsertFromMultiBuffers(
+    const std::vector<std::string>& keys, const std::vector<std::vector<void*>>& ptrs,
+    const std::vector<std::vector<size_t>>& sizes, const ReplicateConfig& config) {
+  return MultiBufferPut(keys, ptrs, sizes, config, /*upsert=*/true);
+}
+
+std::vector<int> ClientImpl::MultiBufferPut(const std::vector<std::string>& keys,
+                                            const std::vector<std::vector<void*>>& ptrs,
+                                            const std::vector<std::vector<size_t>>& sizes,
+                                            const ReplicateConfig& config, bool upsert) {
   const size_t n = keys.size();
   std::vector<int> shape;
   const auto pieces = ToPieces<ConstPiece>(n, ptrs, sizes, shape);
-  auto codes = PutImpl(keys, pieces, config, config_.require_registered_buffers);
+  auto codes = PutImpl(keys, pieces, config, config_.require_registered_buffers, upsert);
   for (size_t i = 0; i < n; ++i) {
     if (shape[i] != 0) codes[i] = shape[i];
   }

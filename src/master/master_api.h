@@ -36,6 +36,11 @@ class MasterApi {
   virtual std::vector<Result<PutStartResult>> PutStart(const std::vector<std::string>& keys,
                                                        const std::vector<uint64_t>& sizes,
                                                        const ReplicateConfig& config) = 0;
+  // PutStart for an upsert: a key that exists gets space for a new version, which its PutEnd
+  // publishes atomically.
+  virtual std::vector<Result<PutStartResult>> UpsertStart(const std::vector<std::string>& keys,
+                                                          const std::vector<uint64_t>& sizes,
+                                                          const ReplicateConfig& config) = 0;
   virtual std::vector<Status> PutEnd(const std::vector<std::string>& keys,
                                      const std::vector<uint64_t>& put_ids,
                                      const std::vector<uint64_t>& checksums) = 0;
@@ -50,6 +55,7 @@ class MasterApi {
   virtual Status Remove(const std::string& key, bool force) = 0;
   virtual std::vector<Status> BatchRemove(const std::vector<std::string>& keys, bool force) = 0;
   virtual uint64_t RemoveAll(bool force) = 0;
+  virtual Result<uint64_t> RemoveByRegex(const std::string& regex, bool force) = 0;
 
   // --- SSD tiers: promotion on hit, and the bookkeeping of a segment's owner ---
   virtual std::vector<Result<PutStartResult>> PromoteStart(const std::vector<std::string>& keys,

@@ -53,7 +53,7 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
       if (meta.group_id.empty()) {
         const uint64_t bytes = BytesOnSegment(meta, segment);
         if (bytes == 0 || meta.state != ObjectState::kComplete || meta.hard_pin || meta.demoting ||
-            IsLeased(s, meta, now)) {
+            meta.next || IsLeased(s, meta, now)) {
           continue;
         }
         out.push_back(EvictionCandidate{i, key.str, false, meta.soft_pin, meta.last_access, bytes});
@@ -68,7 +68,7 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
         auto it = s.objects.find(member);
         if (it == s.objects.end()) continue;
         const ObjectMeta& m = it->second;
-        if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting ||
+        if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting || m.next ||
             m.lease_deadline > now) {
           evictable = false;
           break;
@@ -101,7 +101,8 @@ uint64_t MasterService::EvictCandidate(const EvictionCandidate& c, SegmentId seg
       const ObjectMeta& m = it->second;
       // Put again into a group since collection: evicting it alone would split the group.
       if (!m.group_id.empty()) return 0;
-      if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting || IsLeased(s, m, now)) {
+      if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting || m.next ||
+          IsLeased(s, m, now)) {
         return 0;
       }
       victims.push_back(c.name);
@@ -112,7 +113,7 @@ uint64_t MasterService::EvictCandidate(const EvictionCandidate& c, SegmentId seg
         auto it = s.objects.find(member);
         if (it == s.objects.end()) continue;
         const ObjectMeta& m = it->second;
-        if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting ||
+        if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting || m.next ||
             m.lease_deadline > now) {
           return 0;
         }
@@ -167,17 +168,20 @@ uint64_t MasterService::FinishDemotion(uint32_t shard, SegmentId segment,
   uint64_t freed = 0;
   uint64_t demoted = 0, demoted_bytes = 0, failed = 0;
   std::vector<ObjectMeta> dropped;  // freed after the lock is released
+  std::vector<std::vector<Replica>> retired_now;
   {
     std::lock_guard lock(s.mu);
     std::vector<std::string> failed_keys;
     for (size_t k = 0; k < items.size(); ++k) {
       const auto& [item, put_id] = items[k];
       auto it = s.objects.find(item.key);
-      // Removed, or removed and put again, while it was written: the record is orphaned, and
-      // the memory the mover read can be freed now.
+      // Removed, or removed and put again, or replaced by an upsert, while it was written: the
+      // record is orphaned, and the memory the mover read can go once no reader holds a lease
+      // on it.
       if (it == s.objects.end() || it->second.put_id != put_id) {
         if (auto parked = s.parked.find(put_id); parked != s.parked.end()) {
-          dropped.push_back(std::move(parked->second));
+          Retire(s, std::move(parked->second.replicas), parked->second.lease_deadline, now,
+                 retired_now);
           s.parked.erase(parked);
         }
         continue;

@@ -3,6 +3,7 @@
 // bookkeeping: master_tiering.cc.
 #include "master/master_service.h"
 
+#include <re2/re2.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -94,9 +95,16 @@ Status MasterService::UnmountSegment(SegmentId id) {
     std::vector<ObjectMeta> dropped;
     std::lock_guard lock(s.mu);
     std::unordered_set<std::string> dead_groups;
+    auto on_segment = [id](const Replica& r) { return r.segment == id; };
+    for (auto& v : s.retired) std::erase_if(v.replicas, on_segment);
+    std::erase_if(s.retired, [](const RetiredVersion& v) { return v.replicas.empty(); });
     for (auto it = s.objects.begin(); it != s.objects.end();) {
       auto& reps = it->second.replicas;
-      std::erase_if(reps, [id](const Replica& r) { return r.segment == id; });
+      std::erase_if(reps, on_segment);
+      if (auto& next = it->second.next; next) {
+        std::erase_if(next->replicas, on_segment);
+        if (next->replicas.empty()) next.reset();  // the upsert lost its space: its end fails
+      }
       if (!reps.empty()) {
         ++it;
         continue;
@@ -131,6 +139,19 @@ Status MasterService::UnmountSegment(SegmentId id) {
 std::vector<Result<PutStartResult>> MasterService::PutStart(const std::vector<std::string>& keys,
                                                             const std::vector<uint64_t>& sizes,
                                                             const ReplicateConfig& config) {
+  return StartPuts(keys, sizes, config, /*upsert=*/false);
+}
+
+std::vector<Result<PutStartResult>> MasterService::UpsertStart(const std::vector<std::string>& keys,
+                                                               const std::vector<uint64_t>& sizes,
+                                                               const ReplicateConfig& config) {
+  return StartPuts(keys, sizes, config, /*upsert=*/true);
+}
+
+std::vector<Result<PutStartResult>> MasterService::StartPuts(const std::vector<std::string>& keys,
+                                                             const std::vector<uint64_t>& sizes,
+                                                             const ReplicateConfig& config,
+                                                             bool upsert) {
   const size_t n = keys.size();
   auto fail_all = [n](const std::string& why) {
     return std::vector<Result<PutStartResult>>(
@@ -179,7 +200,11 @@ std::vector<Result<PutStartResult>> MasterService::PutStart(const std::vector<st
                                std::to_string(largest) + " bytes)");
       continue;
     }
-    auto r = PutStartOne(key, sizes[i], group, config, now);
+    auto start = [&] {
+      return upsert ? UpsertStartOne(key, sizes[i], group, config, now)
+                    : PutStartOne(key, sizes[i], group, config, now);
+    };
+    auto r = start();
     // Evicting cannot help when fewer segments are mounted than replicas wanted.
     if (r.code() == ErrorCode::NO_AVAILABLE_HANDLE && segments_.Count() >= config.replica_num) {
       // Freed bytes need not be contiguous: evict in rounds until the object
@@ -187,7 +212,7 @@ std::vector<Result<PutStartResult>> MasterService::PutStart(const std::vector<st
       // in tiny steps.
       for (int round = 0; round < kMaxEvictionRounds; ++round) {
         if (EvictForPut(sizes[i], config) == 0) break;
-        r = PutStartOne(key, sizes[i], group, config, now);
+        r = start();
         if (r.code() != ErrorCode::NO_AVAILABLE_HANDLE) break;
       }
     }
@@ -252,6 +277,63 @@ Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64
   return Status(ErrorCode::INTERNAL_ERROR, "put of " + key + " kept racing a concurrent put");
 }
 
+SteadyTime MasterService::LeaseDeadline(Shard& shard, const ObjectMeta& meta) const {
+  SteadyTime deadline = meta.lease_deadline;
+  if (!meta.group_id.empty()) {
+    auto g = shard.groups.find(meta.group_id);
+    if (g != shard.groups.end()) deadline = std::max(deadline, g->second.lease_deadline);
+  }
+  return deadline;
+}
+
+Result<PutStartResult> MasterService::UpsertStartOne(const std::string& key, uint64_t size,
+                                                     const std::string& group,
+                                                     const ReplicateConfig& config,
+                                                     SteadyTime now) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    Result<PutStartResult> result(ErrorCode::INTERNAL_ERROR, "upsert of " + key);
+    const bool found = table_.WithObject(key, [&](uint32_t, Shard&, ObjectMeta& meta) {
+      if (meta.state != ObjectState::kComplete || meta.next) {
+        result = Status(ErrorCode::REPLICA_IS_NOT_READY,
+                        "a put or upsert of " + key + " is in progress");
+        return;
+      }
+      if (meta.group_id != group) {
+        result = Status(ErrorCode::INVALID_PARAMS, "upsert of " + key + " names group '" + group +
+                                                       "' but the object is in '" + meta.group_id +
+                                                       "' (an upsert keeps the object's group)");
+        return;
+      }
+      // shard -> registry -> allocator: the lock order of a put.
+      auto placed = segments_.Allocate(size, config.replica_num, config.preferred_segment);
+      if (!placed.ok()) {
+        result = placed.status();
+        return;
+      }
+      auto next = std::make_unique<PendingVersion>();
+      next->size = size;
+      next->put_id = next_put_id_.fetch_add(1, std::memory_order_relaxed);
+      next->soft_pin = config.with_soft_pin;
+      next->hard_pin = config.with_hard_pin;
+      next->put_started = now;
+      PutStartResult out;
+      out.put_id = next->put_id;
+      for (auto& p : *placed) {
+        out.replicas.push_back(
+            ReplicaLocation{p.segment, ReplicaTier::kMemory, p.allocation.offset(), size});
+        next->replicas.push_back(Replica{p.segment, ReplicaTier::kMemory, std::move(p.allocation)});
+      }
+      meta.next = std::move(next);
+      result = std::move(out);
+    });
+    if (found) return result;
+    // Not there: a plain put, unless someone put it meanwhile (then upsert that one).
+    auto put = PutStartOne(key, size, group, config, now);
+    if (put.code() != ErrorCode::OBJECT_ALREADY_EXISTS) return put;
+  }
+  return Status(ErrorCode::INTERNAL_ERROR, "upsert of " + key + " kept racing a concurrent put");
+}
+
 std::vector<Status> MasterService::PutEnd(const std::vector<std::string>& keys,
                                           const std::vector<uint64_t>& put_ids,
                                           const std::vector<uint64_t>& checksums) {
@@ -297,10 +379,46 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
   if (Status st = ValidateKey(key); !st.ok()) return st;
   Status result(ErrorCode::OBJECT_NOT_FOUND, "no pending put of " + key);
   std::optional<ObjectMeta> revoked;
+  std::unique_ptr<PendingVersion> dropped_next;  // freed after the shard lock is released
+  std::vector<std::vector<Replica>> dropped;
   uint32_t home = 0;
   const SteadyTime now = options_.clock->Now();
   table_.WithObject(key, [&](uint32_t idx, Shard& s, ObjectMeta& meta) {
-    if (meta.state != ObjectState::kPending) {
+    if (meta.next && meta.next->put_id == put_id) {
+      if (kind == EndKind::kRevoke) {
+        dropped_next = std::move(meta.next);
+        result = Status::Ok();
+        return;
+      }
+      // Publish the new version in one step under the shard lock. Readers that asked before
+      // hold a lease on the old replicas: those stay allocated until it ends.
+      std::unique_ptr<PendingVersion> next = std::move(meta.next);
+      std::vector<Replica> old = std::move(meta.replicas);
+      const SteadyTime old_lease = LeaseDeadline(s, meta);
+      const uint64_t old_put_id = meta.put_id;
+      meta.replicas = std::move(next->replicas);
+      meta.size = next->size;
+      meta.checksum = checksum;
+      meta.put_id = next->put_id;
+      meta.soft_pin = next->soft_pin;
+      meta.hard_pin = next->hard_pin;
+      meta.disk_hits = 0;
+      meta.promotion_id = 0;  // a promotion of the old version no longer applies
+      meta.last_access = now;
+      if (meta.demoting) {
+        // A tier move is reading the old memory: park it under the old put id, for
+        // FinishDemotion to retire once the move is done.
+        ObjectMeta parked;
+        parked.put_id = old_put_id;
+        parked.replicas = std::move(old);
+        parked.lease_deadline = old_lease;
+        s.parked.insert_or_assign(old_put_id, std::move(parked));
+        meta.demoting = false;
+      } else {
+        Retire(s, std::move(old), old_lease, now, dropped);
+      }
+      result = Status::Ok();
+    } else if (meta.state != ObjectState::kPending) {
       result = Status(ErrorCode::INVALID_WRITE, "put of " + key + " already ended");
     } else if (meta.put_id != put_id) {
       result =
@@ -422,8 +540,9 @@ Status MasterService::Remove(const std::string& key, bool force) {
   uint32_t home = 0;
   const SteadyTime now = options_.clock->Now();
   table_.WithObject(key, [&](uint32_t idx, Shard& s, ObjectMeta& meta) {
-    if (meta.state != ObjectState::kComplete) {
-      result = Status(ErrorCode::REPLICA_IS_NOT_READY, "put of " + key + " is in progress");
+    if (meta.state != ObjectState::kComplete || meta.next) {
+      result =
+          Status(ErrorCode::REPLICA_IS_NOT_READY, "a put or upsert of " + key + " is in progress");
     } else if (!force && IsLeased(s, meta, now)) {
       result = Status(ErrorCode::OBJECT_HAS_LEASE, key + " is leased by a reader");
     } else {
@@ -446,9 +565,30 @@ std::vector<Status> MasterService::BatchRemove(const std::vector<std::string>& k
 
 uint64_t MasterService::RemoveAll(bool force) {
   const SteadyTime now = options_.clock->Now();
+  const uint64_t removed = EraseWhere(table_, [&](Shard& s, const StoredKey&,
+                                                  const ObjectMeta& meta) {
+    return meta.state == ObjectState::kComplete && !meta.next && (force || !IsLeased(s, meta, now));
+  });
+  removes_.fetch_add(removed, std::memory_order_relaxed);
+  return removed;
+}
+
+Result<uint64_t> MasterService::RemoveByRegex(const std::string& regex, bool force) {
+  // RE2: linear time and no recursion, so no expression a client sends can stall or overflow
+  // the master's stack (std::regex can do both on 4 KiB keys).
+  RE2::Options opts;
+  opts.set_log_errors(false);
+  const RE2 re(regex, opts);
+  if (!re.ok()) {
+    return Status(
+        ErrorCode::INVALID_PARAMS,
+        "remove_by_regex: '" + regex + "' is not a valid regular expression: " + re.error());
+  }
+  const SteadyTime now = options_.clock->Now();
   const uint64_t removed =
-      EraseWhere(table_, [&](Shard& s, const StoredKey&, const ObjectMeta& meta) {
-        return meta.state == ObjectState::kComplete && (force || !IsLeased(s, meta, now));
+      EraseWhere(table_, [&](Shard& s, const StoredKey& key, const ObjectMeta& meta) {
+        return meta.state == ObjectState::kComplete && !meta.next &&
+               (force || !IsLeased(s, meta, now)) && RE2::PartialMatch(key.str, re);
       });
   removes_.fetch_add(removed, std::memory_order_relaxed);
   return removed;
@@ -471,14 +611,36 @@ uint64_t MasterService::ReclaimAbandonedPuts() {
       it = promotions_.erase(it);
     }
   }
-  const uint64_t count =
-      EraseWhere(table_, [&](Shard&, const StoredKey& key, const ObjectMeta& meta) {
-        if (meta.state != ObjectState::kPending || meta.put_started + options_.put_timeout > now) {
-          return false;
-        }
-        spdlog::warn("reclaiming abandoned put of {} ({} bytes)", key.str, meta.size);
-        return true;
-      });
+  uint64_t count = EraseWhere(table_, [&](Shard&, const StoredKey& key, const ObjectMeta& meta) {
+    if (meta.state != ObjectState::kPending || meta.put_started + options_.put_timeout > now) {
+      return false;
+    }
+    spdlog::warn("reclaiming abandoned put of {} ({} bytes)", key.str, meta.size);
+    return true;
+  });
+  // Abandoned upserts (the object keeps its current version), and replaced versions whose
+  // last lease has ended.
+  for (uint32_t i = 0; i < table_.num_shards(); ++i) {
+    Shard& s = table_.shard(i);
+    std::vector<std::unique_ptr<PendingVersion>> stale;  // freed after the lock is released
+    std::vector<RetiredVersion> expired;
+    std::lock_guard lock(s.mu);
+    for (auto& [key, meta] : s.objects) {
+      if (meta.next && meta.next->put_started + options_.put_timeout <= now) {
+        spdlog::warn("reclaiming abandoned upsert of {} ({} bytes)", key.str, meta.next->size);
+        stale.push_back(std::move(meta.next));
+      }
+    }
+    count += stale.size();
+    for (auto it = s.retired.begin(); it != s.retired.end();) {
+      if (it->free_after > now) {
+        ++it;
+        continue;
+      }
+      expired.push_back(std::move(*it));
+      it = s.retired.erase(it);
+    }
+  }
   reclaimed_puts_.fetch_add(count, std::memory_order_relaxed);
   return count;
 }

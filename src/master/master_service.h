@@ -117,8 +117,18 @@ class MasterService final : public MasterApi {
   std::vector<Result<PutStartResult>> PutStart(const std::vector<std::string>& keys,
                                                const std::vector<uint64_t>& sizes,
                                                const ReplicateConfig& config) override;
-  // Makes objects readable with their checksum. OBJECT_NOT_FOUND (never
-  // started, revoked or reclaimed), INVALID_WRITE (not pending, or another put).
+  // PutStart for an upsert: a key that exists gets space for a new version (the current one
+  // stays readable) instead of OBJECT_ALREADY_EXISTS; REPLICA_IS_NOT_READY while a put or upsert
+  // of it is in progress, INVALID_PARAMS if the config names another group than the object's.
+  // A missing key is put as by PutStart.
+  std::vector<Result<PutStartResult>> UpsertStart(const std::vector<std::string>& keys,
+                                                  const std::vector<uint64_t>& sizes,
+                                                  const ReplicateConfig& config) override;
+  // Makes objects readable with their checksum. For an upsert's put_id, atomically replaces
+  // the object's version: readers asking afterwards get the new one; the old replicas stay
+  // allocated until the last lease on them ends, then ReclaimAbandonedPuts frees them.
+  // OBJECT_NOT_FOUND (never started, revoked or reclaimed), INVALID_WRITE (not pending, or
+  // another put).
   std::vector<Status> PutEnd(const std::vector<std::string>& keys,
                              const std::vector<uint64_t>& put_ids,
                              const std::vector<uint64_t>& checksums) override;
@@ -134,17 +144,22 @@ class MasterService final : public MasterApi {
 
   // --- Removal ---
   // OBJECT_HAS_LEASE while leased unless force; REPLICA_IS_NOT_READY for a
-  // pending put (revoke it instead); OBJECT_NOT_FOUND.
+  // pending put or upsert (revoke it instead); OBJECT_NOT_FOUND.
   Status Remove(const std::string& key, bool force) override;
   // Remove, key by key.
   std::vector<Status> BatchRemove(const std::vector<std::string>& keys, bool force) override;
-  // Removes complete objects (leased ones only with force); returns the count.
+  // Removes complete objects (leased ones only with force; none with an upsert in flight);
+  // returns the count.
   uint64_t RemoveAll(bool force) override;
+  // The same restricted to keys `regex` (RE2 syntax) matches somewhere in (as Mooncake's
+  // regex_search: anchor with ^ and $); INVALID_PARAMS for an expression that does not compile.
+  Result<uint64_t> RemoveByRegex(const std::string& regex, bool force) override;
 
   // --- Maintenance (a background thread calls these; tests call them too) ---
   // ReclaimAbandonedPuts, then EvictIfNeeded: what the maintenance thread runs each period.
   void RunMaintenance();
-  // Frees puts pending longer than put_timeout; returns how many.
+  // Frees puts and upserts pending longer than put_timeout (returns how many), and the
+  // versions upserts replaced whose last lease has ended.
   uint64_t ReclaimAbandonedPuts();
   // Evicts on every segment above the high watermark; returns bytes freed.
   uint64_t EvictIfNeeded();
@@ -159,9 +174,19 @@ class MasterService final : public MasterApi {
  private:
   enum class EndKind { kEnd, kRevoke };
   Status EndPut(const std::string& key, uint64_t put_id, uint64_t checksum, EndKind kind);
+  // PutStart and UpsertStart.
+  std::vector<Result<PutStartResult>> StartPuts(const std::vector<std::string>& keys,
+                                                const std::vector<uint64_t>& sizes,
+                                                const ReplicateConfig& config, bool upsert);
   Result<PutStartResult> PutStartOne(const std::string& key, uint64_t size,
                                      const std::string& group, const ReplicateConfig& config,
                                      SteadyTime now);
+  // UpsertStart's PutStartOne: a new pending version of an existing object, else a plain put.
+  Result<PutStartResult> UpsertStartOne(const std::string& key, uint64_t size,
+                                        const std::string& group, const ReplicateConfig& config,
+                                        SteadyTime now);
+  // The lease deadline readers of `meta`'s current version hold (its group's for a member).
+  SteadyTime LeaseDeadline(Shard& shard, const ObjectMeta& meta) const;
   void GrantLease(Shard& shard, ObjectMeta& meta, SteadyTime now);
   bool IsLeased(Shard& shard, const ObjectMeta& meta, SteadyTime now) const;
   std::vector<EvictionCandidate> CollectCandidates(SegmentId segment, SteadyTime now);

@@ -15,6 +15,7 @@
 #include <absl/container/flat_hash_map.h>
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -93,6 +94,17 @@ struct Replica {
   DiskLocation disk{};
 };
 
+// The next version of an object an upsert is writing (MasterService::UpsertStart): invisible to
+// readers until its PutEnd swaps it in.
+struct PendingVersion {
+  uint64_t size = 0;
+  uint64_t put_id = 0;
+  bool soft_pin = false;
+  bool hard_pin = false;
+  std::vector<Replica> replicas;  // memory replicas only
+  SteadyTime put_started{};
+};
+
 struct ObjectMeta {
   uint64_t size = 0;
   uint64_t checksum = 0;
@@ -111,6 +123,17 @@ struct ObjectMeta {
   SteadyTime put_started{};
   SteadyTime lease_deadline{};  // ungrouped objects; groups lease in GroupMeta
   SteadyTime last_access{};
+  // An upsert in flight (at most one): the object is not evicted, removed or upserted again
+  // meanwhile. Null otherwise.
+  std::unique_ptr<PendingVersion> next;
+};
+
+// The replicas of a version an upsert replaced while readers held a lease on it: kept
+// allocated until the lease ends (readers finish reading the old bytes), then freed by
+// MasterService::ReclaimAbandonedPuts.
+struct RetiredVersion {
+  std::vector<Replica> replicas;
+  SteadyTime free_after{};
 };
 
 struct GroupMeta {
@@ -133,6 +156,7 @@ struct Shard {
   // ranges allocated (so no new put is written there under the mover's reads) until the move
   // finishes (MasterService::FinishDemotion). Guarded by mu.
   std::unordered_map<uint64_t, ObjectMeta> parked;
+  std::vector<RetiredVersion> retired;  // guarded by mu
 };
 
 class ObjectTable {

@@ -8,6 +8,8 @@ namespace tierkv {
 bool IsPreferred(const std::string& name, const std::string& preferred) {
   if (preferred.empty() || name.size() < preferred.size()) return false;
   if (name.compare(0, preferred.size(), preferred) != 0) return false;
+  // "host:" names every segment of that host (their names start "host:pid:n").
+  if (preferred.back() == ':') return true;
   return name.size() == preferred.size() || name[preferred.size()] == '@';
 }
 

@@ -34,7 +34,8 @@ struct PlacedReplica {
 };
 
 // True when `preferred` (non-empty) names segment `name`: equal to it, or to its part before
-// the "@endpoint" a served segment's name carries.
+// the "@endpoint" a served segment's name carries; a `preferred` ending in ':' ("host:") names
+// every segment whose name starts with it (all segments of that host).
 bool IsPreferred(const std::string& name, const std::string& preferred);
 
 struct SegmentUsage {

@@ -185,7 +185,9 @@ void MasterRpcHandler::PutStart(const rpc::PutStartRequest& request,
     return;
   }
   std::vector<uint64_t> sizes(request.sizes().begin(), request.sizes().end());
-  wire::EncodePlacements(master_.PutStart(keys, sizes, config), response);
+  wire::EncodePlacements(request.upsert() ? master_.UpsertStart(keys, sizes, config)
+                                          : master_.PutStart(keys, sizes, config),
+                         response);
 }
 
 void MasterRpcHandler::PutEnd(const rpc::PutEndRequest& request, rpc::BatchResponse* response) {
@@ -239,6 +241,21 @@ void MasterRpcHandler::Remove(const rpc::RemoveRequest& request, rpc::BatchRespo
 void MasterRpcHandler::RemoveAll(const rpc::RemoveAllRequest& request,
                                  rpc::CountResponse* response) {
   response->set_count(master_.RemoveAll(request.force()));
+}
+
+void MasterRpcHandler::RemoveByRegex(const rpc::RemoveByRegexRequest& request,
+                                     rpc::CountResponse* response) {
+  if (request.regex().size() > kMaxKeyLength) {
+    wire::SetStatus(response->mutable_status(),
+                    Status(ErrorCode::INVALID_PARAMS, "regex longer than the longest key"));
+    return;
+  }
+  auto removed = master_.RemoveByRegex(request.regex(), request.force());
+  if (!removed.ok()) {
+    wire::SetStatus(response->mutable_status(), removed.status());
+    return;
+  }
+  response->set_count(*removed);
 }
 
 void MasterRpcHandler::DropDiskReplicas(const rpc::DropDiskReplicasRequest& request,
@@ -384,6 +401,7 @@ size_t MasterRpcHandler::ReapSilentClients() {
   X(GetReplicas, GetReplicasRequest, GetReplicasResponse)          \
   X(Remove, RemoveRequest, BatchResponse)                          \
   X(RemoveAll, RemoveAllRequest, CountResponse)                    \
+  X(RemoveByRegex, RemoveByRegexRequest, CountResponse)            \
   X(DropDiskReplicas, DropDiskReplicasRequest, CountResponse)      \
   X(AddDiskReplicas, AddDiskReplicasRequest, BatchResponse)        \
   X(CopyToDisk, CopyToDiskRequest, BatchResponse)                  \

@@ -60,6 +60,7 @@ class MasterRpcHandler {
   void GetReplicas(const rpc::GetReplicasRequest& request, rpc::GetReplicasResponse* response);
   void Remove(const rpc::RemoveRequest& request, rpc::BatchResponse* response);
   void RemoveAll(const rpc::RemoveAllRequest& request, rpc::CountResponse* response);
+  void RemoveByRegex(const rpc::RemoveByRegexRequest& request, rpc::CountResponse* response);
 
   void DropDiskReplicas(const rpc::DropDiskReplicasRequest& request, rpc::CountResponse* response);
   void AddDiskReplicas(const rpc::AddDiskReplicasRequest& request, rpc::BatchResponse* response);

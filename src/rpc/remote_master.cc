@@ -507,8 +507,22 @@ std::vector<Status> RemoteMaster::PromoteEnd(const std::vector<std::string>& key
 std::vector<Result<PutStartResult>> RemoteMaster::PutStart(const std::vector<std::string>& keys,
                                                            const std::vector<uint64_t>& sizes,
                                                            const ReplicateConfig& config) {
+  return StartPuts(keys, sizes, config, /*upsert=*/false);
+}
+
+std::vector<Result<PutStartResult>> RemoteMaster::UpsertStart(const std::vector<std::string>& keys,
+                                                              const std::vector<uint64_t>& sizes,
+                                                              const ReplicateConfig& config) {
+  return StartPuts(keys, sizes, config, /*upsert=*/true);
+}
+
+std::vector<Result<PutStartResult>> RemoteMaster::StartPuts(const std::vector<std::string>& keys,
+                                                            const std::vector<uint64_t>& sizes,
+                                                            const ReplicateConfig& config,
+                                                            bool upsert) {
   if (keys.empty()) return {};
   rpc::PutStartRequest request;
+  request.set_upsert(upsert);
   wire::EncodeKeys(keys, request.mutable_keys());
   request.mutable_sizes()->Add(sizes.begin(), sizes.end());
   wire::EncodeConfig(config, request.mutable_config());
@@ -618,6 +632,20 @@ uint64_t RemoteMaster::RemoveAll(bool force) {
     spdlog::warn("RemoveAll: {}", st.ToString());
     return 0;
   }
+  return response.count();
+}
+
+Result<uint64_t> RemoteMaster::RemoveByRegex(const std::string& regex, bool force) {
+  rpc::RemoveByRegexRequest request;
+  request.set_regex(regex);
+  request.set_force(force);
+  rpc::CountResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status status = stub_->stub->RemoveByRegex(&context, request, &response);
+  Status st =
+      status.ok() ? wire::CallStatusOf(response.status()) : RpcFailure("RemoveByRegex", status);
+  if (!st.ok()) return st;
   return response.count();
 }
 

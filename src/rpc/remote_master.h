@@ -98,6 +98,10 @@ class RemoteMaster final : public MasterApi {
   std::vector<Result<PutStartResult>> PutStart(const std::vector<std::string>& keys,
                                                const std::vector<uint64_t>& sizes,
                                                const ReplicateConfig& config) override;
+  // PutStart with the request's `upsert` set.
+  std::vector<Result<PutStartResult>> UpsertStart(const std::vector<std::string>& keys,
+                                                  const std::vector<uint64_t>& sizes,
+                                                  const ReplicateConfig& config) override;
   std::vector<Status> PutEnd(const std::vector<std::string>& keys,
                              const std::vector<uint64_t>& put_ids,
                              const std::vector<uint64_t>& checksums) override;
@@ -112,6 +116,7 @@ class RemoteMaster final : public MasterApi {
   Status Remove(const std::string& key, bool force) override;
   std::vector<Status> BatchRemove(const std::vector<std::string>& keys, bool force) override;
   uint64_t RemoveAll(bool force) override;
+  Result<uint64_t> RemoveByRegex(const std::string& regex, bool force) override;
 
   MasterStats Stats() override;
   // This process's steady clock: lease deadlines are converted to it on arrival.
@@ -138,6 +143,10 @@ class RemoteMaster final : public MasterApi {
 
  private:
   struct Stub;
+  // PutStart and UpsertStart: one PutStart RPC with `upsert` set as asked.
+  std::vector<Result<PutStartResult>> StartPuts(const std::vector<std::string>& keys,
+                                                const std::vector<uint64_t>& sizes,
+                                                const ReplicateConfig& config, bool upsert);
   struct OwnedSegment {
     SegmentId handle = 0;   // what MountSegment returned first
     SegmentId current = 0;  // the master's id now; 0 = not mounted (re-mount pending)
