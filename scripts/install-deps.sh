@@ -35,6 +35,14 @@ PACKAGES=(
   zlib1g-dev           # gzip of /metrics
   libucx-dev           # the cross-host transport (src/transport/ucx_*): UCX over tcp, or verbs/RDMA
   python3              # scripts/test.sh checks the bench's JSON output with it
+  libssl-dev           # tierkv::connector: SHA-256 chunk hashes (OpenSSL libcrypto)
+  libre2-dev           # the master's remove_by_regex (RE2: linear time, no recursion)
+  python3-dev          # the Python module: Python.h of Debian's /usr/bin/python3
+  pybind11-dev         # the Python module's binding (CMake package pybind11)
+  python3-pybind11
+  python3-numpy        # tests/python and tierkv bench python (numpy buffers)
+  python3-torch        # the tensor calls and their tests
+  python3-pytest       # tests/python (scripts/test.sh runs it through ctest)
   fio                  # tierkv bench disk: the baseline of the SSD tier's raw path
   libhiredis-dev       # tierkv bench redis: the Redis client (pkg-config hiredis)
   redis-server         # tierkv bench redis: the baseline server (the bench starts its own)

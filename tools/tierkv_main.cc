@@ -8,14 +8,18 @@
 //   tierkv bench disk-remote [flags] a store's SSD tier loaded by a requester (tcp) vs fio
 //   tierkv bench remote [flags]     master + store processes: shm/tcp put/get vs memcpy/raw TCP
 //   tierkv bench redis [flags]      the remote get workload against a redis-server it starts
+//   tierkv bench python [flags]     the Python binding vs the C++ client (bench/python_bench.py)
 //
 // Exit codes: 0 success; 1 a run failed (a client error, a wrong byte); 2 bad
 // option values or a rejected config; CLI11's own codes (> 100) for command
 // lines it cannot parse (unknown flag, value out of range, missing subcommand).
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -78,6 +82,38 @@ int Report(const char* name, const tierkv::Status& status) {
   const bool usage = status.code() == tierkv::ErrorCode::INVALID_PARAMS ||
                      status.code() == tierkv::ErrorCode::INVALID_CONFIG;
   return usage ? kExitUsage : kExitFailed;
+}
+
+// `tierkv bench python`: replaces this process with the bench script under the interpreter the
+// module was built for, the build's package first on PYTHONPATH and this executable named for
+// the C++ baselines. Returns only on failure.
+int RunPythonBench(const std::vector<std::string>& args) {
+#ifdef TIERKV_PYTHON_BENCH
+  std::string self = "/proc/self/exe";
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n > 0) self.assign(path, static_cast<size_t>(n));
+  const char* old = std::getenv("PYTHONPATH");
+  const std::string pythonpath = std::string(TIERKV_PYTHON_DIR) +
+                                 (old != nullptr && *old != '\0' ? ":" + std::string(old) : "");
+  setenv("PYTHONPATH", pythonpath.c_str(), 1);
+  std::vector<std::string> argv_strings = {TIERKV_PYTHON_EXECUTABLE, TIERKV_PYTHON_BENCH,
+                                           "--tierkv", self};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv_ptrs;
+  for (auto& a : argv_strings) argv_ptrs.push_back(a.data());
+  argv_ptrs.push_back(nullptr);
+  execv(TIERKV_PYTHON_EXECUTABLE, argv_ptrs.data());
+  std::cerr << "tierkv bench python: cannot run " << TIERKV_PYTHON_EXECUTABLE << ": "
+            << std::strerror(errno) << std::endl;
+  return kExitFailed;
+#else
+  (void)args;
+  std::cerr << "tierkv bench python: this build has no Python module (configure with "
+               "-DTIERKV_PYTHON=ON, the default outside sanitizer builds)"
+            << std::endl;
+  return kExitFailed;
+#endif
 }
 
 }  // namespace
@@ -324,6 +360,16 @@ int main(int argc, char** argv) {
       exit_code = tierkv::bench::kRedisUnavailableExitCode;
     }
   });
+
+  CLI::App* python = bench->add_subcommand(
+      "python",
+      "The Python binding (tierkv.DistributedStore) against the C++ client in the same run: "
+      "multi-buffer put/get of 2 MiB objects and batch_is_exist (bench/python_bench.py; its "
+      "flags, e.g. --json --reps N --working-set SIZE, pass through: `tierkv bench python "
+      "--help` shows them)");
+  python->allow_extras();
+  python->set_help_flag();  // --help goes to the script
+  python->callback([&] { exit_code = RunPythonBench(python->remaining()); });
 
   // ---- master -----------------------------------------------------------------
   tierkv::cli::AddMasterCommand(app, &exit_code);

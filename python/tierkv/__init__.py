@@ -1,0 +1,46 @@
+"""tierkv: a tiered, distributed KV-cache store (docs/python.md).
+
+``tierkv.DistributedStore`` (also ``MooncakeDistributedStore``) follows the method names,
+argument order, defaults and return conventions of Mooncake's
+``mooncake.store.MooncakeDistributedStore``; ``tierkv.connector`` holds the engine
+connector's logic (chunk hashes, keys, group ids, lookup), written in C++.
+"""
+
+import enum as _enum
+
+from . import _tierkv
+from ._tierkv import (
+    BufferHandle,
+    DistributedStore,
+    ReplicaDescriptor,
+    ReplicaStatus,
+    ReplicaTier,
+    ReplicateConfig,
+    SoftPinAction,
+    strerror,
+)
+
+__version__ = _tierkv.__version__
+
+#: Mooncake's name for the same class: engines switch by changing an import.
+MooncakeDistributedStore = DistributedStore
+
+#: Every public error code (docs/errors.md), as returned per key by the store's calls.
+ErrorCode = _enum.IntEnum("ErrorCode", dict(_tierkv._error_codes()), module=__name__)
+
+from . import connector  # noqa: E402  (after the names connector users may import from here)
+
+__all__ = [
+    "BufferHandle",
+    "DistributedStore",
+    "ErrorCode",
+    "MooncakeDistributedStore",
+    "ReplicaDescriptor",
+    "ReplicaStatus",
+    "ReplicaTier",
+    "ReplicateConfig",
+    "SoftPinAction",
+    "connector",
+    "strerror",
+    "__version__",
+]
