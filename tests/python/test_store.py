@@ -1,6 +1,8 @@
 """DistributedStore's methods in every mode (embedded, standalone requester, embedded with a
 remote master): results, return conventions, and mixed good and bad keys in every batch."""
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -211,6 +213,35 @@ def test_exist_remove_regex_all(store, key):
     assert store.put(key("last"), b"y") == 0
     assert store.remove_all(force=True) >= 1
     assert store.is_exist(key("last")) == 0
+
+
+def test_batch_is_exist_reuses_its_key_vector_safely(store, key):
+    # batch_is_exist keeps its converted keys per thread between calls: batches that shrink,
+    # grow, fail half-way or come as tuples must each be answered on their own keys only.
+    long_key = key("long-" + "x" * 200)
+    assert store.put(key("a"), b"1") == 0 and store.put(long_key, b"2") == 0
+    assert store.batch_is_exist([long_key, key("b"), key("a")]) == [1, 0, 1]
+    assert store.batch_is_exist([key("b")]) == [0]
+    assert store.batch_is_exist((key("a"), long_key)) == [1, 1]
+    with pytest.raises(TypeError, match=r"keys\[1\] must be a str"):
+        store.batch_is_exist([key("a"), 7, key("b")])
+    assert store.batch_is_exist([]) == []
+    assert store.batch_is_exist([key("b"), key("b"), key("a"), key("c")]) == [0, 0, 1, 0]
+    with pytest.raises(TypeError):
+        store.batch_is_exist(key("a"))  # a str is not a list of keys
+    results = {}
+
+    def worker(t):
+        mine = [key("a") if i % 2 else key(f"none-{t}-{i}") for i in range(t + 1)]
+        results[t] = [store.batch_is_exist(mine) for _ in range(50)]
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for t, answers in results.items():
+        assert all(a == [i % 2 for i in range(t + 1)] for a in answers), t
 
 
 def test_replica_descriptors(store, key):
