@@ -43,6 +43,9 @@ PACKAGES=(
   python3-numpy        # tests/python and tierkv bench python (numpy buffers)
   python3-torch        # the tensor calls and their tests
   python3-pytest       # tests/python (scripts/test.sh runs it through ctest)
+  python3-venv         # the documented venv install of the module (and its test, test_install.py)
+  python3-pip          # ... pip installs it there, offline, without build isolation
+  python3-setuptools   # ... the build backend of <build>/python/pyproject.toml
   fio                  # tierkv bench disk: the baseline of the SSD tier's raw path
   libhiredis-dev       # tierkv bench redis: the Redis client (pkg-config hiredis)
   redis-server         # tierkv bench redis: the baseline server (the bench starts its own)
