@@ -217,6 +217,12 @@ class Engine:
         self._admit()
         batch = [r for r in self.running if r.status == RUNNING]
         if not batch:
+            if self.worker is not None:  # asynchronous loads start without a forward step
+                meta = self.scheduler.build_connector_meta(SchedulerOutput([]))
+                if meta.loads:
+                    self.worker.bind_connector_metadata(meta)
+                    self.worker.start_load_kv()
+                    self.worker.clear_connector_metadata()
             if self.finishing or self.running:
                 time.sleep(0.0005)
             return

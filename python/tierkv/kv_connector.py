@@ -54,6 +54,7 @@ _log = logging.getLogger("tierkv.connector")
 
 _OBJECT_ALREADY_EXISTS = -705
 _NO_AVAILABLE_HANDLE = -200
+_OBJECT_NOT_FOUND = -704
 
 
 class KVConnectorRole(enum.IntEnum):
@@ -256,7 +257,7 @@ class KVConnector:
                            for i in range(num_layers)]
         self._prefix = key_prefix(md)
         self.stats = {"lookups": 0, "lookup_hit_tokens": 0, "loaded_blocks": 0,
-                      "load_error_blocks": 0, "saved_blocks": 0, "save_skipped_blocks": 0,
+                      "load_error_blocks": 0, "saved_objects": 0, "save_skipped_objects": 0,
                       "save_errors": 0, "save_paused_requests": 0, "loaded_bytes": 0,
                       "saved_bytes": 0}
         self._stats_lock = threading.Lock()
@@ -281,6 +282,9 @@ class KVConnector:
         self._finished_wanted = set()
         self._step_saves = {}    # layer index -> list of (key, ptr, size, group, request)
         self._registered = []
+        # Keys present in the store whose load failed (a checksum mismatch, a short object):
+        # the next save of that chunk replaces them (upsert) with the recomputed bytes.
+        self._bad_keys = set()
         self._load_q = queue.Queue()
         self._save_q = queue.Queue()
         self._threads = []
@@ -597,11 +601,13 @@ class KVConnector:
                 got = self.store.batch_get_into(keys, [ptr + b * bb for b, _ in batch],
                                                 [bb] * len(batch))
                 ok = 0
-                for (b, _), g in zip(batch, got):
+                for (b, _), g, k in zip(batch, got, keys):
                     if g == bb:
                         ok += 1
                     else:
                         job.failed_blocks.add(b)
+                        if g != _OBJECT_NOT_FOUND:
+                            self._bad_keys.add(k)
                 self._count(loaded_bytes=ok * bb)
                 todo = rest
             if job.failed_blocks:
@@ -624,7 +630,7 @@ class KVConnector:
                     job.layer_done[-1].wait()
                     dropped = [b for b in batch if b[4] in job.failed_requests]
                     if dropped:
-                        self._count(save_skipped_blocks=len(dropped))
+                        self._count(save_skipped_objects=len(dropped))
                         batch = [b for b in batch if b[4] not in job.failed_requests]
                 self._run_save(batch)
             except Exception as e:
@@ -642,14 +648,24 @@ class KVConnector:
             if item[4] not in self._paused and item[0] not in seen:
                 todo.append(item)
                 seen.add(item[0])
-        self._count(save_skipped_blocks=len(batch) - len(todo))
+        self._count(save_skipped_objects=len(batch) - len(todo))
         if not todo:
             return
-        cfg = _tierkv.ReplicateConfig()
-        if self.config.enable_group_semantics:
-            cfg.group_ids = [g for _, _, _, g, _ in todo]
-        codes = self.store.batch_put_from([k for k, *_ in todo], [p for _, p, *_ in todo],
-                                          [s for _, _, s, *_ in todo], cfg)
+        codes = [0] * len(todo)
+        for upsert in (False, True):
+            idx = [i for i, it in enumerate(todo) if (it[0] in self._bad_keys) == upsert]
+            if not idx:
+                continue
+            cfg = _tierkv.ReplicateConfig()
+            if self.config.enable_group_semantics:
+                cfg.group_ids = [todo[i][3] for i in idx]
+            call = self.store.batch_upsert_from if upsert else self.store.batch_put_from
+            got = call([todo[i][0] for i in idx], [todo[i][1] for i in idx],
+                       [todo[i][2] for i in idx], cfg)
+            for i, rc in zip(idx, got):
+                codes[i] = rc
+                if upsert and rc == 0:
+                    self._bad_keys.discard(todo[i][0])
         saved = errors = 0
         for item, rc in zip(todo, codes):
             if rc == 0 or rc == _OBJECT_ALREADY_EXISTS:
@@ -658,9 +674,9 @@ class KVConnector:
                 if item[4] not in self._paused:
                     self._paused.add(item[4])
                     self._count(save_paused_requests=1)
-                self._count(save_skipped_blocks=1)
+                self._count(save_skipped_objects=1)
             else:
                 errors += 1
         if errors:
             _log.warning("tierkv: %d block saves failed", errors)
-        self._count(saved_blocks=saved, save_errors=errors, saved_bytes=saved * todo[0][2])
+        self._count(saved_objects=saved, save_errors=errors, saved_bytes=saved * todo[0][2])

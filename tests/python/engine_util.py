@@ -1,0 +1,64 @@
+"""Helpers of the engine tests (test_engine*.py): the tiny engine from examples/, small model
+settings, stores, and the bitwise comparison of two runs."""
+
+import os
+import random
+import sys
+import uuid
+
+import torch
+
+import tierkv
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+EXAMPLES = os.path.join(REPO, "examples")
+if EXAMPLES not in sys.path:
+    sys.path.insert(0, EXAMPLES)
+
+from tiny_engine import Engine, ModelConfig  # noqa: E402
+
+BS = 16
+MAX_TOKENS = 5
+
+
+def prompt(seed, n, vocab=512):
+    rnd = random.Random(seed)
+    return [rnd.randrange(vocab) for _ in range(n)]
+
+
+def kv_config(role="kv_both", **extra):
+    e = {"chunk_size": BS, "load_async": False, "cache_prefix": f"t{uuid.uuid4().hex[:8]}"}
+    e.update(extra)
+    return {"kv_connector": "TierkvConnector", "kv_role": role, "kv_connector_extra_config": e}
+
+
+def embedded_store(segment="64MB", **extra):
+    s = tierkv.DistributedStore()
+    conf = {"local_hostname": "localhost", "metadata_server": "P2PHANDSHAKE",
+            "global_segment_size": segment, "local_buffer_size": "4MB", "protocol": "tcp",
+            "master_server_addr": ""}
+    conf.update(extra)
+    rc = s.setup(conf)
+    assert rc == 0, f"setup failed: {tierkv.strerror(rc)} {s.last_error()}"
+    return s
+
+
+def engine(config=None, store=None, num_blocks=64, model=None):
+    return Engine(model or ModelConfig(), num_blocks=num_blocks, block_size=BS,
+                  kv_transfer_config=config, store=store, threads=1)
+
+
+def scratch(prompts, max_tokens=MAX_TOKENS, model=None):
+    """The reference: a fresh engine without tierkv, one prompt at a time, no local hits."""
+    out = []
+    for p in prompts:
+        e = engine(model=model)
+        out.append(e.generate([p], max_tokens)[0])
+    return out
+
+
+def same(a, b):
+    """Tokens equal and every sampled step's float32 logits bitwise equal."""
+    return (a.output_token_ids == b.output_token_ids and len(a.logits) == len(b.logits)
+            and all(torch.equal(x, y) and x.dtype == y.dtype for x, y in zip(a.logits, b.logits)))
