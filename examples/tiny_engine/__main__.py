@@ -80,6 +80,9 @@ def main(argv=None):
                     "local_hit_tokens": r.local_hit_tokens,
                     "external_hit_tokens": r.external_hit_tokens,
                     "load_error_blocks": r.load_error_blocks, "ttft_s": r.ttft}), flush=True)
+        engine.close()  # waits for the saves
+        if engine.worker is not None:
+            print(json.dumps({"connector_stats": engine.worker.stats}), flush=True)
         return 0
     finally:
         engine.close()

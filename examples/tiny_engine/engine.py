@@ -280,9 +280,11 @@ class Engine:
             self.blocks.release(r.block_ids)
 
     def close(self):
+        """Waits for in-flight saves, then closes the connector (idempotent)."""
         with self.lock:
             while self.finishing:
                 self.step()
-            if self.worker is not None:
+            if self.worker is not None and not getattr(self, "_closed", False):
+                self._closed = True
                 self.worker.close()
                 self.scheduler.close()
