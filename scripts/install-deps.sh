@@ -47,6 +47,7 @@ PACKAGES=(
   python3-pip          # ... pip installs it there, offline, without build isolation
   python3-setuptools   # ... the build backend of <build>/python/pyproject.toml
   fio                  # tierkv bench disk: the baseline of the SSD tier's raw path
+  libopenblas0-pthread # tierkv bench engine: torch's BLAS for the bench only (LD_LIBRARY_PATH)
   libhiredis-dev       # tierkv bench redis: the Redis client (pkg-config hiredis)
   redis-server         # tierkv bench redis: the baseline server (the bench starts its own)
 )

@@ -9,6 +9,7 @@
 //   tierkv bench remote [flags]     master + store processes: shm/tcp put/get vs memcpy/raw TCP
 //   tierkv bench redis [flags]      the remote get workload against a redis-server it starts
 //   tierkv bench python [flags]     the Python binding vs the C++ client (bench/python_bench.py)
+//   tierkv bench engine [flags]     the tiny engine's TTFT with tierkv (bench/engine_bench.py)
 //
 // Exit codes: 0 success; 1 a run failed (a client error, a wrong byte); 2 bad
 // option values or a rejected config; CLI11's own codes (> 100) for command
@@ -87,7 +88,7 @@ int Report(const char* name, const tierkv::Status& status) {
 // `tierkv bench python`: replaces this process with the bench script under the interpreter the
 // module was built for, the build's package first on PYTHONPATH and this executable named for
 // the C++ baselines. Returns only on failure.
-int RunPythonBench(const std::vector<std::string>& args) {
+int RunPythonBench(const char* script, const std::vector<std::string>& args) {
 #ifdef TIERKV_PYTHON_BENCH
   std::string self = "/proc/self/exe";
   char path[4096];
@@ -97,8 +98,7 @@ int RunPythonBench(const std::vector<std::string>& args) {
   const std::string pythonpath = std::string(TIERKV_PYTHON_DIR) +
                                  (old != nullptr && *old != '\0' ? ":" + std::string(old) : "");
   setenv("PYTHONPATH", pythonpath.c_str(), 1);
-  std::vector<std::string> argv_strings = {TIERKV_PYTHON_EXECUTABLE, TIERKV_PYTHON_BENCH,
-                                           "--tierkv", self};
+  std::vector<std::string> argv_strings = {TIERKV_PYTHON_EXECUTABLE, script, "--tierkv", self};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv_ptrs;
   for (auto& a : argv_strings) argv_ptrs.push_back(a.data());
@@ -108,6 +108,7 @@ int RunPythonBench(const std::vector<std::string>& args) {
             << std::strerror(errno) << std::endl;
   return kExitFailed;
 #else
+  (void)script;
   (void)args;
   std::cerr << "tierkv bench python: this build has no Python module (configure with "
                "-DTIERKV_PYTHON=ON, the default outside sanitizer builds)"
@@ -369,7 +370,25 @@ int main(int argc, char** argv) {
       "--help` shows them)");
   python->allow_extras();
   python->set_help_flag();  // --help goes to the script
-  python->callback([&] { exit_code = RunPythonBench(python->remaining()); });
+#ifdef TIERKV_PYTHON_BENCH
+  python->callback([&] { exit_code = RunPythonBench(TIERKV_PYTHON_BENCH, python->remaining()); });
+#else
+  python->callback([&] { exit_code = RunPythonBench(nullptr, python->remaining()); });
+#endif
+
+  CLI::App* engine = bench->add_subcommand(
+      "engine",
+      "The tiny engine (examples/tiny_engine) reusing its KV cache through tierkv: TTFT "
+      "recomputed vs reloaded from DRAM and from the SSD tier, half cached, load rates vs "
+      "memcpy and fio, and a trace replay vs the engine's local cache alone "
+      "(bench/engine_bench.py; its flags, e.g. --json --tokens N, pass through)");
+  engine->allow_extras();
+  engine->set_help_flag();  // --help goes to the script
+#ifdef TIERKV_ENGINE_BENCH
+  engine->callback([&] { exit_code = RunPythonBench(TIERKV_ENGINE_BENCH, engine->remaining()); });
+#else
+  engine->callback([&] { exit_code = RunPythonBench(nullptr, engine->remaining()); });
+#endif
 
   // ---- master -----------------------------------------------------------------
   tierkv::cli::AddMasterCommand(app, &exit_code);

@@ -41,7 +41,7 @@ class ModelConfig:
 
     def kv_bytes_per_token(self):
         """KV bytes one token occupies (all layers, K and V)."""
-        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * _DTYPES[self.dtype].itemsize
+        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * torch.tensor([], dtype=_DTYPES[self.dtype]).element_size()
 
     def prefill_flops_per_token(self, context):
         """Multiply-adds x 2 of one token at position ~context (linear layers + attention)."""
@@ -91,8 +91,10 @@ class TinyModel:
         """One tensor per layer, [num_blocks, 2 (K, V), block_size, n_kv_heads, head_dim]:
         block b of a layer is ``t[b]``, contiguous (what the connector registers)."""
         c = self.cfg
-        return [torch.zeros(num_blocks, 2, block_size, c.n_kv_heads, c.head_dim,
-                            dtype=self.dtype) for _ in range(c.n_layers)]
+        # fill_ writes every page now (torch.zeros may map untouched zero pages, whose first
+        # touch would then be paid inside a request).
+        return [torch.empty(num_blocks, 2, block_size, c.n_kv_heads, c.head_dim,
+                            dtype=self.dtype).fill_(0) for _ in range(c.n_layers)]
 
     @staticmethod
     def _rms(x, weight):

@@ -200,11 +200,14 @@ class _Job:
         self.layer_done = [threading.Event() for _ in range(num_layers)]
         self.failed_blocks = set()  # guarded by the GIL (set.add/update are atomic)
         self.failed_requests = set()  # set when the last layer is done
+        self.started = time.perf_counter()  # start_load_kv
+        self.seconds = 0.0                  # until the last layer landed
 
     def finish(self):
         for spec in self.specs:
             if self.failed_blocks.intersection(spec.block_ids):
                 self.failed_requests.add(spec.request_id)
+        self.seconds = time.perf_counter() - self.started
         for ev in self.layer_done:
             ev.set()
 
@@ -259,7 +262,7 @@ class KVConnector:
         self.stats = {"lookups": 0, "lookup_hit_tokens": 0, "loaded_blocks": 0,
                       "load_error_blocks": 0, "saved_objects": 0, "save_skipped_objects": 0,
                       "save_errors": 0, "save_paused_requests": 0, "loaded_bytes": 0,
-                      "saved_bytes": 0}
+                      "saved_bytes": 0, "load_seconds": 0.0}
         self._stats_lock = threading.Lock()
         # Scheduler side.
         self._hashes = {}        # request id -> list of chunk hash hex
@@ -582,6 +585,7 @@ class KVConnector:
                 with self._errors_lock:
                     self._errors.update(job.failed_blocks)
                 job.finish()
+                self._count(load_seconds=job.seconds)
 
     def _run_load(self, job):
         pairs = [(b, h) for spec in job.specs for b, h in zip(spec.block_ids, spec.chunk_hashes)]
