@@ -100,8 +100,9 @@ def test_ssd_hits_are_bitwise_identical_and_a_corrupted_block_is_recomputed():
         assert r2.external_hit_tokens == 96 and r2.load_error_blocks == 0 and same(r2, ref)
         e2.close()
         _push_to_disk(store, keys)
-        # Flip one byte of layer 1 of block 2 in the tier file (found by its bytes).
-        value = e1.kv[1][r1.block_ids[2]].numpy().tobytes()
+        # Flip one byte of layer 0 of block 2 in the tier file (found by its bytes): what layer
+        # 1 computes from it would be wrong too.
+        value = e1.kv[0][r1.block_ids[2]].numpy().tobytes()
         (tier,) = [os.path.join(d, f) for f in os.listdir(d)]
         with open(tier, "r+b") as f:
             data = f.read()
@@ -112,16 +113,20 @@ def test_ssd_hits_are_bitwise_identical_and_a_corrupted_block_is_recomputed():
             f.flush()
             os.fsync(f.fileno())
         del data
+        # A longer prompt: its step computes blocks 6..9 after the (failing) loaded prefix.
+        p2 = P + prompt(3, 61)
+        (ref2,) = scratch([p2])
         e3 = engine(cfg, store)
-        (r3,) = e3.generate([P], MAX_TOKENS)
+        (r3,) = e3.generate([p2], MAX_TOKENS)
         assert r3.external_hit_tokens == 96
         assert r3.load_error_blocks == 1  # detected by the record's checksum
-        assert same(r3, ref)              # blocks 2.. recomputed
+        assert same(r3, ref2)             # blocks 2.. recomputed
         e3.close()
-        # The recomputed block replaced the corrupted object (upsert): the next load is clean.
+        # Nothing computed from the corrupted block was stored (that step's saves were
+        # dropped), and the recomputed block replaced the corrupted object (upsert).
         e4 = engine(cfg, store)
-        (r4,) = e4.generate([P], MAX_TOKENS)
-        assert r4.external_hit_tokens == 96 and r4.load_error_blocks == 0 and same(r4, ref)
+        (r4,) = e4.generate([p2], MAX_TOKENS)
+        assert r4.external_hit_tokens == 160 and r4.load_error_blocks == 0 and same(r4, ref2)
         e4.close()
         store.close()
 
