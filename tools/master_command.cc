@@ -29,6 +29,7 @@ struct MasterFlags {
   uint64_t lease_ttl_ms = Config{}.default_kv_lease_ttl_ms;
   double high_watermark = Config{}.eviction_high_watermark_ratio;
   double eviction_ratio = Config{}.eviction_ratio;
+  std::string eviction_policy = Config{}.eviction_policy;
   int64_t client_ttl_ms = 10000;
   uint64_t put_timeout_ms = Config{}.put_start_discard_timeout_ms;
   int64_t tier_move_timeout_ms = 30000;
@@ -42,6 +43,7 @@ std::string FlagsInMessage(std::string message) {
       {"default_kv_lease_ttl_ms", "--lease-ttl-ms"},
       {"eviction_high_watermark_ratio", "--high-watermark"},
       {"eviction_ratio", "--eviction-ratio"},
+      {"eviction_policy", "--eviction-policy"},
       {"put_start_discard_timeout_ms", "--put-timeout-ms"},
       {"metadata_shards", "--shards"}};
   for (const auto& [key, flag] : kFlags) {
@@ -76,6 +78,7 @@ int RunMaster(const MasterFlags& flags) {
   as_config.default_kv_lease_ttl_ms = flags.lease_ttl_ms;
   as_config.eviction_high_watermark_ratio = flags.high_watermark;
   as_config.eviction_ratio = flags.eviction_ratio;
+  as_config.eviction_policy = flags.eviction_policy;
   as_config.put_start_discard_timeout_ms = flags.put_timeout_ms;
   as_config.metadata_shards = flags.shards;
   if (Status st = ValidateConfig(as_config); !st.ok()) {
@@ -118,10 +121,10 @@ int RunMaster(const MasterFlags& flags) {
   if (metrics != nullptr)
     std::cout << "tierkv master metrics on " << metrics->address() << std::endl;
   spdlog::info(
-      "tierkv master on {}: lease TTL {} ms, high watermark {}, eviction ratio {}, client TTL {} "
-      "ms, put timeout {} ms, {} shards; metrics: {}",
+      "tierkv master on {}: lease TTL {} ms, high watermark {}, eviction ratio {}, eviction "
+      "policy {}, client TTL {} ms, put timeout {} ms, {} shards; metrics: {}",
       server->address(), flags.lease_ttl_ms, flags.high_watermark, flags.eviction_ratio,
-      flags.client_ttl_ms, flags.put_timeout_ms, flags.shards,
+      flags.eviction_policy, flags.client_ttl_ms, flags.put_timeout_ms, flags.shards,
       metrics != nullptr ? "http://" + metrics->address() + "/metrics and /health" : "off");
 
   int signal_number = 0;
@@ -168,6 +171,13 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
       ->add_option("--eviction-ratio", flags->eviction_ratio,
                    "Share of a segment freed below the watermark by one eviction pass, in (0, 1] "
                    "(config key eviction_ratio)")
+      ->capture_default_str();
+  master
+      ->add_option("--eviction-policy", flags->eviction_policy,
+                   "Which candidates eviction takes first: lru (least recently used) or reuse "
+                   "(LRU with ages scaled by the reuse probability measured per class of object; "
+                   "docs/architecture.md, \"Eviction\") (config key eviction_policy)")
+      ->check(CLI::IsMember({"lru", "reuse"}))
       ->capture_default_str();
   master
       ->add_option("--client-ttl-ms", flags->client_ttl_ms,

@@ -10,6 +10,7 @@
 //   tierkv bench redis [flags]      the remote get workload against a redis-server it starts
 //   tierkv bench python [flags]     the Python binding vs the C++ client (bench/python_bench.py)
 //   tierkv bench engine [flags]     the tiny engine's TTFT with tierkv (bench/engine_bench.py)
+//   tierkv bench trace [flags]      a request trace replayed through a store vs LRU/Belady
 //
 // Exit codes: 0 success; 1 a run failed (a client error, a wrong byte); 2 bad
 // option values or a rejected config; CLI11's own codes (> 100) for command
@@ -37,6 +38,7 @@
 #include "store_command.h"
 #include "tierkv/config.h"
 #include "tierkv/status.h"
+#include "trace_bench.h"
 
 #ifndef TIERKV_VERSION  // set by CMake from project(VERSION)
 #define TIERKV_VERSION "unknown"
@@ -389,6 +391,82 @@ int main(int argc, char** argv) {
 #else
   engine->callback([&] { exit_code = RunPythonBench(nullptr, engine->remaining()); });
 #endif
+
+  tierkv::bench::TraceBenchOptions trace_options;
+  std::string trace_ssd = "0";
+  CLI::App* trace = bench->add_subcommand(
+      "trace",
+      "Replays a KV-cache request trace (Mooncake FAST'25 JSON lines) through a real store in "
+      "arrival order (lookup, get the prefix hit, put the rest) and reports its prefix-hit rate "
+      "beside exact LRU and Belady simulations at the same capacity, per tier");
+  AddCommonFlags(trace, &trace_options.common);
+  trace->add_option("--trace", trace_options.trace_path,
+                    "Trace file (default: the Mooncake conversation trace next to the repository, "
+                    "shared/data/traces/conversation_trace.jsonl)");
+  trace
+      ->add_option("--bytes-per-token", trace_options.bytes_per_token,
+                   "Bytes of KV cache per token: a block of 512 tokens is 512x this")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  trace
+      ->add_option("--dram-capacity", trace_options.dram_capacity,
+                   "DRAM tier capacity in object bytes: a size (512MiB) or a fraction of the "
+                   "trace's unique block bytes (1/8, 0.125)")
+      ->capture_default_str();
+  trace
+      ->add_option("--ssd-capacity", trace_ssd,
+                   "SSD tier behind the DRAM tier (a file under --ssd-dir); 0 = none. With "
+                   "--sweep the DRAM + SSD runs use this, or 8x each DRAM capacity when 0")
+      ->capture_default_str();
+  trace
+      ->add_option("--policy", trace_options.policy,
+                   "Run the store with this eviction policy only (lru, reuse); default: both "
+                   "(the summary still has lru_hit)")
+      ->check(CLI::IsMember({"lru", "reuse"}));
+  trace
+      ->add_option("--speed", trace_options.speed,
+                   "Time scaling: request i starts at timestamp_i / speed (1 = real time); 0 = "
+                   "as fast as possible")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  trace
+      ->add_option("--prefill-tokens-per-s", trace_options.prefill_tokens_per_s,
+                   "Prefill speed of the modelled engine: a hit saves hit_tokens / this seconds "
+                   "of TTFT, minus the measured lookup and load time")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  trace->add_flag("--sweep", trace_options.sweep,
+                  "Run the capacities 1/32, 1/16, 1/8, 3/16, 1/4, 3/8, 1/2 of the unique bytes "
+                  "(each: simulations, the store per policy, and DRAM + SSD)");
+  trace->add_option("--plot", trace_options.plot_path,
+                    "Draw prefix-hit rate vs DRAM capacity into this PNG (gnuplot; use with "
+                    "--sweep)");
+  trace->add_option("--master", trace_options.master,
+                    "Distributed mode: 'spawn' starts a `tierkv master` child per store run; "
+                    "HOST:PORT uses a running master (its eviction policy). The bench contributes "
+                    "the DRAM segment (and SSD tier) itself");
+  trace->add_option("--ssd-dir", trace_options.ssd_dir,
+                    "Directory of the SSD tier file (default: trace-ssd next to the tierkv "
+                    "binary, i.e. under the build folder)");
+  trace->add_flag("!--no-hints", trace_options.hints,
+                  "Do not pass each block's parent in ReplicateConfig::parent_keys");
+  trace
+      ->add_option("--max-requests", trace_options.max_requests,
+                   "Replay only the first N requests (0 = all)")
+      ->capture_default_str();
+  trace
+      ->add_option("--eviction-ratio", trace_options.eviction_ratio,
+                   "The store's eviction_ratio (share of the segment one pass frees)")
+      ->check(CLI::Range(0.0001, 0.5))
+      ->capture_default_str();
+  trace
+      ->add_option("--lease-ms", trace_options.lease_ms,
+                   "Read lease of the store; 0 = 10000 / speed, or 100 ms when speed is 0")
+      ->capture_default_str();
+  trace->callback([&] {
+    trace_options.ssd_capacity = trace_ssd == "0" ? 0 : SizeOf(trace_ssd);
+    exit_code = Report("trace", tierkv::bench::RunTraceBench(trace_options));
+  });
 
   // ---- master -----------------------------------------------------------------
   tierkv::cli::AddMasterCommand(app, &exit_code);

@@ -36,6 +36,7 @@ struct Config {
   uint64_t default_kv_lease_ttl_ms = 10000;  // read lease granted by exists/get
   double eviction_high_watermark_ratio = 0.90;
   double eviction_ratio = 0.05;                   // fraction of a segment freed per eviction pass
+  std::string eviction_policy = "lru";            // lru | reuse (docs/configuration.md)
   uint64_t put_start_discard_timeout_ms = 30000;  // abandoned puts reclaimed after
   uint32_t metadata_shards = 64;
 

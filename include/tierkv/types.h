@@ -20,6 +20,12 @@ struct ReplicateConfig {
   // One group id per key of the batch ("" = ungrouped), or empty = all ungrouped.
   // A group is leased and evicted as a whole.
   std::vector<std::string> group_ids;
+  // Optional engine hint, one per key of the batch, or empty = no hints: the key of the chunk
+  // this one extends (its predecessor in the prefix chain; "" = a first chunk or unknown).
+  // Only eviction policies that learn reuse read it (eviction_policy "reuse": a chunk smaller
+  // than its parent is a request's tail); a parent that is not stored is ignored. Every other
+  // policy, and objects put without it, behave as before.
+  std::vector<std::string> parent_keys;
 };
 
 enum class ReplicaTier : uint8_t { kMemory = 0, kDisk = 1 };

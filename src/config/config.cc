@@ -293,6 +293,7 @@ const KeySpec kKeys[] = {
     {"default_kv_lease_ttl_ms", &UintKey<&Config::default_kv_lease_ttl_ms>},
     {"eviction_high_watermark_ratio", &RatioKey<&Config::eviction_high_watermark_ratio>},
     {"eviction_ratio", &RatioKey<&Config::eviction_ratio>},
+    {"eviction_policy", &StringKey<&Config::eviction_policy>},
     {"put_start_discard_timeout_ms", &UintKey<&Config::put_start_discard_timeout_ms>},
     {"metadata_shards", &Uint32Key<&Config::metadata_shards, kMaxMetadataShards>},
     {"verify_checksum", &BoolKey<&Config::verify_checksum>},
@@ -619,6 +620,10 @@ Status ValidateConfig(const Config& config) {
     return KeyError("eviction_high_watermark_ratio",
                     "must be at least eviction_ratio (" + FormatDouble(config.eviction_ratio) +
                         "), got " + FormatDouble(config.eviction_high_watermark_ratio));
+  }
+  if (config.eviction_policy != "lru" && config.eviction_policy != "reuse") {
+    return KeyError("eviction_policy", "unknown policy " + Quote(config.eviction_policy) +
+                                           "; allowed values are \"lru\" and \"reuse\"");
   }
   if (config.put_start_discard_timeout_ms == 0) {
     return KeyError("put_start_discard_timeout_ms", "must be greater than 0");

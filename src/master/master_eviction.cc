@@ -56,13 +56,16 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
             meta.next || IsLeased(s, meta, now)) {
           continue;
         }
-        out.push_back(EvictionCandidate{i, key.str, false, meta.soft_pin, meta.last_access, bytes});
+        out.push_back(EvictionCandidate{
+            i, key.str, false, meta.soft_pin, meta.last_access, bytes,
+            static_cast<uint8_t>(ReuseClass(meta.reuse_references, meta.reuse_tail))});
         continue;
       }
       if (!groups_seen.insert(meta.group_id).second) continue;
       auto g = s.groups.find(meta.group_id);
       if (g == s.groups.end() || g->second.lease_deadline > now) continue;
-      EvictionCandidate c{i, meta.group_id, true, false, SteadyTime{}, 0};
+      EvictionCandidate c{i, meta.group_id, true, false, SteadyTime{}, 0, 0};
+      uint32_t most_references = 0;
       bool evictable = true;
       for (const auto& member : g->second.members) {
         auto it = s.objects.find(member);
@@ -76,6 +79,12 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
         c.soft_pinned = c.soft_pinned || m.soft_pin;
         c.last_access = std::max(c.last_access, m.last_access);
         c.bytes += BytesOnSegment(m, segment);
+        // A group is as valuable as its most referenced member (a non-tail on a tie).
+        if (m.reuse_references > most_references ||
+            (m.reuse_references == most_references && !m.reuse_tail)) {
+          most_references = m.reuse_references;
+          c.reuse_class = static_cast<uint8_t>(ReuseClass(m.reuse_references, m.reuse_tail));
+        }
       }
       if (evictable && c.bytes > 0) out.push_back(std::move(c));
     }
@@ -138,6 +147,7 @@ uint64_t MasterService::EvictCandidate(const EvictionCandidate& c, SegmentId seg
       if (!meta.group_id.empty() && table_.ShardOf(key) != c.shard) {
         redirects.emplace_back(key, c.shard);
       }
+      if (reuse_) reuse_->OnEvict(c.shard, it->first.hash, meta, s.objects.size());
       table_.EraseLocked(s, it);  // frees the replicas' space (shard -> allocator order)
       ++objects;
     }
@@ -231,7 +241,11 @@ uint64_t MasterService::FinishDemotion(uint32_t shard, SegmentId segment,
 uint64_t MasterService::EvictFromSegment(SegmentId segment, uint64_t target_bytes) {
   const SteadyTime now = options_.clock->Now();
   auto candidates = CollectCandidates(segment, now);
-  policy_->Order(candidates);
+  if (reuse_) {
+    policy_->OrderWithReuse(candidates, reuse_->Totals(), now);
+  } else {
+    policy_->Order(candidates);
+  }
   uint64_t freed = 0;
   for (const auto& c : candidates) {
     if (freed >= target_bytes) break;

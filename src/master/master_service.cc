@@ -56,6 +56,8 @@ MasterOptions MasterOptionsFrom(const Config& c) {
   o.eviction_ratio = c.eviction_ratio;
   o.put_timeout = Millis(c.put_start_discard_timeout_ms);
   o.shards = c.metadata_shards;
+  // ValidateConfig accepts the known names only; anything else keeps the default (LRU).
+  if (auto policy = MakeEvictionPolicy(c.eviction_policy); policy.ok()) o.policy = *policy;
   return o;
 }
 
@@ -74,7 +76,11 @@ MasterService::MasterService(MasterOptions options)
       policy_(options_.policy ? options_.policy
                               : std::shared_ptr<const EvictionPolicy>(MakeDefaultEvictionPolicy())),
       segments_(options_.first_segment_id),
-      table_(options_.shards) {}
+      table_(options_.shards) {
+  if (policy_->learns_reuse()) {
+    reuse_ = std::make_unique<ReuseTracker>(table_.num_shards(), options_.lease_ttl);
+  }
+}
 
 MasterService::~MasterService() {
   write_behind_.reset();  // drains, then stops the thread that calls CopyToDisk
@@ -163,6 +169,10 @@ std::vector<Result<PutStartResult>> MasterService::StartPuts(const std::vector<s
     return fail_all("group_ids has " + std::to_string(config.group_ids.size()) + " entries for " +
                     std::to_string(n) + " keys");
   }
+  if (!config.parent_keys.empty() && config.parent_keys.size() != n) {
+    return fail_all("parent_keys has " + std::to_string(config.parent_keys.size()) +
+                    " entries for " + std::to_string(n) + " keys");
+  }
   std::vector<Result<PutStartResult>> results;
   results.reserve(n);
   std::unordered_set<std::string_view> seen;
@@ -200,9 +210,13 @@ std::vector<Result<PutStartResult>> MasterService::StartPuts(const std::vector<s
                                std::to_string(largest) + " bytes)");
       continue;
     }
+    // The parent hint matters only to a policy that learns reuse; it is a hint: a parent
+    // that is not stored (or not a valid key) just gives no tail.
+    const bool tail =
+        reuse_ && !config.parent_keys.empty() && IsTail(config.parent_keys[i], sizes[i]);
     auto start = [&] {
-      return upsert ? UpsertStartOne(key, sizes[i], group, config, now)
-                    : PutStartOne(key, sizes[i], group, config, now);
+      return upsert ? UpsertStartOne(key, sizes[i], group, config, tail, now)
+                    : PutStartOne(key, sizes[i], group, config, tail, now);
     };
     auto r = start();
     // Evicting cannot help when fewer segments are mounted than replicas wanted.
@@ -222,9 +236,17 @@ std::vector<Result<PutStartResult>> MasterService::StartPuts(const std::vector<s
   return results;
 }
 
+bool MasterService::IsTail(const std::string& parent, uint64_t size) {
+  if (parent.empty() || !ValidateKey(parent).ok()) return false;
+  uint64_t parent_size = 0;
+  table_.WithObject(parent, [&](uint32_t, Shard&, ObjectMeta& meta) { parent_size = meta.size; });
+  return size < parent_size;
+}
+
 Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64_t size,
                                                   const std::string& group,
-                                                  const ReplicateConfig& config, SteadyTime now) {
+                                                  const ReplicateConfig& config, bool tail,
+                                                  SteadyTime now) {
   const uint32_t a = table_.ShardOf(key);
   const uint32_t home = table_.HomeShard(key, group);
   Shard& ks = table_.shard(a);
@@ -262,6 +284,7 @@ Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64
     meta.group_id = group;
     meta.put_started = now;
     meta.last_access = now;
+    if (reuse_) reuse_->OnPut(home, HashKey(key), tail, meta, now);
     PutStartResult out;
     out.put_id = meta.put_id;
     for (auto& p : *placed) {
@@ -288,7 +311,7 @@ SteadyTime MasterService::LeaseDeadline(Shard& shard, const ObjectMeta& meta) co
 
 Result<PutStartResult> MasterService::UpsertStartOne(const std::string& key, uint64_t size,
                                                      const std::string& group,
-                                                     const ReplicateConfig& config,
+                                                     const ReplicateConfig& config, bool tail,
                                                      SteadyTime now) {
   for (int attempt = 0; attempt < 8; ++attempt) {
     Result<PutStartResult> result(ErrorCode::INTERNAL_ERROR, "upsert of " + key);
@@ -327,8 +350,9 @@ Result<PutStartResult> MasterService::UpsertStartOne(const std::string& key, uin
       result = std::move(out);
     });
     if (found) return result;
-    // Not there: a plain put, unless someone put it meanwhile (then upsert that one).
-    auto put = PutStartOne(key, size, group, config, now);
+    // Not there: a plain put, unless someone put it meanwhile (then upsert that one). An upsert
+    // of an existing object keeps its reuse counts and tail flag (the same chunk, new bytes).
+    auto put = PutStartOne(key, size, group, config, tail, now);
     if (put.code() != ErrorCode::OBJECT_ALREADY_EXISTS) return put;
   }
   return Status(ErrorCode::INTERNAL_ERROR, "upsert of " + key + " kept racing a concurrent put");
@@ -438,9 +462,11 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
   return result;
 }
 
-void MasterService::GrantLease(Shard& shard, ObjectMeta& meta, SteadyTime now) {
+void MasterService::GrantLease(uint32_t shard_index, Shard& shard, ObjectMeta& meta,
+                               SteadyTime now) {
   const SteadyTime deadline = now + options_.lease_ttl;
   meta.last_access = now;
+  if (reuse_) reuse_->OnReference(shard_index, meta, now);
   if (meta.group_id.empty()) {
     meta.lease_deadline = std::max(meta.lease_deadline, deadline);
     return;
@@ -472,9 +498,9 @@ std::vector<int> MasterService::Exists(const std::vector<std::string>& keys) {
   uint64_t grants = 0;
   table_.ForEachKey(
       keys, skip,
-      [&](size_t i, uint32_t, Shard& s, ObjectMeta& meta) {
+      [&](size_t i, uint32_t shard_index, Shard& s, ObjectMeta& meta) {
         if (meta.state != ObjectState::kComplete) return;
-        GrantLease(s, meta, now);
+        GrantLease(shard_index, s, meta, now);
         ++grants;
         out[i] = 1;
       },
@@ -503,13 +529,13 @@ std::vector<Result<ObjectReplicas>> MasterService::GetReplicas(
   for (const bool skipped : skip) valid += skipped ? 0 : 1;
   table_.ForEachKey(
       keys, skip,
-      [&](size_t i, uint32_t, Shard& s, ObjectMeta& meta) {
+      [&](size_t i, uint32_t shard_index, Shard& s, ObjectMeta& meta) {
         if (meta.state != ObjectState::kComplete) {
           out[i] = Result<ObjectReplicas>(ErrorCode::REPLICA_IS_NOT_READY,
                                           "put of " + keys[i] + " has not ended");
           return;
         }
-        GrantLease(s, meta, now);
+        GrantLease(shard_index, s, meta, now);
         ++grants;
         ObjectReplicas rep;
         rep.size = meta.size;

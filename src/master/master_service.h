@@ -24,6 +24,7 @@
 #include "master/master_api.h"
 #include "master/master_types.h"
 #include "master/object_table.h"
+#include "master/reuse_policy.h"
 #include "master/segment_registry.h"
 #include "master/tier_mover.h"
 #include "master/write_behind.h"
@@ -170,6 +171,8 @@ class MasterService final : public MasterApi {
   MasterStats Stats() override;
   const Clock* clock() const override { return options_.clock; }
   const MasterOptions& options() const { return options_; }
+  // The eviction policy in use (options().policy, or LRU when that is null).
+  const EvictionPolicy& policy() const { return *policy_; }
 
  private:
   enum class EndKind { kEnd, kRevoke };
@@ -180,14 +183,16 @@ class MasterService final : public MasterApi {
                                                 const ReplicateConfig& config, bool upsert);
   Result<PutStartResult> PutStartOne(const std::string& key, uint64_t size,
                                      const std::string& group, const ReplicateConfig& config,
-                                     SteadyTime now);
+                                     bool tail, SteadyTime now);
+  // Whether a put of `size` bytes naming `parent` is a tail: smaller than its stored parent.
+  bool IsTail(const std::string& parent, uint64_t size);
   // UpsertStart's PutStartOne: a new pending version of an existing object, else a plain put.
   Result<PutStartResult> UpsertStartOne(const std::string& key, uint64_t size,
                                         const std::string& group, const ReplicateConfig& config,
-                                        SteadyTime now);
+                                        bool tail, SteadyTime now);
   // The lease deadline readers of `meta`'s current version hold (its group's for a member).
   SteadyTime LeaseDeadline(Shard& shard, const ObjectMeta& meta) const;
-  void GrantLease(Shard& shard, ObjectMeta& meta, SteadyTime now);
+  void GrantLease(uint32_t shard_index, Shard& shard, ObjectMeta& meta, SteadyTime now);
   bool IsLeased(Shard& shard, const ObjectMeta& meta, SteadyTime now) const;
   std::vector<EvictionCandidate> CollectCandidates(SegmentId segment, SteadyTime now);
   // Evicts one candidate if still evictable; returns bytes freed on `segment`. With a tier
@@ -209,6 +214,9 @@ class MasterService final : public MasterApi {
   std::shared_ptr<const EvictionPolicy> policy_;
   SegmentRegistry segments_;
   ObjectTable table_;
+  // For policies that learn reuse (policy_->learns_reuse()), else null: reference counts and
+  // ghosts, per shard under the shard locks.
+  std::unique_ptr<ReuseTracker> reuse_;
   std::atomic<uint64_t> next_put_id_{1};
   std::atomic<uint64_t> evicted_objects_{0};
   std::atomic<uint64_t> evicted_bytes_{0};

@@ -123,6 +123,12 @@ struct ObjectMeta {
   SteadyTime put_started{};
   SteadyTime lease_deadline{};  // ungrouped objects; groups lease in GroupMeta
   SteadyTime last_access{};
+  // Kept for eviction policies that learn reuse (ReuseTracker, src/master/reuse_policy.h): how
+  // often the object was referenced, whether it is a tail chunk, and until when further
+  // references count as the last one.
+  uint32_t reuse_references = 0;
+  bool reuse_tail = false;
+  SteadyTime reuse_until{};
   // An upsert in flight (at most one): the object is not evicted, removed or upserted again
   // meanwhile. Null otherwise.
   std::unique_ptr<PendingVersion> next;

@@ -184,6 +184,10 @@ void MasterRpcHandler::PutStart(const rpc::PutStartRequest& request,
       !CheckLength("config.group_ids", config.group_ids.size(), keys.size(), status)) {
     return;
   }
+  if (!config.parent_keys.empty() &&
+      !CheckLength("config.parent_keys", config.parent_keys.size(), keys.size(), status)) {
+    return;
+  }
   std::vector<uint64_t> sizes(request.sizes().begin(), request.sizes().end());
   wire::EncodePlacements(request.upsert() ? master_.UpsertStart(keys, sizes, config)
                                           : master_.PutStart(keys, sizes, config),
@@ -355,6 +359,11 @@ void MasterRpcHandler::Stats(const rpc::StatsRequest& /*request*/, rpc::StatsRes
   response->set_segments(master_.segments().Count());
   response->set_expired_clients(clients_.expired_total());
   response->set_master_incarnation(incarnation_);
+  const MasterOptions& mo = master_.options();
+  response->set_eviction_policy(master_.policy().name());
+  response->set_high_watermark(mo.high_watermark);
+  response->set_eviction_ratio(mo.eviction_ratio);
+  response->set_lease_ttl_ms(static_cast<uint64_t>(mo.lease_ttl.count()));
   for (const TransferCount& count : clients_.TransferTotals()) {
     rpc::TransferCount* out = response->add_transfers();
     out->set_transport(count.transport);

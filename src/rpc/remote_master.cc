@@ -73,6 +73,10 @@ MasterProcessStats DecodeProcessStats(const rpc::StatsResponse& response) {
   out.segments = response.segments();
   out.expired_clients = response.expired_clients();
   out.incarnation = response.master_incarnation();
+  out.eviction_policy = response.eviction_policy();
+  out.high_watermark = response.high_watermark();
+  out.eviction_ratio = response.eviction_ratio();
+  out.lease_ttl_ms = response.lease_ttl_ms();
   for (const rpc::TransferCount& count : response.transfers()) {
     out.transfers.push_back({count.transport(), count.read_bytes(), count.written_bytes()});
   }

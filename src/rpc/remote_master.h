@@ -60,6 +60,11 @@ struct MasterProcessStats {
   uint64_t incarnation = 0;                 // random per master process
   std::vector<SegmentUsage> segment_usage;  // every mounted segment, by id (empty: old master)
   std::vector<TransferCount> transfers;     // bytes clients reported, per transport (empty: old)
+  // The master's eviction settings ("" and 0 from an older master).
+  std::string eviction_policy;
+  double high_watermark = 0;
+  double eviction_ratio = 0;
+  uint64_t lease_ttl_ms = 0;
 };
 
 class RemoteMaster final : public MasterApi {

@@ -113,6 +113,7 @@ void EncodeConfig(const ReplicateConfig& config, rpc::ReplicateConfig* out) {
   out->set_with_soft_pin(config.with_soft_pin);
   out->set_with_hard_pin(config.with_hard_pin);
   if (!config.group_ids.empty()) EncodeKeys(config.group_ids, out->mutable_group_ids());
+  if (!config.parent_keys.empty()) EncodeKeys(config.parent_keys, out->mutable_parent_keys());
 }
 
 Status DecodeConfig(const rpc::ReplicateConfig& config, ReplicateConfig* out) {
@@ -122,6 +123,9 @@ Status DecodeConfig(const rpc::ReplicateConfig& config, ReplicateConfig* out) {
   out->with_hard_pin = config.with_hard_pin();
   if (Status st = DecodeKeys(config.group_ids(), &out->group_ids); !st.ok()) {
     return Status(st.code(), "config.group_ids: " + st.message());
+  }
+  if (Status st = DecodeKeys(config.parent_keys(), &out->parent_keys); !st.ok()) {
+    return Status(st.code(), "config.parent_keys: " + st.message());
   }
   return Status::Ok();
 }
