@@ -923,5 +923,18 @@ TEST_F(ConfigFileTest, InvalidEnvironmentFileIsAnError) {
   EXPECT_TRUE(IsInvalid(LoadConfig(), {path, "mode"}));
 }
 
+TEST(ConfigEvictionPolicyTest, LruByDefaultReuseAcceptedOthersNamed) {
+  EXPECT_EQ(Config{}.eviction_policy, "lru");
+  Result<Config> reuse = ParseConfig(R"({"eviction_policy": "reuse"})");
+  ASSERT_TRUE(reuse.ok()) << reuse.status().ToString();
+  EXPECT_EQ(reuse->eviction_policy, "reuse");
+  Result<Config> bad = ParseConfig(R"({"eviction_policy": "lfu"})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.code(), ErrorCode::INVALID_CONFIG);
+  EXPECT_NE(bad.status().message().find("eviction_policy"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("\"reuse\""), std::string::npos);
+  EXPECT_FALSE(ParseConfig(R"({"eviction_policy": 1})").ok());
+}
+
 }  // namespace
 }  // namespace tierkv
