@@ -107,6 +107,144 @@ Result<ExistsLoopResult> RunExistsLoop(
   return out;
 }
 
+namespace {
+
+struct PolicyRun {
+  double put_keys_per_s = 0;
+  double exist_keys_per_s = 0;
+};
+
+// One fresh client with `policy`: puts every object (timed), then the exists loop (one rep).
+Result<PolicyRun> RunWithPolicy(const MetadataBenchOptions& options, Config config,
+                                const std::string& policy, const AlignedBuffer& src,
+                                const std::vector<MetadataQuery>& queries, Progress& progress) {
+  config.eviction_policy = policy;
+  Result<std::unique_ptr<Client>> created = Client::Create(config);
+  if (!created.ok()) return created.status();
+  std::unique_ptr<Client> client = std::move(created).value();
+  if (Status s = client->RegisterBuffer(src.data(), src.size()); !s.ok()) return s;
+  FailureLog failures;
+  double put_seconds = 0;
+  std::vector<std::string> keys;
+  std::vector<std::vector<void*>> ptrs;
+  std::vector<std::vector<size_t>> sizes;
+  ReplicateConfig put_config;
+  for (size_t first = 0; first < options.objects && failures.empty(); first += kPutBatch) {
+    const size_t end = std::min(options.objects, first + kPutBatch);
+    keys.clear();
+    ptrs.clear();
+    sizes.clear();
+    put_config.parent_keys.clear();
+    for (size_t i = first; i < end; ++i) {
+      keys.push_back(KvKey(i));
+      ptrs.push_back({src.data() + i * options.object_bytes});
+      sizes.push_back({options.object_bytes});
+      if (options.parent_hints) put_config.parent_keys.push_back(i > 0 ? KvKey(i - 1) : "");
+    }
+    Stopwatch watch;
+    std::vector<int> codes = client->BatchPutFromMultiBuffers(keys, ptrs, sizes, put_config);
+    put_seconds += watch.Seconds();
+    for (size_t k = 0; k < keys.size(); ++k) {
+      if (k >= codes.size() || codes[k] < 0) failures.Add("put of " + keys[k] + " failed");
+    }
+  }
+  if (!failures.empty()) return failures.ToStatus("metadata put (" + policy + ")");
+  MetadataBenchOptions one = options;
+  one.common.reps = 1;
+  one.seconds = options.seconds / options.common.reps / 2;
+  auto loop = RunExistsLoop(
+      one, queries, [&](const std::vector<std::string>& k) { return client->BatchIsExist(k); },
+      "batch_is_exist (" + policy + ")", progress);
+  if (!loop.ok()) return loop.status();
+  (void)client->UnregisterBuffer(src.data());
+  PolicyRun run;
+  run.put_keys_per_s = put_seconds > 0 ? static_cast<double>(options.objects) / put_seconds : 0;
+  run.exist_keys_per_s = loop->rates.empty() ? 0 : loop->rates[0];
+  return run;
+}
+
+Status RunPolicyComparison(const MetadataBenchOptions& options, const Config& config,
+                           const AlignedBuffer& src, Progress& progress) {
+  const std::vector<MetadataQuery> queries = BuildMetadataQueries(options);
+  std::vector<double> lru_put, lru_exist, pol_put, pol_exist, put_ratio, exist_ratio;
+  for (int rep = 0; rep < options.common.reps; ++rep) {
+    PolicyRun runs[2];
+    // Alternate which goes first, so drift over the run (other load, page cache) cancels out.
+    for (int k = 0; k < 2; ++k) {
+      const bool lru_turn = (k == 0) == (rep % 2 == 0);
+      progress.Update("pair " + std::to_string(rep + 1) + "/" +
+                      std::to_string(options.common.reps) + ": " +
+                      (lru_turn ? std::string("lru") : options.compare_policy));
+      Result<PolicyRun> r = RunWithPolicy(
+          options, config, lru_turn ? "lru" : options.compare_policy, src, queries, progress);
+      if (!r.ok()) return r.status();
+      runs[lru_turn ? 0 : 1] = *r;
+    }
+    lru_put.push_back(runs[0].put_keys_per_s);
+    lru_exist.push_back(runs[0].exist_keys_per_s);
+    pol_put.push_back(runs[1].put_keys_per_s);
+    pol_exist.push_back(runs[1].exist_keys_per_s);
+    put_ratio.push_back(runs[1].put_keys_per_s / runs[0].put_keys_per_s);
+    exist_ratio.push_back(runs[1].exist_keys_per_s / runs[0].exist_keys_per_s);
+    if (options.common.json) {
+      JsonLine()
+          .Add("bench", "metadata")
+          .Add("op", "policy_pair")
+          .Add("pair", rep)
+          .Add("policy", options.compare_policy)
+          .Add("lru_put_keys_per_s", std::llround(runs[0].put_keys_per_s))
+          .Add("policy_put_keys_per_s", std::llround(runs[1].put_keys_per_s))
+          .Add("lru_exist_keys_per_s", std::llround(runs[0].exist_keys_per_s))
+          .Add("policy_exist_keys_per_s", std::llround(runs[1].exist_keys_per_s))
+          .Emit();
+    }
+  }
+  progress.Done();
+  const double pr = Median(put_ratio), er = Median(exist_ratio);
+  if (options.common.json) {
+    JsonLine()
+        .Add("bench", "metadata")
+        .Add("op", "policy_compare")
+        .Add("policy", options.compare_policy)
+        .Add("baseline", "lru")
+        .Add("parent_hints", options.parent_hints)
+        .Add("objects", options.objects)
+        .Add("batch", options.batch)
+        .Add("pairs", options.common.reps)
+        .Add("lru_put_keys_per_s", std::llround(Median(lru_put)))
+        .Add("policy_put_keys_per_s", std::llround(Median(pol_put)))
+        .Add("lru_exist_keys_per_s", std::llround(Median(lru_exist)))
+        .Add("policy_exist_keys_per_s", std::llround(Median(pol_exist)))
+        .Add("put_ratio", std::round(pr * 1000) / 1000)
+        .Add("exist_ratio", std::round(er * 1000) / 1000)
+        .Add("pair_put_ratios", put_ratio)
+        .Add("pair_exist_ratios", exist_ratio)
+        .Add("target_ratio", kPolicyCostRatioTarget)
+        .Emit();
+  }
+  std::ostream& out = options.common.json ? std::cerr : std::cout;
+  char line[320];
+  std::snprintf(line, sizeof(line),
+                "tierkv bench metadata: eviction policy %s against lru, %d paired runs, %zu "
+                "objects%s, batch %zu\n",
+                options.compare_policy.c_str(), options.common.reps, options.objects,
+                options.parent_hints ? " with parent hints" : "", options.batch);
+  out << line;
+  std::snprintf(line, sizeof(line),
+                "  put:            lru %12.0f  %s %12.0f keys/s  ratio %.3f (target >= %.2f: %s)\n",
+                Median(lru_put), options.compare_policy.c_str(), Median(pol_put), pr,
+                kPolicyCostRatioTarget, pr >= kPolicyCostRatioTarget ? "PASS" : "FAIL");
+  out << line;
+  std::snprintf(line, sizeof(line),
+                "  batch_is_exist: lru %12.0f  %s %12.0f keys/s  ratio %.3f (target >= %.2f: %s)\n",
+                Median(lru_exist), options.compare_policy.c_str(), Median(pol_exist), er,
+                kPolicyCostRatioTarget, er >= kPolicyCostRatioTarget ? "PASS" : "FAIL");
+  out << line << std::flush;
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status RunMetadataBench(const MetadataBenchOptions& options) {
   if (Status status = ValidateOptions(options); !status.ok()) return status;
   if (options.remote) return RunRemoteMetadataBench(options);
@@ -127,6 +265,8 @@ Status RunMetadataBench(const MetadataBenchOptions& options) {
   Result<AlignedBuffer> src = AlignedBuffer::Allocate(data_bytes);
   if (!src.ok()) return src.status();
   FillPattern(src->data(), src->size(), kPatternSeed);
+
+  if (!options.compare_policy.empty()) return RunPolicyComparison(options, config, *src, progress);
 
   progress.Update("starting the embedded client");
   Result<std::unique_ptr<Client>> created = Client::Create(config);

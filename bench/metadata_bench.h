@@ -32,7 +32,16 @@ struct MetadataBenchOptions {
   double seconds = 2.0;    // timing budget, split evenly over the reps
   size_t batches = 0;      // > 0: this many batches per rep instead of `seconds`
   bool remote = false;     // through a `tierkv master` child process over gRPC
+  // Paired runs: each rep puts and queries with a fresh LRU client and a fresh client with this
+  // eviction policy (order alternating), reporting both and the median of the per-pair ratios.
+  std::string compare_policy;
+  // Puts name the previous object as their parent (ReplicateConfig::parent_keys), as a KV
+  // connector passing its chain would.
+  bool parent_hints = false;
 };
+
+// The throughput a policy may cost against LRU in the paired comparison: >= 0.90 of LRU's.
+inline constexpr double kPolicyCostRatioTarget = 0.90;
 
 inline constexpr double kKeysPerSecondTarget = 5e6;
 inline constexpr double kRemoteKeysPerSecondTarget = 1e6;

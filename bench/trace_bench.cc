@@ -159,6 +159,10 @@ Result<StoreRunResult> ReplayThroughStore(const Trace& trace, const StoreRunConf
   StoreRunResult out;
   out.policy = rc.policy;
   out.sizing = SizeStore(trace, rc.capacity_bytes, rc.bytes_per_token);
+  if (rc.segment_bytes > 0) {
+    out.sizing.segment_bytes = rc.segment_bytes;
+    out.sizing.high_watermark = rc.base.eviction_high_watermark_ratio;
+  }
   const uint64_t lease_ms =
       rc.lease_ms > 0
           ? rc.lease_ms
@@ -609,6 +613,7 @@ Status RunTraceBench(const TraceBenchOptions& o) {
   base.eviction_ratio = o.eviction_ratio;
   base.lease_ms = o.lease_ms;
   base.prefill_tokens_per_s = o.prefill_tokens_per_s;
+  base.segment_bytes = o.segment_bytes;
   if (!o.common.config_path.empty()) {
     Result<Config> cfg = LoadConfig(o.common.config_path);
     if (!cfg.ok()) return cfg.status();
@@ -644,7 +649,10 @@ Status RunTraceBench(const TraceBenchOptions& o) {
       StoreRunConfig rc = base;
       rc.capacity_bytes = cr.capacity;
       rc.policy = ssd_policy;
-      rc.ssd_bytes = o.ssd_capacity > 0 ? o.ssd_capacity : 8 * cr.capacity;
+      // 8x DRAM, but never more than the trace can fill (1.5x its unique bytes covers the
+      // records' headers and 4 KiB alignment): the file is preallocated.
+      rc.ssd_bytes = o.ssd_capacity > 0 ? o.ssd_capacity
+                                        : std::min<uint64_t>(8 * cr.capacity, unique + unique / 2);
       Result<StoreRunResult> r = ReplayThroughStore(trace, rc, &progress);
       if (!r.ok()) return r.status();
       if (o.common.json) EmitStore(o, cr, rc, *r);

@@ -38,6 +38,9 @@ struct StoreRunConfig {
   double eviction_ratio = 0.005;
   uint64_t lease_ms = 0;  // 0 = 10000 / speed, or 100 when speed is 0
   double prefill_tokens_per_s = 10000;
+  // > 0: this DRAM segment instead of SizeStore's, with the base config's watermark (to see
+  // what a store sized naively holds).
+  uint64_t segment_bytes = 0;
   Config base;  // other client settings (--config)
 };
 
@@ -91,6 +94,7 @@ struct TraceBenchOptions {
   size_t max_requests = 0;  // > 0: only the first N requests (smoke runs)
   double eviction_ratio = 0.005;
   uint64_t lease_ms = 0;
+  uint64_t segment_bytes = 0;  // > 0: override the explicit sizing (StoreRunConfig)
 };
 
 // The policy the bench runs beside LRU by default.

@@ -50,6 +50,7 @@ PACKAGES=(
   libopenblas0-pthread # tierkv bench engine: torch's BLAS for the bench only (LD_LIBRARY_PATH)
   libhiredis-dev       # tierkv bench redis: the Redis client (pkg-config hiredis)
   redis-server         # tierkv bench redis: the baseline server (the bench starts its own)
+  gnuplot-nox          # tierkv bench trace --plot: the hit-rate curves (docs/benchmarks.md)
 )
 
 if [[ "${1:-}" == "--list" ]]; then

@@ -195,6 +195,15 @@ int main(int argc, char** argv) {
       ->add_option("--batches", metadata_options.batches,
                    "Fixed number of batches per rep instead of --seconds (0 = use --seconds)")
       ->capture_default_str();
+  metadata
+      ->add_option("--compare-policy", metadata_options.compare_policy,
+                   "Paired runs (--reps pairs, order alternating): put and batch_is_exist with "
+                   "eviction_policy lru and with this one, fresh clients each; the ratios are "
+                   "medians of the pairs (target >= 0.90)")
+      ->check(CLI::IsMember({"lru", "reuse"}));
+  metadata->add_flag("--parent-hints", metadata_options.parent_hints,
+                     "Puts name the previous object as their parent (ReplicateConfig::"
+                     "parent_keys)");
   metadata->add_flag("--remote", metadata_options.remote,
                      "Through a `tierkv master` child process over gRPC (127.0.0.1, a free port): "
                      "RemoteMaster::Exists, one RPC per batch, target >= 1e6 keys/s");
@@ -463,8 +472,15 @@ int main(int argc, char** argv) {
       ->add_option("--lease-ms", trace_options.lease_ms,
                    "Read lease of the store; 0 = 10000 / speed, or 100 ms when speed is 0")
       ->capture_default_str();
+  std::string trace_segment = "0";
+  trace
+      ->add_option("--segment-size", trace_segment,
+                   "Size the DRAM segment yourself (the config's watermark then applies) instead "
+                   "of holding exactly the DRAM capacity; 0 = the explicit sizing")
+      ->capture_default_str();
   trace->callback([&] {
     trace_options.ssd_capacity = trace_ssd == "0" ? 0 : SizeOf(trace_ssd);
+    trace_options.segment_bytes = trace_segment == "0" ? 0 : SizeOf(trace_segment);
     exit_code = Report("trace", tierkv::bench::RunTraceBench(trace_options));
   });
 
