@@ -2,7 +2,9 @@
 // abandoned), reads, removes, evictions, reclaims and segment mount/unmount on
 // overlapping keys whose group changes from put to put (so redirects between
 // key shards and group shards come and go). Afterwards the space accounting
-// must add up exactly and nothing may be left behind. Run under TSan in CI.
+// must add up exactly and nothing may be left behind. Run under TSan in CI, with each eviction
+// policy (the "reuse" one keeps reference counts, per-shard statistics and ghosts on these paths;
+// puts name random parents for it).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -90,6 +92,7 @@ void Worker(MasterService& m, ManualClock& clock, int seed, int ops, Errors& err
         keys.push_back(key_of());
         sizes.push_back(1 + rng() % kMaxSize);
         cfg.group_ids.push_back(grouped && rng() % 4 != 0 ? group : "");
+        cfg.parent_keys.push_back(rng() % 2 == 0 ? key_of() : "");
       }
       auto r = m.PutStart(keys, sizes, cfg);
       std::vector<std::string> ended;
@@ -177,13 +180,16 @@ void Worker(MasterService& m, ManualClock& clock, int seed, int ops, Errors& err
   }
 }
 
-TEST(MasterConcurrencyTest, RacingOperationsKeepSpaceAccountingExact) {
+void RacingOperationsKeepSpaceAccountingExact(const char* policy) {
   ManualClock clock;
   MasterOptions opts;
   opts.clock = &clock;
   opts.shards = 16;
   opts.lease_ttl = kTtl;
   opts.put_timeout = kPutTimeout;
+  auto made = MakeEvictionPolicy(policy);
+  ASSERT_TRUE(made.ok());
+  opts.policy = *made;
   MasterService m(opts);
   std::vector<SegmentId> fixed;
   for (const char* name : {"s0", "s1", "s2"}) {
@@ -276,6 +282,14 @@ TEST(MasterConcurrencyTest, RacingOperationsKeepSpaceAccountingExact) {
     EXPECT_TRUE(s.ok());
   }
   EXPECT_EQ(m.Exists(keys), std::vector<int>(keys.size(), 1));
+}
+
+TEST(MasterConcurrencyTest, RacingOperationsKeepSpaceAccountingExact) {
+  RacingOperationsKeepSpaceAccountingExact("lru");
+}
+
+TEST(MasterConcurrencyTest, RacingOperationsKeepSpaceAccountingExactWithReusePolicy) {
+  RacingOperationsKeepSpaceAccountingExact("reuse");
 }
 
 }  // namespace
