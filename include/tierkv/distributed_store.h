@@ -47,6 +47,9 @@ struct StoreReplicateConfig {
   std::vector<std::string> preferred_segments;  // at most one entry (see docs/python.md)
   bool prefer_alloc_in_same_node = false;       // prefer this host's segments; replica_num 1
   std::vector<std::string> group_ids;           // empty, or one per key of the call
+  // Empty, or one per key of the call: the key of the chunk each one extends ("" = none); read
+  // only by eviction_policy "reuse" (ReplicateConfig::parent_keys in tierkv/types.h).
+  std::vector<std::string> parent_keys;
 
   // "ReplicateConfig(replica_num=1, with_hard_pin=false, ...)".
   std::string ToString() const;

@@ -448,6 +448,7 @@ void BindStore(py::module_& m) {
       .def_readwrite("preferred_segments", &StoreReplicateConfig::preferred_segments)
       .def_readwrite("prefer_alloc_in_same_node", &StoreReplicateConfig::prefer_alloc_in_same_node)
       .def_readwrite("group_ids", &StoreReplicateConfig::group_ids)
+      .def_readwrite("parent_keys", &StoreReplicateConfig::parent_keys)
       .def("__str__", &StoreReplicateConfig::ToString)
       .def("__repr__", &StoreReplicateConfig::ToString);
 

@@ -173,6 +173,10 @@ std::string StoreReplicateConfig::ToString() const {
   for (size_t i = 0; i < group_ids.size(); ++i) {
     os << (i ? ", " : "") << '"' << group_ids[i] << '"';
   }
+  os << "], parent_keys=[";
+  for (size_t i = 0; i < parent_keys.size(); ++i) {
+    os << (i ? ", " : "") << '"' << parent_keys[i] << '"';
+  }
   os << "])";
   return os.str();
 }
@@ -452,6 +456,12 @@ Result<ReplicateConfig> ToCore(const StoreReplicateConfig& c, size_t keys, Clien
                                                  " keys (it must be empty or one per key)");
   }
   out.group_ids = c.group_ids;
+  if (!c.parent_keys.empty() && c.parent_keys.size() != keys) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "parent_keys has " + std::to_string(c.parent_keys.size()) + " entries for " +
+                      std::to_string(keys) + " keys (it must be empty or one per key)");
+  }
+  out.parent_keys = c.parent_keys;
   return out;
 }
 
@@ -464,12 +474,16 @@ std::vector<int> ClientPut(Client& client, const std::vector<std::string>& keys,
                 : client.BatchPutFromMultiBuffers(keys, ptrs, sizes, config);
 }
 
-// The subset of `config` for the keys at `keep` (group ids follow their keys).
+// The subset of `config` for the keys at `keep` (group ids and parent keys follow their keys).
 ReplicateConfig Subset(const ReplicateConfig& config, const std::vector<size_t>& keep) {
   ReplicateConfig out = config;
   if (!config.group_ids.empty()) {
     out.group_ids.clear();
     for (size_t i : keep) out.group_ids.push_back(config.group_ids[i]);
+  }
+  if (!config.parent_keys.empty()) {
+    out.parent_keys.clear();
+    for (size_t i : keep) out.parent_keys.push_back(config.parent_keys[i]);
   }
   return out;
 }

@@ -279,6 +279,19 @@ def test_replicate_config_on_puts(store, key):
     assert store.put(key("8"), b"x", same_node) == E.INVALID_PARAMS
 
 
+def test_replicate_config_parent_keys(store, key):
+    # The reuse policy's optional hint: one parent key per key of the call, or none.
+    cfg = tierkv.ReplicateConfig()
+    assert cfg.parent_keys == []
+    cfg.parent_keys = ["", key("p1")]
+    assert 'parent_keys=["", "' + key("p1") + '"]' in str(cfg)
+    assert store.put_batch([key("p1"), key("p2")], [b"a", b"bb"], cfg) == 0
+    assert store.get(key("p2")) == b"bb"
+    cfg.parent_keys = [key("p1")]
+    assert store.put_batch([key("p3"), key("p4")], [b"a", b"b"], cfg) == E.INVALID_PARAMS
+    assert store.is_exist(key("p3")) == 0 and store.is_exist(key("p4")) == 0
+
+
 def test_health_hostname_close(mode, request):
     from conftest import make_store
 
