@@ -12,9 +12,14 @@ cmake --install "$build" --prefix "$work/prefix" >/dev/null
 for variant in embedded-only full; do
   flags=()
   [[ $variant == embedded-only ]] && flags=(-Dtierkv_EMBEDDED_ONLY=ON)
-  cmake -S "$src/examples/downstream" -B "$work/$variant" -G Ninja \
-    -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release "${flags[@]}" >/dev/null
-  cmake --build "$work/$variant" >/dev/null
+  # The output only when a step fails (a quiet test otherwise).
+  if ! cmake -S "$src/examples/downstream" -B "$work/$variant" -G Ninja \
+    -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release "${flags[@]}" \
+    >"$work/$variant.log" 2>&1 || ! cmake --build "$work/$variant" >>"$work/$variant.log" 2>&1; then
+    cat "$work/$variant.log" >&2
+    echo "downstream: the $variant build of examples/downstream failed (above)" >&2
+    exit 1
+  fi
 done
 "$work/embedded-only/downstream_embedded"
 "$work/full/downstream_full"
