@@ -96,6 +96,13 @@ uint64_t MasterService::EvictCandidate(const EvictionCandidate& c, SegmentId seg
                                        SteadyTime now) {
   Shard& s = table_.shard(c.shard);
   const std::shared_ptr<TierMover> mover = MoverOf(segment);
+  // The owner has an SSD tier but its stream is down (a master restart, a broken stream):
+  // what would be demoted stays in memory until the stream is back, rather than being dropped.
+  bool defer = false;
+  if (!mover) {
+    auto seg = segments_.Find(segment);
+    defer = seg && seg->options.has_tier;
+  }
   RedirectList redirects;
   uint64_t freed = 0;
   uint64_t objects = 0;
@@ -127,6 +134,12 @@ uint64_t MasterService::EvictCandidate(const EvictionCandidate& c, SegmentId seg
           return 0;
         }
         victims.push_back(member);
+      }
+    }
+    if (defer) {
+      for (const auto& key : victims) {
+        const ObjectMeta& m = s.objects.find(key)->second;
+        if (!HasDiskReplica(m) && MemoryReplicaOn(m, segment) != nullptr) return 0;
       }
     }
     for (const auto& key : victims) {
@@ -205,7 +218,7 @@ uint64_t MasterService::FinishDemotion(uint32_t shard, SegmentId segment,
         failed_keys.push_back(item.key);
         continue;
       }
-      meta.replicas.push_back(Replica{segment, ReplicaTier::kDisk, Allocation(), *written[k]});
+      meta.replicas.push_back(MakeDiskReplica(segment, item.key, meta, *written[k]));
       ++demoted;
       demoted_bytes += meta.size;
       // A reader leased it meanwhile: its memory stays until the next eviction pass.
