@@ -129,7 +129,9 @@ int RunMaster(const MasterFlags& flags) {
       s->BeginTerm(epoch, std::move(lease));
     };
     callbacks.on_deposed = [s](const std::string&) { s->EndTerm(); };
-    callbacks.on_leader = [s](const LeaderInfo& leader) { s->SetLeader(leader.address, leader.epoch); };
+    callbacks.on_leader = [s](const LeaderInfo& leader) {
+      s->SetLeader(leader.address, leader.epoch);
+    };
     auto elected = LeaderElection::Start(election_options, std::move(callbacks));
     if (!elected.ok()) {
       std::cerr << "tierkv master: error: --ha " << flags.ha << ": " << elected.status().ToString()

@@ -73,8 +73,7 @@ void PrintHaText(const MasterProcessStats& p) {
     std::cout << " " << m;
     any = true;
   }
-  std::cout << (any ? "" : (p.masters.empty() ? " (not listed: ask etcd://...)" : " none"))
-            << "\n";
+  std::cout << (any ? "" : (p.masters.empty() ? " (not listed: ask etcd://...)" : " none")) << "\n";
 }
 
 void PrintText(const std::string& address, const MasterProcessStats& p) {

@@ -30,11 +30,11 @@
 #include "common/logging.h"
 #include "disk_bench.h"
 #include "embedded_bench.h"
+#include "failover_bench.h"
 #include "master_command.h"
 #include "metadata_bench.h"
 #include "redis_bench.h"
 #include "remote_bench.h"
-#include "failover_bench.h"
 #include "remote_disk_bench.h"
 #include "stat_command.h"
 #include "store_command.h"
@@ -522,10 +522,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   failover->add_option("--warm-s", failover_options.warm_s, "Load before the leader is killed")
       ->capture_default_str();
-  failover->add_option("--seconds", failover_options.seconds, "Load in all")
-      ->capture_default_str();
-  failover->add_option("--dir", failover_options.dir,
-                       "Directory for etcd's data and the requesters' records")
+  failover->add_option("--seconds", failover_options.seconds, "Load in all")->capture_default_str();
+  failover
+      ->add_option("--dir", failover_options.dir,
+                   "Directory for etcd's data and the requesters' records")
       ->capture_default_str();
   failover->add_flag("--small-pages", failover_options.small_pages,
                      "The stores' segments on 4 KiB pages");
@@ -549,8 +549,9 @@ int main(int argc, char** argv) {
   worker->add_option("--seconds", worker_options.seconds);
   worker->add_option("--seed", worker_options.seed);
   worker->add_option("--out", worker_options.out)->required();
-  worker->callback(
-      [&] { exit_code = Report("failover-worker", tierkv::bench::RunFailoverWorker(worker_options)); });
+  worker->callback([&] {
+    exit_code = Report("failover-worker", tierkv::bench::RunFailoverWorker(worker_options));
+  });
 
   // ---- master -----------------------------------------------------------------
   tierkv::cli::AddMasterCommand(app, &exit_code);

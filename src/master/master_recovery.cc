@@ -37,7 +37,7 @@ IndexEntry EntryOf(const std::string& key, const ObjectMeta& meta) {
 
 // What the owner reported on this link, to compare with the table at Finish.
 struct MasterService::IndexLink::Reported {
-  absl::flat_hash_map<uint64_t, uint64_t> memory;  // offset -> put id
+  absl::flat_hash_map<uint64_t, uint64_t> memory;                            // offset -> put id
   absl::flat_hash_map<std::string, std::pair<uint64_t, DiskLocation>> disk;  // key -> (put id, at)
 };
 
@@ -61,8 +61,8 @@ Result<std::unique_ptr<MasterService::IndexLink>> MasterService::OpenIndexLink(S
                   "segment " + std::to_string(segment) + " is not mounted");
   }
   if (!seg->feed) {
-    return Status(ErrorCode::INVALID_PARAMS, "segment " + std::to_string(segment) +
-                                                 " was mounted without an index stream");
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "segment " + std::to_string(segment) + " was mounted without an index stream");
   }
   const uint64_t generation = seg->feed->Attach();
   return std::unique_ptr<IndexLink>(new IndexLink(*this, std::move(seg), generation));

@@ -632,8 +632,9 @@ Status MasterService::Remove(const std::string& key, bool force) {
       result = Status(ErrorCode::OBJECT_HAS_LEASE, key + " is leased by a reader");
     } else if (meta.held_until > now) {
       result = Status(ErrorCode::OBJECT_HAS_LEASE,
-                      key + " was recovered from a store moments ago: readers may still hold "
-                            "leases of the previous master");
+                      key +
+                          " was recovered from a store moments ago: readers may still hold "
+                          "leases of the previous master");
     } else {
       home = idx;
       removed = table_.EraseLocked(s, s.objects.find(key));

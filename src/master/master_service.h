@@ -303,8 +303,8 @@ class MasterService final : public MasterApi {
   std::atomic<uint64_t> recovery_rejected_{0};
   std::atomic<uint64_t> lost_puts_{0};
   const uint64_t first_put_id_;
-  mutable std::mutex recoveries_mu_;                   // a leaf lock
-  std::map<SegmentId, SegmentRecovery> recoveries_;    // guarded by recoveries_mu_
+  mutable std::mutex recoveries_mu_;                 // a leaf lock
+  std::map<SegmentId, SegmentRecovery> recoveries_;  // guarded by recoveries_mu_
   struct Promotion {
     std::vector<Replica> replicas;
     SteadyTime started;

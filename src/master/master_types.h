@@ -74,8 +74,8 @@ struct MasterStats {
 struct SegmentRecovery {
   SegmentId segment = 0;
   std::string name;
-  uint64_t links = 0;           // index streams linked so far (the first one adopts)
-  uint64_t reported = 0;        // entries reported at the first link
+  uint64_t links = 0;            // index streams linked so far (the first one adopts)
+  uint64_t reported = 0;         // entries reported at the first link
   uint64_t memory_replicas = 0;  // adopted
   uint64_t disk_replicas = 0;    // adopted
   uint64_t bytes = 0;            // memory bytes adopted

@@ -47,8 +47,7 @@ Status SegmentRegistry::Unmount(SegmentId id) {
     std::unique_lock lock(mu_);
     auto it = segments_.find(id);
     if (it == segments_.end()) {
-      return Status(ErrorCode::SEGMENT_NOT_FOUND,
-                    "segment " + std::to_string(id) + " not mounted");
+      return Status(ErrorCode::SEGMENT_NOT_FOUND, "segment " + std::to_string(id) + " not mounted");
     }
     gone = std::move(it->second);
     segments_.erase(it);

@@ -109,9 +109,9 @@ class OffsetAllocator : public std::enable_shared_from_this<OffsetAllocator> {
   std::shared_ptr<FreeFence> fence_owner_;  // guarded by mu_
   mutable std::mutex mu_;
   std::condition_variable released_cv_;
-  uint64_t used_ = 0;                                     // guarded by mu_
-  uint64_t quarantined_ = 0;                              // guarded by mu_
-  uint64_t released_ = 0;                                 // highest ticket released; mu_
+  uint64_t used_ = 0;         // guarded by mu_
+  uint64_t quarantined_ = 0;  // guarded by mu_
+  uint64_t released_ = 0;     // highest ticket released; mu_
   std::multimap<uint64_t, std::pair<uint64_t, uint64_t>> quarantine_;  // ticket -> range; mu_
   std::map<uint64_t, uint64_t> free_by_offset_;           // offset -> size, guarded by mu_
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset), guarded by mu_

@@ -16,9 +16,9 @@ namespace tierkv {
 
 struct HaFigures {
   bool leading = false;
-  uint64_t epoch = 0;   // of this master's term while leading, else 0
-  uint64_t terms = 0;   // times elected since it started
-  std::string leader;   // the leader's address as last seen
+  uint64_t epoch = 0;  // of this master's term while leading, else 0
+  uint64_t terms = 0;  // times elected since it started
+  std::string leader;  // the leader's address as last seen
   uint64_t leader_epoch = 0;
 };
 

@@ -118,17 +118,16 @@ std::vector<prometheus::MetricFamily> MasterCollector::Collect() const {
   Counter(out, "recovery_rejected_total",
           "Reported index entries not adopted (conflicting or overlapping)", s.recovery_rejected);
   Counter(out, "lost_puts_total",
-          "PutEnds of puts a previous master started (not recoverable: they failed)",
-          s.lost_puts);
+          "PutEnds of puts a previous master started (not recoverable: they failed)", s.lost_puts);
   uint64_t quarantined = 0;
   for (const SegmentUsage& segment : usage) quarantined += segment.quarantined;
   Gauge(out, "quarantined_bytes",
         "Freed bytes not reusable yet: their store has not acknowledged the free", quarantined);
   const std::vector<SegmentRecovery> recoveries = master_.Recoveries();
-  prometheus::MetricFamily recovered = Family(
-      "segment_recovered_replicas",
-      "Replicas rebuilt from a segment's index at its first link to this master, by tier",
-      prometheus::MetricType::Gauge);
+  prometheus::MetricFamily recovered =
+      Family("segment_recovered_replicas",
+             "Replicas rebuilt from a segment's index at its first link to this master, by tier",
+             prometheus::MetricType::Gauge);
   prometheus::MetricFamily seconds =
       Family("segment_recovery_seconds", "How long a segment's index report took to adopt",
              prometheus::MetricType::Gauge);

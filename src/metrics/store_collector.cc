@@ -41,8 +41,9 @@ std::vector<prometheus::MetricFamily> StoreCollector::Collect() const {
     entries.metric.push_back(std::move(m));
   }
   out.push_back(std::move(entries));
-  AddSample(out, kPrefix, "index_batches_total", "Index batches the master fed and the store applied",
-            prometheus::MetricType::Counter, f.index_batches);
+  AddSample(out, kPrefix, "index_batches_total",
+            "Index batches the master fed and the store applied", prometheus::MetricType::Counter,
+            f.index_batches);
   AddSample(out, kPrefix, "index_reports_total",
             "Times the store reported its index to a master (each stream's start)",
             prometheus::MetricType::Counter, f.index_reports);

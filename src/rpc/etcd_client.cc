@@ -119,8 +119,7 @@ Status EtcdClient::Try(const char* what, Call&& call) {
       return Status::Ok();
     }
     reasons += (reasons.empty() ? "" : "; ") + stubs_[i]->endpoint + ": " +
-               std::to_string(static_cast<int>(status.error_code())) + " " +
-               status.error_message();
+               std::to_string(static_cast<int>(status.error_code())) + " " + status.error_message();
   }
   return Status(ErrorCode::RPC_FAIL, std::string("etcd ") + what + " at " + Describe() +
                                          " failed (timeout " + std::to_string(timeout_.count()) +
@@ -159,9 +158,8 @@ Status EtcdClient::Put(const std::string& key, const std::string& value, int64_t
   request.set_value(value);
   request.set_lease(lease);
   etcdserverpb::PutResponse response;
-  return Try("Put", [&](Stubs& s, grpc::ClientContext& c) {
-    return s.kv->Put(&c, request, &response);
-  });
+  return Try("Put",
+             [&](Stubs& s, grpc::ClientContext& c) { return s.kv->Put(&c, request, &response); });
 }
 
 Result<std::pair<bool, EtcdKeyValue>> EtcdClient::PutIfAbsent(const std::string& key,
@@ -179,9 +177,8 @@ Result<std::pair<bool, EtcdKeyValue>> EtcdClient::PutIfAbsent(const std::string&
   put->set_lease(lease);
   request.add_failure()->mutable_request_range()->set_key(key);
   etcdserverpb::TxnResponse response;
-  Status st = Try("Txn", [&](Stubs& s, grpc::ClientContext& c) {
-    return s.kv->Txn(&c, request, &response);
-  });
+  Status st = Try(
+      "Txn", [&](Stubs& s, grpc::ClientContext& c) { return s.kv->Txn(&c, request, &response); });
   if (!st.ok()) return st;
   if (response.succeeded()) {
     const int64_t revision = response.header().revision();
@@ -204,9 +201,8 @@ Result<bool> EtcdClient::DeleteIfValue(const std::string& key, const std::string
   same->set_value(value);
   request.add_success()->mutable_request_delete_range()->set_key(key);
   etcdserverpb::TxnResponse response;
-  Status st = Try("Txn", [&](Stubs& s, grpc::ClientContext& c) {
-    return s.kv->Txn(&c, request, &response);
-  });
+  Status st = Try(
+      "Txn", [&](Stubs& s, grpc::ClientContext& c) { return s.kv->Txn(&c, request, &response); });
   if (!st.ok()) return st;
   return response.succeeded();
 }
@@ -220,9 +216,9 @@ Result<std::pair<int64_t, int64_t>> EtcdClient::LeaseGrant(int64_t ttl_s) {
   });
   if (!st.ok()) return st;
   if (!response.error().empty() || response.id() == 0) {
-    return Status(ErrorCode::RPC_FAIL, "etcd LeaseGrant at " + Describe() + ": " +
-                                           (response.error().empty() ? "no lease id"
-                                                                     : response.error()));
+    return Status(ErrorCode::RPC_FAIL,
+                  "etcd LeaseGrant at " + Describe() + ": " +
+                      (response.error().empty() ? "no lease id" : response.error()));
   }
   return std::make_pair(response.id(), response.ttl());
 }

@@ -73,12 +73,13 @@ Result<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(const EtcdProcessOptions
   if (!peer_port.ok()) return peer_port.status();
   static std::atomic<int> counter{0};
   std::error_code ec;
-  const std::filesystem::path dir = std::filesystem::absolute(options.parent_dir, ec) /
-                                    ("etcd-" + std::to_string(getpid()) + "-" +
-                                     std::to_string(counter++));
+  const std::filesystem::path dir =
+      std::filesystem::absolute(options.parent_dir, ec) /
+      ("etcd-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
   std::filesystem::remove_all(dir, ec);
   std::filesystem::create_directories(dir, ec);
-  if (ec) return Status(ErrorCode::INTERNAL_ERROR, "creating " + dir.string() + ": " + ec.message());
+  if (ec)
+    return Status(ErrorCode::INTERNAL_ERROR, "creating " + dir.string() + ": " + ec.message());
   const std::string client = "http://127.0.0.1:" + std::to_string(*client_port);
   const std::string peer = "http://127.0.0.1:" + std::to_string(*peer_port);
   std::vector<std::string> args = {binary,

@@ -69,7 +69,8 @@ IndexBatch DecodeIndexBatch(const rpc::IndexBatch& in) {
     if (DecodeIndexEntry(m, &e)) out.commits.push_back(std::move(e));
   }
   for (const rpc::IndexEntry& m : in.disk_attached()) {
-    if (DecodeIndexEntry(m, &e) && e.disk.generation != 0) out.disk_attached.push_back(std::move(e));
+    if (DecodeIndexEntry(m, &e) && e.disk.generation != 0)
+      out.disk_attached.push_back(std::move(e));
   }
   out.frees.assign(in.frees().begin(), in.frees().end());
   for (const rpc::DiskDrop& d : in.disk_dropped()) {

@@ -152,8 +152,8 @@ void LeaderElection::Step() {
   }
   if (leading()) {
     auto kv = etcd_->Get(leader_key_);
-    if (kv.ok() && (!kv->has_value() || (*kv)->value != options_.address ||
-                    (*kv)->lease != lease_id_)) {
+    if (kv.ok() &&
+        (!kv->has_value() || (*kv)->value != options_.address || (*kv)->lease != lease_id_)) {
       Depose("the leader key no longer names this master");
     }
     return;

@@ -64,7 +64,7 @@ class LeaderElection {
   LeaderElection& operator=(const LeaderElection&) = delete;
 
   bool leading() const;
-  uint64_t epoch() const;  // of the current term while leading, else 0
+  uint64_t epoch() const;     // of the current term while leading, else 0
   LeaderInfo leader() const;  // the leader last seen (this master while leading)
   uint64_t terms() const { return terms_.load(); }  // times elected so far
 
@@ -88,9 +88,9 @@ class LeaderElection {
   SteadyTime next_keepalive_{};   // only the election's thread
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;        // guarded by mu_
-  uint64_t epoch_ = 0;       // guarded by mu_; 0 while standing by
-  LeaderInfo leader_;        // guarded by mu_
+  bool stop_ = false;   // guarded by mu_
+  uint64_t epoch_ = 0;  // guarded by mu_; 0 while standing by
+  LeaderInfo leader_;   // guarded by mu_
   std::atomic<uint64_t> terms_{0};
   std::thread thread_;
 };

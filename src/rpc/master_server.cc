@@ -8,11 +8,11 @@
 #include <chrono>
 #include <map>
 #include <optional>
-#include <thread>
-#include <type_traits>
 #include <random>
 #include <set>
 #include <string_view>
+#include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "metrics/latency_histograms.h"
@@ -466,9 +466,9 @@ std::vector<std::string> RpcMethodNames() {
 template <typename Response>
 void AnswerNotLeader(Response* response, const std::string& leader) {
   response->Clear();
-  const std::string why = leader.empty()
-                              ? std::string("this tierkv master is not the leader (no leader known)")
-                              : "this tierkv master is not the leader; the leader is " + leader;
+  const std::string why =
+      leader.empty() ? std::string("this tierkv master is not the leader (no leader known)")
+                     : "this tierkv master is not the leader; the leader is " + leader;
   if constexpr (std::is_same_v<Response, rpc::HeartbeatResponse>) {
     response->set_not_leader(true);
   } else {
@@ -703,7 +703,7 @@ class MasterServer::Service final : public rpc::Master::Service {
   LatencyHistograms* const latency_;
   std::mutex streams_mu_;
   std::map<grpc::ServerContext*, const Term*> streams_;  // guarded by streams_mu_
-  bool closing_ = false;                                  // guarded by streams_mu_
+  bool closing_ = false;                                 // guarded by streams_mu_
 };
 
 #undef TIERKV_MASTER_RPCS
@@ -723,10 +723,10 @@ std::shared_ptr<MasterServer::Term> MasterServer::NewTerm(uint64_t epoch,
   }
   // Put ids above every earlier master's: the wall clock in microseconds (see MasterOptions).
   if (o.master.first_put_id <= 1) {
-    o.master.first_put_id = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(
-            std::chrono::system_clock::now().time_since_epoch())
-            .count());
+    o.master.first_put_id =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
   }
   auto term = std::make_shared<Term>(o, incarnation_, epoch, std::move(lease));
   term->handler.set_tier_move_timeout(o.tier_move_timeout);

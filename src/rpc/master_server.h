@@ -181,9 +181,9 @@ class MasterServer {
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
-  mutable std::mutex term_mu_;   // a leaf lock: guards the pointer and the leader hint
-  std::shared_ptr<Term> term_;   // guarded by term_mu_; null between terms
-  std::string leader_hint_;      // guarded by term_mu_
+  mutable std::mutex term_mu_;      // a leaf lock: guards the pointer and the leader hint
+  std::shared_ptr<Term> term_;      // guarded by term_mu_; null between terms
+  std::string leader_hint_;         // guarded by term_mu_
   uint64_t leader_hint_epoch_ = 0;  // guarded by term_mu_
   std::once_flag shutdown_once_;
 };

@@ -164,15 +164,17 @@ ClientHealth RemoteBackend::Health() {
   h.leader_changes = master_->leader_changes();
   {
     std::lock_guard lock(mu_);
-    for (const auto& [handle, link] : links_) h.segment_linked = h.segment_linked && link->connected();
+    for (const auto& [handle, link] : links_)
+      h.segment_linked = h.segment_linked && link->connected();
   }
   h.healthy = h.master_connected && h.segment_linked;
   if (!h.master_connected) {
     h.message = "the tierkv master at " + (h.master.empty() ? master_->address() : h.master) +
                 " does not answer (restarting, or a standby taking over?)";
   } else if (!h.segment_linked) {
-    h.message = "this client's segment is not linked to the master yet (re-mounting after a "
-                "master change)";
+    h.message =
+        "this client's segment is not linked to the master yet (re-mounting after a "
+        "master change)";
   }
   return h;
 }

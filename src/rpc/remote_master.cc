@@ -367,8 +367,8 @@ Status RemoteMaster::Register(Millis timeout) {
     grpc::ClientContext context;
     context.set_deadline(deadline);
     grpc::Status status = ep->stub->RegisterClient(&context, request, &response);
-    if (status.ok() && Stale(*ep, response.status().not_leader(),
-                             response.status().leader_epoch())) {
+    if (status.ok() &&
+        Stale(*ep, response.status().not_leader(), response.status().leader_epoch())) {
       status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                             "the tierkv master at " + ep->address + " is not the leader");
     }
@@ -535,8 +535,8 @@ void RemoteMaster::HeartbeatLoop() {
   while (!stop_) {
     // While the master does not answer, look again every 100 ms: a restarted master or a new
     // leader is found within that.
-    const Millis wait = connected_.load() ? HeartbeatInterval()
-                                          : std::min(HeartbeatInterval(), Millis(100));
+    const Millis wait =
+        connected_.load() ? HeartbeatInterval() : std::min(HeartbeatInterval(), Millis(100));
     beat_cv_.wait_for(lock, wait, [this] { return stop_ || kicked_; });
     if (stop_) break;
     if (kicked_) {
@@ -789,10 +789,10 @@ std::vector<Status> RemoteMaster::PutEnd(const std::vector<std::string>& keys,
   request.mutable_put_ids()->Add(put_ids.begin(), put_ids.end());
   request.mutable_checksums()->Add(checksums.begin(), checksums.end());
   rpc::BatchResponse response;
-  grpc::Status status = Call("PutEnd", false, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.PutEnd(context, request, &response);
-                             });
+  grpc::Status status =
+      Call("PutEnd", false, &response, [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+        return stub.PutEnd(context, request, &response);
+      });
   if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("PutEnd", status));
   return wire::DecodeResults(response.status(), response.results(), keys.size(), "PutEnd");
 }
@@ -819,10 +819,10 @@ std::vector<int> RemoteMaster::Exists(const std::vector<std::string>& keys) {
   rpc::ExistsRequest request;
   wire::EncodeKeys(keys, request.mutable_keys());
   rpc::ExistsResponse response;
-  grpc::Status status = Call("Exists", true, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.Exists(context, request, &response);
-                             });
+  grpc::Status status =
+      Call("Exists", true, &response, [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+        return stub.Exists(context, request, &response);
+      });
   if (!status.ok()) {
     Status failure = RpcFailure("Exists", status);
     spdlog::debug("{}", failure.ToString());
@@ -862,10 +862,10 @@ std::vector<Status> RemoteMaster::BatchRemove(const std::vector<std::string>& ke
   wire::EncodeKeys(keys, request.mutable_keys());
   request.set_force(force);
   rpc::BatchResponse response;
-  grpc::Status status = Call("Remove", false, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.Remove(context, request, &response);
-                             });
+  grpc::Status status =
+      Call("Remove", false, &response, [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+        return stub.Remove(context, request, &response);
+      });
   if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("Remove", status));
   return wire::DecodeResults(response.status(), response.results(), keys.size(), "Remove");
 }
@@ -906,10 +906,10 @@ Result<uint64_t> RemoteMaster::RemoveByRegex(const std::string& regex, bool forc
 Result<MasterProcessStats> RemoteMaster::ProcessStats() {
   rpc::StatsRequest request;
   rpc::StatsResponse response;
-  grpc::Status status = Call("Stats", true, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.Stats(context, request, &response);
-                             });
+  grpc::Status status =
+      Call("Stats", true, &response, [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+        return stub.Stats(context, request, &response);
+      });
   if (!status.ok()) return RpcFailure("Stats", status);
   if (Status call = wire::CallStatusOf(response.status()); !call.ok()) return call;
   return DecodeProcessStats(response);

@@ -86,8 +86,8 @@ struct MasterProcessStats {
   bool leading = true;
   std::string leader;
   uint64_t leader_epoch = 0;
-  std::string answered_by;                // the address that answered
-  std::vector<std::string> masters;       // etcd: every running master (leader and standbys)
+  std::string answered_by;           // the address that answered
+  std::vector<std::string> masters;  // etcd: every running master (leader and standbys)
 };
 
 class RemoteMaster final : public MasterApi {
@@ -106,8 +106,7 @@ class RemoteMaster final : public MasterApi {
   // --- Segments (owned by this client; re-mounted after a master restart) ---
   Result<SegmentId> MountSegment(const std::string& name, uint64_t capacity) override;
   // With what the master should know of the segment (MountOptions; kept for re-mounts).
-  Result<SegmentId> MountSegment(const std::string& name, uint64_t capacity,
-                                 MountOptions options);
+  Result<SegmentId> MountSegment(const std::string& name, uint64_t capacity, MountOptions options);
   Status UnmountSegment(SegmentId id) override;
   // The master's current id of a segment handle (they differ after a re-mount); 0 if unknown
   // or not mounted right now. Never waits for an RPC (a registration in progress).
@@ -231,9 +230,9 @@ class RemoteMaster final : public MasterApi {
 
   const std::string address_;
   const RemoteMasterOptions options_;
-  std::unique_ptr<EtcdClient> etcd_;  // "etcd://" addresses only
-  mutable std::mutex endpoint_mu_;    // a leaf lock
-  std::shared_ptr<const Endpoint> endpoint_;  // guarded by endpoint_mu_
+  std::unique_ptr<EtcdClient> etcd_;                     // "etcd://" addresses only
+  mutable std::mutex endpoint_mu_;                       // a leaf lock
+  std::shared_ptr<const Endpoint> endpoint_;             // guarded by endpoint_mu_
   std::chrono::steady_clock::time_point last_follow_{};  // guarded by endpoint_mu_
   std::atomic<uint64_t> leader_changes_{0};
   std::atomic<uint64_t> client_id_{0};

@@ -86,7 +86,8 @@ IndexReport SegmentIndex::Report(unsigned threads) {
     }
   };
   const size_t n = report.memory.size();
-  const unsigned workers = static_cast<unsigned>(std::min<size_t>(std::max(1u, threads), 1 + n / 4096));
+  const unsigned workers =
+      static_cast<unsigned>(std::min<size_t>(std::max(1u, threads), 1 + n / 4096));
   if (workers <= 1) {
     check(0, n);
   } else {

@@ -65,12 +65,12 @@ class SegmentIndex {
   const std::shared_ptr<MemorySegment> segment_;
   const DiskHolds disk_holds_;
   mutable std::mutex mu_;
-  absl::flat_hash_map<uint64_t, IndexEntry> memory_;    // by offset; guarded by mu_
-  absl::flat_hash_map<std::string, IndexEntry> disk_;   // by key; guarded by mu_
-  uint64_t batches_ = 0;                                // guarded by mu_
-  uint64_t reports_ = 0;                                // guarded by mu_
-  uint64_t reported_ = 0;                               // guarded by mu_
-  uint64_t report_skipped_ = 0;                         // guarded by mu_
+  absl::flat_hash_map<uint64_t, IndexEntry> memory_;   // by offset; guarded by mu_
+  absl::flat_hash_map<std::string, IndexEntry> disk_;  // by key; guarded by mu_
+  uint64_t batches_ = 0;                               // guarded by mu_
+  uint64_t reports_ = 0;                               // guarded by mu_
+  uint64_t reported_ = 0;                              // guarded by mu_
+  uint64_t report_skipped_ = 0;                        // guarded by mu_
   std::atomic<bool> warned_outside_{false};
 };
 

@@ -125,8 +125,12 @@ class Load {
  public:
   Load(Client& client, Ledger& ledger, std::string prefix, int max_objects,
        std::function<ReplicateConfig(int)> config, std::chrono::milliseconds pause = 10ms)
-      : client_(client), ledger_(ledger), prefix_(std::move(prefix)), max_(max_objects),
-        config_(std::move(config)), pause_(pause) {
+      : client_(client),
+        ledger_(ledger),
+        prefix_(std::move(prefix)),
+        max_(max_objects),
+        config_(std::move(config)),
+        pause_(pause) {
     writer_ = std::thread([this] { Write(); });
     reader_ = std::thread([this] { Read(); });
   }
@@ -139,12 +143,15 @@ class Load {
   int attempts() const { return next_.load(); }
 
  private:
+  // Until `max_objects` puts succeeded (puts fail at once while no master leads: those do not
+  // count).
   void Write() {
-    while (!stop_.load() && next_.load() < max_) {
+    while (!stop_.load() && committed_ < max_) {
       const int i = next_.fetch_add(1);
       const std::string key = prefix_ + std::to_string(i);
       const std::string value = Pattern(kValue, i);
       if (client_.Put(key, value.data(), value.size(), config_(i)) == 0) {
+        ++committed_;
         std::lock_guard lock(ledger_.mu);
         ledger_.entries.push_back({key, i, SteadyClock::now()});
       }
@@ -182,6 +189,7 @@ class Load {
   const std::chrono::milliseconds pause_;
   std::atomic<bool> stop_{false};
   std::atomic<int> next_{0};
+  int committed_ = 0;  // only the writer thread
   std::thread writer_, reader_;
 };
 
@@ -241,12 +249,13 @@ TEST(FailoverTest, AMasterKilledUnderLoadAndRestartedGetsBackEveryObjectFromItsS
         20ms);
     ASSERT_TRUE(Eventually([&] { return ledger.Snapshot().size() >= 140; }, 30s));
     std::this_thread::sleep_for(1200ms);  // the load goes on
-    master->Kill();                        // SIGKILL, mid-load
+    master->Kill();                       // SIGKILL, mid-load
     const auto killed = SteadyClock::now();
     std::this_thread::sleep_for(300ms);
     master = Master({"--port", std::to_string(*port)});
     ASSERT_NE(master, nullptr);
-    ASSERT_TRUE(Recovered(address, 2, 20s));
+    // (EXPECT: on a build without recovery, the checks below show what is lost.)
+    EXPECT_TRUE(Recovered(address, 2, 20s));
     // A requester's metadata calls ride through: answered by the new master.
     const auto before = SteadyClock::now();
     EXPECT_EQ(requester->BatchIsExist({"obj-0"})[0], 1);
@@ -318,12 +327,15 @@ TEST(FailoverTest, ThreeMastersOnEtcdAStandbyTakesOverEachTimeTheLeaderIsKilled)
   ASSERT_NE(requester, nullptr);
   Ledger ledger;
   // At most 200 objects of 128 KiB: nothing is evicted from the 2 x 32 MiB stores.
-  Load load(*requester, ledger, "ha-", 200, [](int) { return ReplicateConfig{}; }, 20ms);
+  Load load(
+      *requester, ledger, "ha-", 200, [](int) { return ReplicateConfig{}; }, 20ms);
   std::vector<int> killed;
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     const size_t before = ledger.Snapshot().size();
     ASSERT_TRUE(Eventually([&] { return ledger.Snapshot().size() >= before + 40; }, 30s));
+    // The load goes on for more than a heartbeat: those 40 are in the stores' indexes.
+    std::this_thread::sleep_for(1200ms);
     const int leader = c.Leader();
     ASSERT_GE(leader, 0);
     c.masters[leader]->Kill();

@@ -31,9 +31,8 @@ struct FakeStore {
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     memory = std::move(m).value();
     // Disk records "held" unless told otherwise (the tier is not exercised here).
-    index = std::make_shared<SegmentIndex>(memory, [this](const DiskLocation& l) {
-      return has_tier && l.region != dead_region;
-    });
+    index = std::make_shared<SegmentIndex>(
+        memory, [this](const DiskLocation& l) { return has_tier && l.region != dead_region; });
   }
   // Mounts on `m` and links the index (reporting it: recovery on a fresh master).
   SegmentRecovery MountOn(MasterService& m) {
@@ -322,10 +321,9 @@ TEST_F(MasterRecoveryTest, DiskReplicasComeBackOnlyWhileTheMasterHadThemAttached
   stores_ = {&store};
   auto a = NewMaster();
   store.MountOn(*a);
-  auto added = a->AddDiskReplicas(
-      store.id, {DiskRecord{"d1", DiskLocation{1, 5, 4096, 700}, 11},
-                 DiskRecord{"d2", DiskLocation{1, 5, 8192, 800}, 22},
-                 DiskRecord{"d3", DiskLocation{2, 6, 4096, 900}, 33}});
+  auto added = a->AddDiskReplicas(store.id, {DiskRecord{"d1", DiskLocation{1, 5, 4096, 700}, 11},
+                                             DiskRecord{"d2", DiskLocation{1, 5, 8192, 800}, 22},
+                                             DiskRecord{"d3", DiskLocation{2, 6, 4096, 900}, 33}});
   for (const auto& st : added) ASSERT_TRUE(st.ok()) << st.ToString();
   ASSERT_TRUE(a->Remove("d2", false).ok());  // the replica's claim tells the index
   PumpAll();

@@ -35,9 +35,9 @@ TEST(OffsetAllocatorFenceTest, AllocateAtTakesExactlyThatRangeOrNothing) {
   EXPECT_EQ(a->offset(), 4096u);
   EXPECT_EQ(a->size(), 128u);  // rounded to the 64-byte alignment
   EXPECT_EQ(alloc->used(), 128u);
-  EXPECT_FALSE(alloc->AllocateAt(4096 + 64, 64).has_value());  // overlaps a
-  EXPECT_FALSE(alloc->AllocateAt(4000, 100).has_value());      // overlaps a's start
-  EXPECT_FALSE(alloc->AllocateAt(4097, 64).has_value());       // not aligned
+  EXPECT_FALSE(alloc->AllocateAt(4096 + 64, 64).has_value());        // overlaps a
+  EXPECT_FALSE(alloc->AllocateAt(4000, 100).has_value());            // overlaps a's start
+  EXPECT_FALSE(alloc->AllocateAt(4097, 64).has_value());             // not aligned
   EXPECT_FALSE(alloc->AllocateAt(64 * 1024 - 64, 128).has_value());  // past the end
   EXPECT_FALSE(alloc->AllocateAt(0, 0).has_value());
   auto b = alloc->AllocateAt(4096 + 128, 64);  // right after a
