@@ -39,6 +39,9 @@ IndexEntry EntryOf(const std::string& key, const ObjectMeta& meta) {
 struct MasterService::IndexLink::Reported {
   absl::flat_hash_map<uint64_t, uint64_t> memory;                            // offset -> put id
   absl::flat_hash_map<std::string, std::pair<uint64_t, DiskLocation>> disk;  // key -> (put id, at)
+  // First link only: the reported entries not adopted (what the owner must forget).
+  std::vector<uint64_t> unadopted_memory;
+  std::vector<DiskDrop> unadopted_disk;
 };
 
 MasterService::IndexLink::IndexLink(MasterService& master, std::shared_ptr<const Segment> segment,
@@ -80,6 +83,7 @@ void MasterService::IndexLink::Add(const std::vector<IndexEntry>& memory,
       recovery_.bytes += e.size;
     } else {
       ++recovery_.rejected;
+      reported_->unadopted_memory.push_back(e.offset);
     }
   }
   for (const IndexEntry& e : disk) {
@@ -89,6 +93,7 @@ void MasterService::IndexLink::Add(const std::vector<IndexEntry>& memory,
       ++recovery_.disk_replicas;
     } else {
       ++recovery_.rejected;
+      reported_->unadopted_disk.push_back(DiskDrop{e.key, e.disk});
     }
   }
 }
@@ -104,7 +109,16 @@ Result<SegmentRecovery> MasterService::IndexLink::Finish() {
   // their commits come through the feed, which is attached already.
   IndexBatch delta;
   const SegmentId id = segment_->id;
-  for (uint32_t i = 0; i < m.table_.num_shards(); ++i) {
+  if (first()) {
+    // The segment was held out of placement from its mount to now, and its feed attached
+    // before the report: the table's replicas on it are exactly the adopted ones, less those
+    // dropped since (whose frees are in the feed already). So the owner only has to forget
+    // what was not adopted — no walk over the whole table (at 1 M objects the walk took longer
+    // than the adoption).
+    delta.frees = std::move(reported_->unadopted_memory);
+    delta.disk_dropped = std::move(reported_->unadopted_disk);
+  }
+  for (uint32_t i = 0; !first() && i < m.table_.num_shards(); ++i) {
     Shard& s = m.table_.shard(i);
     std::lock_guard lock(s.mu);
     for (const auto& [key, meta] : s.objects) {
@@ -134,8 +148,10 @@ Result<SegmentRecovery> MasterService::IndexLink::Finish() {
       }
     }
   }
-  for (const auto& [offset, put_id] : reported_->memory) delta.frees.push_back(offset);
-  for (auto& [key, at] : reported_->disk) delta.disk_dropped.push_back(DiskDrop{key, at.second});
+  if (!first()) {
+    for (const auto& [offset, put_id] : reported_->memory) delta.frees.push_back(offset);
+    for (auto& [key, at] : reported_->disk) delta.disk_dropped.push_back(DiskDrop{key, at.second});
+  }
   const size_t learn = delta.commits.size() + delta.disk_attached.size();
   const size_t forget = delta.frees.size() + delta.disk_dropped.size();
   segment_->feed->Prepend(generation_, std::move(delta));
