@@ -48,6 +48,13 @@ std::string Percent(double ratio) {
   return buf;
 }
 
+// "0.012": a duration in seconds, to the millisecond.
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", s);
+  return buf;
+}
+
 // hits / (hits + misses); nullopt before the first get.
 std::optional<double> HitRate(const MasterStats& s) {
   const uint64_t asked = s.get_hits + s.get_misses;
@@ -122,7 +129,7 @@ void PrintText(const std::string& address, const MasterProcessStats& p) {
     std::cout << "  [" << r.segment << "] " << LabelValue(r.name) << ": "
               << (r.done ? "" : "recovering, ") << r.memory_replicas << " memory + "
               << r.disk_replicas << " disk replicas (" << Bytes(r.bytes) << ") of " << r.reported
-              << " reported, " << r.rejected << " not adopted, in " << r.seconds << " s; "
+              << " reported, " << r.rejected << " not adopted, in " << Seconds(r.seconds) << " s; "
               << r.links << " link(s)\n";
   }
   std::cout << "clients: " << p.clients << " (" << p.expired_clients << " expired since start)\n";
