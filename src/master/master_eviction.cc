@@ -23,7 +23,14 @@ uint64_t MasterService::EvictForPut(uint64_t size, const ReplicateConfig& config
     return x.capacity - x.used > y.capacity - y.used;
   });
   uint64_t freed = 0;
-  for (size_t i = 0; i < usage.size() && i < config.replica_num; ++i) {
+  size_t taken = 0;
+  for (size_t i = 0; i < usage.size() && taken < config.replica_num; ++i) {
+    // Placement skips a held segment (its index not linked yet: restart recovery), so evicting
+    // there frees nothing this put could use — and would walk the whole table for nothing on
+    // every put refused while the stores report.
+    auto seg = segments_.Find(usage[i].id);
+    if (!seg || seg->held.load()) continue;
+    ++taken;
     const auto target = size + static_cast<uint64_t>(options_.eviction_ratio *
                                                      static_cast<double>(usage[i].capacity));
     freed += EvictFromSegment(usage[i].id, target);
