@@ -655,11 +655,11 @@ std::vector<Status> MasterService::BatchRemove(const std::vector<std::string>& k
 
 uint64_t MasterService::RemoveAll(bool force) {
   const SteadyTime now = options_.clock->Now();
-  const uint64_t removed = EraseWhere(table_, [&](Shard& s, const StoredKey&,
-                                                  const ObjectMeta& meta) {
-    return meta.state == ObjectState::kComplete && !meta.next &&
-           (force || !IsLeased(s, meta, now)) && meta.held_until <= now;
-  });
+  const uint64_t removed =
+      EraseWhere(table_, [&](Shard& s, const StoredKey&, const ObjectMeta& meta) {
+        return meta.state == ObjectState::kComplete && !meta.next &&
+               (force || !IsLeased(s, meta, now)) && meta.held_until <= now;
+      });
   removes_.fetch_add(removed, std::memory_order_relaxed);
   return removed;
 }

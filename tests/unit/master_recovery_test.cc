@@ -14,6 +14,7 @@
 
 #include "common/checksum.h"
 #include "common/clock.h"
+#include "master/eviction_policy.h"
 #include "master/master_service.h"
 #include "memory/memory_segment.h"
 #include "store/segment_index.h"
@@ -417,6 +418,92 @@ TEST_F(MasterRecoveryTest, EvictionWaitsForATieredStoresStreamInsteadOfDropping)
   EXPECT_GT(mover->demoted, 0);
   EXPECT_EQ(a->Stats().objects, 6u);  // demoted, not dropped
   EXPECT_EQ(a->Stats().demoted_objects, static_cast<uint64_t>(mover->demoted));
+}
+
+// Upsert (PutMode::kUpsert) on an indexed segment: the swap in PutEnd publishes the new version
+// to the store's index, and the replaced version leaves the index only when its last lease has
+// ended (its free is published when the range is really freed). A master that dies while both
+// are indexed is replaced by one that serves the newer version.
+TEST_F(MasterRecoveryTest, AnUpsertReachesTheIndexAndTheOldVersionLeavesItAfterItsLastLease) {
+  FakeStore store("store-a");
+  stores_ = {&store};
+  auto a = NewMaster();
+  store.MountOn(*a);
+  ReplicateConfig rc;
+  rc.preferred_segment = store.name;
+  auto upsert = [&](const std::string& bytes) {
+    auto up = a->UpsertStart({"k"}, {bytes.size()}, rc);
+    EXPECT_TRUE(up[0].ok()) << up[0].status().ToString();
+    if (!up[0].ok()) return UINT64_MAX;
+    store.Write(up[0]->replicas[0].offset, bytes);
+    EXPECT_TRUE(a->PutEnd({"k"}, {up[0]->put_id}, {Checksum(bytes.data(), bytes.size())})[0].ok());
+    return up[0]->replicas[0].offset;
+  };
+  const std::string v1 = Bytes(1000, '1'), v2 = Bytes(2000, '2'), v3 = Bytes(3000, '3');
+  const uint64_t off1 = Put(*a, store, "k", v1);
+  ASSERT_TRUE(a->GetReplicas({"k"})[0].ok());  // a reader's lease on v1
+  const uint64_t off2 = upsert(v2);
+  ASSERT_NE(off2, off1);
+  PumpAll();
+  EXPECT_EQ(store.index->stats().memory_entries, 2u);  // v2 committed, v1 still leased
+  a->ReclaimAbandonedPuts();
+  PumpAll();
+  EXPECT_EQ(store.index->stats().memory_entries, 2u);
+  clock_.Advance(Millis(1001));
+  a->ReclaimAbandonedPuts();  // v1's lease is over: freed now
+  PumpAll();
+  EXPECT_EQ(store.index->stats().memory_entries, 1u);
+
+  ASSERT_TRUE(a->GetReplicas({"k"})[0].ok());  // a reader's lease on v2
+  const uint64_t off3 = upsert(v3);
+  PumpAll();
+  EXPECT_EQ(store.index->stats().memory_entries, 2u);
+  a.reset();  // dies while both v2 and v3 are in the index
+
+  auto b = NewMaster();
+  const SegmentRecovery rec = store.MountOn(*b);
+  EXPECT_TRUE(rec.done);
+  EXPECT_EQ(rec.reported, 2u);
+  auto got = b->GetReplicas({"k"});
+  ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
+  EXPECT_EQ(got[0]->size, v3.size());
+  EXPECT_EQ(got[0]->checksum, Checksum(v3.data(), v3.size()));
+  ASSERT_EQ(got[0]->replicas.size(), 1u);
+  EXPECT_EQ(got[0]->replicas[0].offset, off3);
+  store.Pump();
+  EXPECT_EQ(store.index->stats().memory_entries, 1u);  // v2's entry was freed, not adopted
+}
+
+// The hold of recovered objects covers RemoveByRegex too, and eviction under the 'reuse'
+// policy; once it ends they are removable and evictable as any object.
+TEST_F(MasterRecoveryTest, RemoveByRegexAndTheReusePolicyRespectTheHoldOfRecoveredObjects) {
+  FakeStore store("store-a");
+  stores_ = {&store};
+  auto a = NewMaster();
+  store.MountOn(*a);
+  Put(*a, store, "k", Bytes(100'000, 'k'));
+  Put(*a, store, "j", Bytes(100'000, 'j'));
+  PumpAll();
+  a.reset();
+  next_base_ += 1'000'000;
+  MasterOptions o = Options(next_base_);
+  auto policy = MakeEvictionPolicy("reuse");
+  ASSERT_TRUE(policy.ok()) << policy.status().ToString();
+  o.policy = *policy;
+  auto b = std::make_unique<MasterService>(o);
+  store.MountOn(*b);
+  ASSERT_EQ(b->Stats().objects, 2u);
+  auto removed = b->RemoveByRegex("^k$", /*force=*/true);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(*removed, 0u);
+  EXPECT_EQ(b->EvictFromSegment(store.id, kSegment), 0u);
+  EXPECT_EQ(b->Stats().objects, 2u);
+  clock_.Advance(Millis(1001));
+  removed = b->RemoveByRegex("^k$", /*force=*/false);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, 1u);
+  EXPECT_GT(b->EvictFromSegment(store.id, kSegment), 0u);
+  EXPECT_EQ(b->Stats().objects, 0u);
 }
 
 }  // namespace
