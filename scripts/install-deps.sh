@@ -51,6 +51,7 @@ PACKAGES=(
   libhiredis-dev       # tierkv bench redis: the Redis client (pkg-config hiredis)
   redis-server         # tierkv bench redis: the baseline server (the bench starts its own)
   gnuplot-nox          # tierkv bench trace --plot: the hit-rate curves (docs/benchmarks.md)
+  etcd-server          # tierkv master --ha: the leader election (tests and bench failover start their own)
 )
 
 if [[ "${1:-}" == "--list" ]]; then

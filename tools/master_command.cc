@@ -11,8 +11,11 @@
 #include <string>
 #include <utility>
 
+#include "metrics/ha_collector.h"
 #include "metrics/metrics_registry.h"
 #include "metrics/metrics_server.h"
+#include "rpc/etcd_client.h"
+#include "rpc/leader_election.h"
 #include "rpc/master_server.h"
 #include "tierkv/config.h"
 
@@ -35,6 +38,10 @@ struct MasterFlags {
   int64_t tier_move_timeout_ms = 30000;
   uint32_t shards = Config{}.metadata_shards;
   int metrics_port = 9003;  // -1 = no metrics server
+  std::string ha;           // etcd://host:port[;host:port...]: standby masters
+  int64_t ha_lease_ttl_s = 2;
+  std::string advertise;  // the address published in etcd; "" = host:port bound
+  int64_t free_ack_wait_ms = 1000;
 };
 
 // ValidateConfig's message with each config key replaced by the flag that set it.
@@ -74,6 +81,7 @@ int RunMaster(const MasterFlags& flags) {
 
   // The master's flags are the config keys of an embedded master: one validation for both
   // (ValidateConfig), the error naming the flag.
+  std::shared_ptr<HaCollector> ha_collector;
   Config as_config;
   as_config.default_kv_lease_ttl_ms = flags.lease_ttl_ms;
   as_config.eviction_high_watermark_ratio = flags.high_watermark;
@@ -93,12 +101,60 @@ int RunMaster(const MasterFlags& flags) {
   options.tier_move_timeout = Millis(flags.tier_move_timeout_ms);
   if (flags.metrics_port >= 0) options.metrics = std::make_shared<MetricsRegistry>();
 
+  options.master.free_ack_wait = Millis(flags.free_ack_wait_ms);
+  LeaderElectionOptions election_options;
+  if (!flags.ha.empty()) {
+    auto endpoints = ParseEtcdAddress(flags.ha);
+    if (!endpoints.ok()) {
+      std::cerr << "tierkv master: error: --ha: " << endpoints.status().message() << std::endl;
+      return kExitUsage;
+    }
+    election_options.endpoints = std::move(endpoints).value();
+    election_options.lease_ttl_s = flags.ha_lease_ttl_s;
+    options.standby = true;
+  }
   Result<std::unique_ptr<MasterServer>> started = MasterServer::Start(options);
   if (!started.ok()) {
     std::cerr << "tierkv master: error: " << started.status().ToString() << std::endl;
     return started.code() == ErrorCode::INVALID_PARAMS ? kExitUsage : kExitFailed;
   }
   std::unique_ptr<MasterServer> server = std::move(started).value();
+  // High availability: stand by, and serve while elected (a fresh term each time).
+  std::unique_ptr<LeaderElection> election;
+  if (!flags.ha.empty()) {
+    election_options.address = flags.advertise.empty() ? server->address() : flags.advertise;
+    MasterServer* s = server.get();
+    ElectionCallbacks callbacks;
+    callbacks.on_elected = [s](uint64_t epoch, std::shared_ptr<const TermLease> lease) {
+      s->BeginTerm(epoch, std::move(lease));
+    };
+    callbacks.on_deposed = [s](const std::string&) { s->EndTerm(); };
+    callbacks.on_leader = [s](const LeaderInfo& leader) {
+      s->SetLeader(leader.address, leader.epoch);
+    };
+    auto elected = LeaderElection::Start(election_options, std::move(callbacks));
+    if (!elected.ok()) {
+      std::cerr << "tierkv master: error: --ha " << flags.ha << ": " << elected.status().ToString()
+                << std::endl;
+      server->Shutdown();
+      return kExitFailed;
+    }
+    election = std::move(elected).value();
+    if (options.metrics != nullptr) {
+      LeaderElection* e = election.get();
+      ha_collector = std::make_shared<HaCollector>([e] {
+        HaFigures f;
+        f.leading = e->leading();
+        f.epoch = e->epoch();
+        f.terms = e->terms();
+        const LeaderInfo leader = e->leader();
+        f.leader = leader.address;
+        f.leader_epoch = leader.epoch;
+        return f;
+      });
+      options.metrics->Add(ha_collector);
+    }
+  }
   // The metrics server stops first (declared after the master): no scrape outlives it.
   std::unique_ptr<MetricsServer> metrics;
   if (options.metrics != nullptr) {
@@ -122,10 +178,13 @@ int RunMaster(const MasterFlags& flags) {
     std::cout << "tierkv master metrics on " << metrics->address() << std::endl;
   spdlog::info(
       "tierkv master on {}: lease TTL {} ms, high watermark {}, eviction ratio {}, eviction "
-      "policy {}, client TTL {} ms, put timeout {} ms, {} shards; metrics: {}",
+      "policy {}, client TTL {} ms, put timeout {} ms, {} shards; metrics: {}{}",
       server->address(), flags.lease_ttl_ms, flags.high_watermark, flags.eviction_ratio,
       flags.eviction_policy, flags.client_ttl_ms, flags.put_timeout_ms, flags.shards,
-      metrics != nullptr ? "http://" + metrics->address() + "/metrics and /health" : "off");
+      metrics != nullptr ? "http://" + metrics->address() + "/metrics and /health" : "off",
+      flags.ha.empty() ? std::string()
+                       : "; standing by for election in " + flags.ha + " (lease TTL " +
+                             std::to_string(flags.ha_lease_ttl_s) + " s)");
 
   int signal_number = 0;
   while (sigwait(&stop_signals, &signal_number) != 0) {
@@ -133,6 +192,8 @@ int RunMaster(const MasterFlags& flags) {
   spdlog::info("tierkv master: {} received, shutting down",
                signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   metrics.reset();
+  if (ha_collector) options.metrics->Remove(ha_collector.get());
+  election.reset();  // a leader resigns: a standby takes over at once
   server->Shutdown();
   spdlog::info("tierkv master: stopped");
   return 0;
@@ -208,6 +269,33 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
                    "--host; 0 = a free port (printed as 'tierkv master metrics on HOST:PORT' "
                    "after the listening line); -1 = no metrics server")
       ->check(CLI::Range(-1, 65535))
+      ->capture_default_str();
+  master
+      ->add_option("--ha", flags->ha,
+                   "High availability: etcd://HOST:PORT[;HOST:PORT...] (etcd's gRPC endpoints). "
+                   "Several masters started with the same --ha elect one leader through an etcd "
+                   "lease; the others stand by (answering 'not the leader') and one takes over "
+                   "when the leader stops or loses its lease. Requesters and stores given the "
+                   "same etcd://... as master_server_address follow the leader. Default: none "
+                   "(one master)")
+      ->capture_default_str();
+  master
+      ->add_option("--ha-lease-ttl-s", flags->ha_lease_ttl_s,
+                   "TTL of the leader's etcd lease, in seconds: a dead leader is replaced within "
+                   "about this (etcd raises a TTL below its minimum, 1.5 x its election timeout)")
+      ->check(CLI::Range(int64_t{1}, int64_t{3600}))
+      ->capture_default_str();
+  master
+      ->add_option("--advertise", flags->advertise,
+                   "With --ha: the HOST:PORT clients should use for this master (published in "
+                   "etcd); default: the address it listens on (--host and the bound port)")
+      ->capture_default_str();
+  master
+      ->add_option("--free-ack-wait-ms", flags->free_ack_wait_ms,
+                   "How long a PutStart batch may wait for stores to acknowledge the frees of "
+                   "its eviction (a freed range is reused only once its store knows) before "
+                   "NO_AVAILABLE_HANDLE")
+      ->check(CLI::Range(int64_t{0}, int64_t{60'000}))
       ->capture_default_str();
   master->callback([flags, exit_code] { *exit_code = RunMaster(*flags); });
 }

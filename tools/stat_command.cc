@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "metrics/master_collector.h"
+#include "rpc/etcd_client.h"
 #include "rpc/remote_master.h"
 
 namespace tierkv::cli {
@@ -47,6 +48,13 @@ std::string Percent(double ratio) {
   return buf;
 }
 
+// "0.012": a duration in seconds, to the millisecond.
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", s);
+  return buf;
+}
+
 // hits / (hits + misses); nullopt before the first get.
 std::optional<double> HitRate(const MasterStats& s) {
   const uint64_t asked = s.get_hits + s.get_misses;
@@ -60,9 +68,28 @@ double UsedRatio(const SegmentUsage& segment) {
              : static_cast<double>(segment.used) / static_cast<double>(segment.capacity);
 }
 
+// The HA lines: which master leads, and the others (etcd's member keys).
+void PrintHaText(const MasterProcessStats& p) {
+  if (!p.ha) return;
+  std::cout << "leader: " << (p.leader.empty() ? std::string("none") : p.leader) << " (epoch "
+            << p.leader_epoch << ")" << (p.leading ? "" : "; this master is a standby") << "\n";
+  std::cout << "standbys:";
+  bool any = false;
+  for (const std::string& m : p.masters) {
+    if (m == p.leader) continue;
+    std::cout << " " << m;
+    any = true;
+  }
+  std::cout << (any ? "" : (p.masters.empty() ? " (not listed: ask etcd://...)" : " none")) << "\n";
+}
+
 void PrintText(const std::string& address, const MasterProcessStats& p) {
   const MasterStats& s = p.master;
-  std::cout << "tierkv master " << address << "\n";
+  std::cout << "tierkv master " << address;
+  if (!p.answered_by.empty() && p.answered_by != address) std::cout << " -> " << p.answered_by;
+  std::cout << "\n";
+  PrintHaText(p);
+  if (!p.leading) return;  // a standby holds nothing
   std::cout << "segments: " << p.segments << "\n";
   uint64_t used = 0;
   uint64_t capacity = 0;
@@ -94,6 +121,17 @@ void PrintText(const std::string& address, const MasterProcessStats& p) {
             << s.demotion_failures << " failures; written behind: " << s.written_behind
             << ", promoted: " << s.promoted_objects
             << ", disk replicas dropped: " << s.disk_replicas_dropped << "\n";
+  std::cout << "recovery: " << s.recovered_replicas << " replicas (" << Bytes(s.recovered_bytes)
+            << ") rebuilt from the stores' indexes, " << s.recovery_rejected
+            << " reported entries not adopted; lost puts: " << s.lost_puts
+            << "; quarantined: " << Bytes(p.quarantined_bytes) << "\n";
+  for (const SegmentRecovery& r : p.recoveries) {
+    std::cout << "  [" << r.segment << "] " << LabelValue(r.name) << ": "
+              << (r.done ? "" : "recovering, ") << r.memory_replicas << " memory + "
+              << r.disk_replicas << " disk replicas (" << Bytes(r.bytes) << ") of " << r.reported
+              << " reported, " << r.rejected << " not adopted, in " << Seconds(r.seconds) << " s; "
+              << r.links << " link(s)\n";
+  }
   std::cout << "clients: " << p.clients << " (" << p.expired_clients << " expired since start)\n";
   std::cout << "transfers (as clients report them):";
   bool any = false;
@@ -120,9 +158,38 @@ void PrintJson(const std::string& address, const MasterProcessStats& p) {
   for (const TransferCount& t : p.transfers) {
     transfers[t.transport] = {{"read_bytes", t.read_bytes}, {"written_bytes", t.written_bytes}};
   }
+  nlohmann::json recoveries = nlohmann::json::array();
+  for (const SegmentRecovery& r : p.recoveries) {
+    recoveries.push_back({{"segment", r.segment},
+                          {"name", r.name},
+                          {"done", r.done},
+                          {"links", r.links},
+                          {"reported", r.reported},
+                          {"memory_replicas", r.memory_replicas},
+                          {"disk_replicas", r.disk_replicas},
+                          {"bytes", r.bytes},
+                          {"rejected", r.rejected},
+                          {"seconds", r.seconds}});
+  }
+  nlohmann::json standbys = nlohmann::json::array();
+  for (const std::string& m : p.masters) {
+    if (m != p.leader) standbys.push_back(m);
+  }
   const std::optional<double> rate = HitRate(s);
   nlohmann::json out = {
       {"master", address},
+      {"answered_by", p.answered_by},
+      {"ha", p.ha},
+      {"leading", p.leading},
+      {"leader", p.leader},
+      {"leader_epoch", p.leader_epoch},
+      {"standbys", standbys},
+      {"recovered_replicas", s.recovered_replicas},
+      {"recovered_bytes", s.recovered_bytes},
+      {"recovery_rejected", s.recovery_rejected},
+      {"lost_puts", s.lost_puts},
+      {"quarantined_bytes", p.quarantined_bytes},
+      {"recoveries", recoveries},
       {"incarnation", p.incarnation},
       {"segments", segments},
       {"objects", s.objects},
@@ -177,9 +244,13 @@ void AddStatCommand(CLI::App& app, int* exit_code) {
   CLI::App* stat = app.add_subcommand(
       "stat",
       "Show what a running `tierkv master` holds: segment usage, objects, memory and disk "
-      "replicas, hit rate, evictions, demotions, clients, transfer bytes per transport (one Stats "
-      "RPC; not a client)");
-  stat->add_option("--master", flags->master, "The master's gRPC address, HOST:PORT")->required();
+      "replicas, hit rate, evictions, demotions, restart recovery per store, lost puts, clients, "
+      "transfer bytes per transport, and with etcd the leader and the standbys (one Stats RPC; "
+      "not a client)");
+  stat->add_option("--master", flags->master,
+                   "The master's gRPC address, HOST:PORT, or etcd://HOST:PORT[;HOST:PORT...] for "
+                   "the leader of masters started with --ha")
+      ->required();
   stat->add_flag("--json", flags->json, "One JSON object on stdout instead of the summary");
   stat->add_option("--timeout-ms", flags->timeout_ms,
                    "Give up (exit status 1) when the master has not answered within this long")

@@ -95,6 +95,20 @@ int RunStore(const StoreFlags& flags) {
     std::cerr << "tierkv store: error: " << backend.status().ToString() << std::endl;
     return backend.code() == ErrorCode::INVALID_CONFIG ? kExitUsage : kExitFailed;
   }
+  // Fault-test hooks of restart recovery (tests/integration/failover_test.cc), never set in
+  // production: TIERKV_TEST_LINK_REOPEN_DELAY_MS, TIERKV_TEST_REPORT_CHUNK_DELAY_MS,
+  // TIERKV_TEST_WIPE_SEGMENT_BEFORE_REPORT=1.
+  SegmentLinkOptions::TestHooks hooks;
+  if (const char* v = std::getenv("TIERKV_TEST_LINK_REOPEN_DELAY_MS")) {
+    hooks.reopen_delay = Millis(std::atoll(v));
+  }
+  if (const char* v = std::getenv("TIERKV_TEST_REPORT_CHUNK_DELAY_MS")) {
+    hooks.report_chunk_delay = Millis(std::atoll(v));
+  }
+  if (const char* v = std::getenv("TIERKV_TEST_WIPE_SEGMENT_BEFORE_REPORT")) {
+    hooks.wipe_before_report = std::string(v) == "1";
+  }
+  (*backend)->TEST_SetLinkHooks(hooks);
   StoreOptions store_options;
   store_options.data_host = flags.data_host;
   auto created = Store::Create(config, *backend, store_options);
@@ -106,7 +120,7 @@ int RunStore(const StoreFlags& flags) {
   std::shared_ptr<StoreCollector> collector;
   if (registry != nullptr) {
     const Store* s = store.get();
-    const RemoteBackend* b = backend->get();
+    RemoteBackend* b = backend->get();
     collector = std::make_shared<StoreCollector>([s, b, size = config.global_segment_size] {
       StoreFigures f;
       f.segment = s->mounted_name();
@@ -115,6 +129,14 @@ int RunStore(const StoreFlags& flags) {
       f.master_connected = b->remote_master().connected();
       f.registrations = b->remote_master().registrations();
       f.transfers = s->served_transfers();
+      f.segment_linked = b->OwnLinkConnected(s->segment_id());
+      if (auto index = b->OwnIndex(s->segment_id())) {
+        const SegmentIndexStats is = index->stats();
+        f.index_memory_entries = is.memory_entries;
+        f.index_disk_entries = is.disk_entries;
+        f.index_batches = is.batches;
+        f.index_reports = is.reports;
+      }
       if (const auto& tier = s->tier()) {
         f.has_tier = true;
         f.tier_capacity = tier->capacity();
@@ -158,7 +180,9 @@ void AddStoreCommand(CLI::App& app, int* exit_code) {
       "...' on stdout once serving; stops cleanly on SIGINT/SIGTERM (the segment is unmounted)");
   store
       ->add_option("--master", flags->master,
-                   "The master's HOST:PORT (default: master_server_address of the config)")
+                   "The master's HOST:PORT, or etcd://HOST:PORT[;HOST:PORT...] to follow the "
+                   "leader of masters started with --ha (default: master_server_address of the "
+                   "config)")
       ->capture_default_str();
   store->add_option("--segment-size", flags->segment_size, "DRAM contributed (e.g. 4GiB)")
       ->capture_default_str();

@@ -11,6 +11,7 @@
 //   tierkv bench python [flags]     the Python binding vs the C++ client (bench/python_bench.py)
 //   tierkv bench engine [flags]     the tiny engine's TTFT with tierkv (bench/engine_bench.py)
 //   tierkv bench trace [flags]      a request trace replayed through a store vs LRU/Belady
+//   tierkv bench failover [flags]   the leader killed under load: recovery from the stores
 //
 // Exit codes: 0 success; 1 a run failed (a client error, a wrong byte); 2 bad
 // option values or a rejected config; CLI11's own codes (> 100) for command
@@ -29,6 +30,7 @@
 #include "common/logging.h"
 #include "disk_bench.h"
 #include "embedded_bench.h"
+#include "failover_bench.h"
 #include "master_command.h"
 #include "metadata_bench.h"
 #include "redis_bench.h"
@@ -482,6 +484,73 @@ int main(int argc, char** argv) {
     trace_options.ssd_capacity = trace_ssd == "0" ? 0 : SizeOf(trace_ssd);
     trace_options.segment_bytes = trace_segment == "0" ? 0 : SizeOf(trace_segment);
     exit_code = Report("trace", tierkv::bench::RunTraceBench(trace_options));
+  });
+
+  tierkv::bench::FailoverBenchOptions failover_options;
+  std::string failover_working_set = "1GiB";
+  std::string failover_object_size = "1MiB";
+  CLI::App* failover = bench->add_subcommand(
+      "failover",
+      "The pool surviving its master: an etcd and --masters masters with --ha (children, "
+      "127.0.0.1), 2 stores and --requesters requester processes under a get/put load; the "
+      "leader is SIGKILLed, a standby takes over and rebuilds the objects from the stores' "
+      "indexes. Reports the objects readable afterwards, the unavailability, p99 get latency "
+      "during the failover, wrong bytes and the recovery time (needs etcd-server)");
+  AddCommonFlags(failover, &failover_options.common);
+  failover->add_option("--working-set", failover_working_set, "Bytes of objects committed first")
+      ->check(kSizeValidator)
+      ->capture_default_str();
+  failover->add_option("--object-size", failover_object_size, "Bytes per object")
+      ->check(kSizeValidator)
+      ->capture_default_str();
+  failover
+      ->add_option("--objects", failover_options.objects,
+                   "Commit this many objects of --object-size instead of --working-set (e.g. "
+                   "1000000 objects of 1KiB: the recovery of many small objects)")
+      ->capture_default_str();
+  failover->add_option("--requesters", failover_options.requesters, "Requester processes")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  failover->add_option("--masters", failover_options.masters, "Masters on etcd (one leads)")
+      ->check(CLI::Range(2, 9))
+      ->capture_default_str();
+  failover->add_option("--batch", failover_options.batch, "Keys per get call of a requester")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  failover->add_option("--put-ratio", failover_options.put_ratio, "Share of calls that are puts")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  failover->add_option("--warm-s", failover_options.warm_s, "Load before the leader is killed")
+      ->capture_default_str();
+  failover->add_option("--seconds", failover_options.seconds, "Load in all")->capture_default_str();
+  failover
+      ->add_option("--dir", failover_options.dir,
+                   "Directory for etcd's data and the requesters' records")
+      ->capture_default_str();
+  failover->add_flag("--small-pages", failover_options.small_pages,
+                     "The stores' segments on 4 KiB pages");
+  failover->callback([&] {
+    failover_options.working_set_bytes = SizeOf(failover_working_set);
+    failover_options.object_bytes = SizeOf(failover_object_size);
+    const tierkv::Status status = tierkv::bench::RunFailoverBench(failover_options);
+    exit_code = Report("failover", status);
+    if (status.code() == tierkv::ErrorCode::UNAVAILABLE_IN_CURRENT_MODE) {
+      exit_code = tierkv::bench::kFailoverUnavailableExitCode;
+    }
+  });
+  tierkv::bench::FailoverWorkerOptions worker_options;
+  CLI::App* worker = bench->add_subcommand("failover-worker", "A requester of bench failover");
+  worker->group("");  // hidden: started by `bench failover` only
+  worker->add_option("--master", worker_options.master)->required();
+  worker->add_option("--count", worker_options.count)->required();
+  worker->add_option("--object-size", worker_options.object_bytes)->required();
+  worker->add_option("--batch", worker_options.batch);
+  worker->add_option("--put-ratio", worker_options.put_ratio);
+  worker->add_option("--seconds", worker_options.seconds);
+  worker->add_option("--seed", worker_options.seed);
+  worker->add_option("--out", worker_options.out)->required();
+  worker->callback([&] {
+    exit_code = Report("failover-worker", tierkv::bench::RunFailoverWorker(worker_options));
   });
 
   // ---- master -----------------------------------------------------------------

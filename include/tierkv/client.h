@@ -18,6 +18,20 @@
 
 namespace tierkv {
 
+// What Client::HealthCheck reports: how the client stands with its master right now.
+struct ClientHealth {
+  // The master answers and, when the client contributes a segment, the segment is linked to it
+  // (its index stream is up: puts may be placed on it and a new master can recover it).
+  bool healthy = true;
+  bool master_connected = true;  // the last heartbeat was answered (always, in-process)
+  bool segment_linked = true;    // true too when the client contributes no segment
+  std::string master;            // the master talked to now (the leader, with etcd); "" in-process
+  uint64_t leader_epoch = 0;     // of that leader, with etcd; else 0
+  uint64_t registrations = 0;    // 1 + times the client registered again (restarts, failovers)
+  uint64_t leader_changes = 0;   // times it followed a new leader (etcd)
+  std::string message;           // what is wrong, when not healthy
+};
+
 class Client {
  public:
   // Builds a client for `config`: embedded mode without master_server_address starts an
@@ -129,6 +143,13 @@ class Client {
   // The name this client's own segment is mounted under ("" when it contributes none), as
   // ReplicaDesc::segment_name reports it.
   virtual std::string LocalSegmentName() const = 0;
+
+  // How the client stands with its master (no RPC: what its heartbeat and streams last saw).
+  // While a master restarts or a standby takes over, master_connected turns false within a
+  // heartbeat; calls meanwhile either ride through (BatchIsExist, BatchGetReplicaDesc and the
+  // metadata part of gets are retried on the new master within the RPC timeout) or fail with
+  // RPC_FAIL (puts), never waiting longer than that timeout. Thread-safe.
+  virtual ClientHealth HealthCheck() = 0;
 };
 
 }  // namespace tierkv

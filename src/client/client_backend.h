@@ -19,6 +19,7 @@
 #include "master/master_api.h"
 #include "ssd/ssd_tier.h"
 #include "store/segment_host.h"
+#include "tierkv/client.h"
 #include "transfer/copy.h"
 #include "transfer/transfer_counters.h"
 
@@ -81,6 +82,9 @@ class ClientBackend : public SegmentHost {
   }
   // The transport StageRemote moves the bytes of segment `id` with.
   virtual Transport StageTransport(SegmentId /*id*/) { return Transport::kLocal; }
+
+  // How this process stands with its master (Client::HealthCheck); in-process: always healthy.
+  virtual ClientHealth Health() { return ClientHealth{}; }
 
   // The bytes this client moved, per transport (the client's data path counts them).
   TransferCounters& transfers() { return *transfers_; }

@@ -83,6 +83,7 @@ class ClientImpl final : public Client {
   std::vector<int> BatchRemove(const std::vector<std::string>& keys, bool force = false) override;
   int64_t RemoveByRegex(const std::string& regex, bool force = false) override;
   std::string LocalSegmentName() const override { return mounted_segment_name(); }
+  ClientHealth HealthCheck() override { return backend_->Health(); }
 
   // The store this client contributes its segment through; null in mode standalone-store.
   Store* store() const { return store_.get(); }

@@ -19,13 +19,16 @@ class InProcessBackend final : public ClientBackend {
   MasterApi& master() override { return master_->master(); }
   bool serves_other_processes() const override { return false; }
   Result<SegmentId> MountOwn(std::shared_ptr<MemorySegment> segment,
-                             const std::string& mounted_name) override {
-    return master_->Attach(std::move(segment), mounted_name);
+                             const std::string& mounted_name, OwnTier tier) override {
+    auto id = master_->Attach(std::move(segment), mounted_name);
+    if (id.ok() && tier.tier) {
+      master_->AttachTier(*id, std::move(tier.tier), std::move(tier.mover), tier.write_behind);
+    }
+    return id;
   }
-  Status AttachOwnTier(SegmentId id, std::shared_ptr<SsdTier> tier,
-                       std::shared_ptr<TierMover> mover, bool write_behind) override {
-    master_->AttachTier(id, std::move(tier), std::move(mover), write_behind);
-    return Status::Ok();
+  void DropOwnDiskReplicas(SegmentId id, uint32_t region, uint64_t generation,
+                           const std::vector<std::string>& keys) override {
+    master_->master().DropDiskReplicas(id, region, generation, keys);
   }
   Status UnmountOwn(SegmentId id) override { return master_->Detach(id); }
 

@@ -23,7 +23,14 @@ uint64_t MasterService::EvictForPut(uint64_t size, const ReplicateConfig& config
     return x.capacity - x.used > y.capacity - y.used;
   });
   uint64_t freed = 0;
-  for (size_t i = 0; i < usage.size() && i < config.replica_num; ++i) {
+  size_t taken = 0;
+  for (size_t i = 0; i < usage.size() && taken < config.replica_num; ++i) {
+    // Placement skips a held segment (its index not linked yet: restart recovery), so evicting
+    // there frees nothing this put could use — and would walk the whole table for nothing on
+    // every put refused while the stores report.
+    auto seg = segments_.Find(usage[i].id);
+    if (!seg || seg->held.load()) continue;
+    ++taken;
     const auto target = size + static_cast<uint64_t>(options_.eviction_ratio *
                                                      static_cast<double>(usage[i].capacity));
     freed += EvictFromSegment(usage[i].id, target);
@@ -96,6 +103,13 @@ uint64_t MasterService::EvictCandidate(const EvictionCandidate& c, SegmentId seg
                                        SteadyTime now) {
   Shard& s = table_.shard(c.shard);
   const std::shared_ptr<TierMover> mover = MoverOf(segment);
+  // The owner has an SSD tier but its stream is down (a master restart, a broken stream):
+  // what would be demoted stays in memory until the stream is back, rather than being dropped.
+  bool defer = false;
+  if (!mover) {
+    auto seg = segments_.Find(segment);
+    defer = seg && seg->options.has_tier;
+  }
   RedirectList redirects;
   uint64_t freed = 0;
   uint64_t objects = 0;
@@ -127,6 +141,12 @@ uint64_t MasterService::EvictCandidate(const EvictionCandidate& c, SegmentId seg
           return 0;
         }
         victims.push_back(member);
+      }
+    }
+    if (defer) {
+      for (const auto& key : victims) {
+        const ObjectMeta& m = s.objects.find(key)->second;
+        if (!HasDiskReplica(m) && MemoryReplicaOn(m, segment) != nullptr) return 0;
       }
     }
     for (const auto& key : victims) {
@@ -205,7 +225,7 @@ uint64_t MasterService::FinishDemotion(uint32_t shard, SegmentId segment,
         failed_keys.push_back(item.key);
         continue;
       }
-      meta.replicas.push_back(Replica{segment, ReplicaTier::kDisk, Allocation(), *written[k]});
+      meta.replicas.push_back(MakeDiskReplica(segment, item.key, meta, *written[k]));
       ++demoted;
       demoted_bytes += meta.size;
       // A reader leased it meanwhile: its memory stays until the next eviction pass.

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <optional>
 #include <unordered_set>
@@ -76,7 +77,9 @@ MasterService::MasterService(MasterOptions options)
       policy_(options_.policy ? options_.policy
                               : std::shared_ptr<const EvictionPolicy>(MakeDefaultEvictionPolicy())),
       segments_(options_.first_segment_id),
-      table_(options_.shards) {
+      table_(options_.shards),
+      next_put_id_(options_.first_put_id == 0 ? 1 : options_.first_put_id),
+      first_put_id_(options_.first_put_id == 0 ? 1 : options_.first_put_id) {
   if (policy_->learns_reuse()) {
     reuse_ = std::make_unique<ReuseTracker>(table_.num_shards(), options_.lease_ttl);
   }
@@ -90,9 +93,18 @@ Result<SegmentId> MasterService::MountSegment(const std::string& name, uint64_t 
   return segments_.Mount(name, capacity);
 }
 
+Result<SegmentId> MasterService::MountSegment(const std::string& name, uint64_t capacity,
+                                              MountOptions options) {
+  return segments_.Mount(name, capacity, options);
+}
+
 Status MasterService::UnmountSegment(SegmentId id) {
   if (Status st = segments_.Unmount(id); !st.ok()) return st;
   SetTierMover(id, nullptr);
+  {
+    std::lock_guard lock(recoveries_mu_);
+    recoveries_.erase(id);
+  }
   RedirectList redirects;
   uint64_t dropped_objects = 0;
   for (uint32_t i = 0; i < table_.num_shards(); ++i) {
@@ -178,6 +190,8 @@ std::vector<Result<PutStartResult>> MasterService::StartPuts(const std::vector<s
   std::unordered_set<std::string_view> seen;
   const uint64_t largest = segments_.LargestCapacity();
   const SteadyTime now = options_.clock->Now();
+  using RealClock = std::chrono::steady_clock;  // real time: acknowledgments come over the network
+  const auto ack_deadline = RealClock::now() + options_.free_ack_wait;
   for (size_t i = 0; i < n; ++i) {
     const std::string& key = keys[i];
     const std::string& group = config.group_ids.empty() ? std::string() : config.group_ids[i];
@@ -225,9 +239,19 @@ std::vector<Result<PutStartResult>> MasterService::StartPuts(const std::vector<s
       // fits or nothing more can go. Bounded so one put cannot empty a segment
       // in tiny steps.
       for (int round = 0; round < kMaxEvictionRounds; ++round) {
-        if (EvictForPut(sizes[i], config) == 0) break;
+        const bool freed = EvictForPut(sizes[i], config) > 0;
         r = start();
         if (r.code() != ErrorCode::NO_AVAILABLE_HANDLE) break;
+        // On segments whose owner keeps an index, what eviction (or anything else) freed is
+        // quarantined until the owner acknowledges the free: wait for that, within the batch's
+        // budget, rather than fail.
+        const auto left = std::chrono::duration_cast<Millis>(ack_deadline - RealClock::now());
+        if (left.count() > 0 && segments_.WaitForQuarantine(left)) {
+          r = start();
+          if (r.code() != ErrorCode::NO_AVAILABLE_HANDLE) break;
+        } else if (!freed) {
+          break;
+        }
       }
     }
     results.push_back(std::move(r));
@@ -429,6 +453,10 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
       meta.disk_hits = 0;
       meta.promotion_id = 0;  // a promotion of the old version no longer applies
       meta.last_access = now;
+      // Under the shard lock, before the old version's free (Retire, or the end of its last
+      // lease): the owners' indexes learn the new version first, so a restart in between finds
+      // both and keeps the newer put.
+      PublishCommit(key, meta, meta.replicas);
       if (meta.demoting) {
         // A tier move is reading the old memory: park it under the old put id, for
         // FinishDemotion to retire once the move is done.
@@ -451,6 +479,8 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
       meta.state = ObjectState::kComplete;
       meta.checksum = checksum;
       meta.last_access = now;
+      // Under the shard lock: the commit reaches the owners' indexes before any free of it.
+      PublishCommit(key, meta, meta.replicas);
       result = Status::Ok();
     } else {
       home = idx;
@@ -459,7 +489,36 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
     }
   });
   if (revoked && !revoked->group_id.empty()) table_.CleanupRedirect(key, home);
+  if (kind == EndKind::kEnd && put_id < first_put_id_ &&
+      result.code() == ErrorCode::OBJECT_NOT_FOUND) {
+    // Started on a previous master and not recovered (its put had not ended there): lost.
+    lost_puts_.fetch_add(1, std::memory_order_relaxed);
+    result = Status(ErrorCode::OBJECT_NOT_FOUND,
+                    "the put of " + key +
+                        " was started on a previous master, which this one replaced before the "
+                        "put ended; put it again");
+  }
   return result;
+}
+
+void MasterService::PublishCommit(const std::string& key, const ObjectMeta& meta,
+                                  const std::vector<Replica>& replicas) {
+  for (const Replica& r : replicas) {
+    if (r.tier != ReplicaTier::kMemory || r.allocation.owner() == nullptr) continue;
+    // Only SegmentFeeds fence the master's allocators (SegmentRegistry::Mount).
+    auto* feed = static_cast<SegmentFeed*>(r.allocation.owner()->fence());
+    if (feed == nullptr) continue;
+    IndexEntry e;
+    e.key = key;
+    e.size = meta.size;
+    e.checksum = meta.checksum;
+    e.put_id = meta.put_id;
+    e.group_id = meta.group_id;
+    e.soft_pin = meta.soft_pin;
+    e.hard_pin = meta.hard_pin;
+    e.offset = r.allocation.offset();
+    feed->Committed(std::move(e));
+  }
 }
 
 void MasterService::GrantLease(uint32_t shard_index, Shard& shard, ObjectMeta& meta,
@@ -571,6 +630,11 @@ Status MasterService::Remove(const std::string& key, bool force) {
           Status(ErrorCode::REPLICA_IS_NOT_READY, "a put or upsert of " + key + " is in progress");
     } else if (!force && IsLeased(s, meta, now)) {
       result = Status(ErrorCode::OBJECT_HAS_LEASE, key + " is leased by a reader");
+    } else if (meta.held_until > now) {
+      result = Status(ErrorCode::OBJECT_HAS_LEASE,
+                      key +
+                          " was recovered from a store moments ago: readers may still hold "
+                          "leases of the previous master");
     } else {
       home = idx;
       removed = table_.EraseLocked(s, s.objects.find(key));
@@ -591,10 +655,11 @@ std::vector<Status> MasterService::BatchRemove(const std::vector<std::string>& k
 
 uint64_t MasterService::RemoveAll(bool force) {
   const SteadyTime now = options_.clock->Now();
-  const uint64_t removed = EraseWhere(table_, [&](Shard& s, const StoredKey&,
-                                                  const ObjectMeta& meta) {
-    return meta.state == ObjectState::kComplete && !meta.next && (force || !IsLeased(s, meta, now));
-  });
+  const uint64_t removed =
+      EraseWhere(table_, [&](Shard& s, const StoredKey&, const ObjectMeta& meta) {
+        return meta.state == ObjectState::kComplete && !meta.next &&
+               (force || !IsLeased(s, meta, now)) && meta.held_until <= now;
+      });
   removes_.fetch_add(removed, std::memory_order_relaxed);
   return removed;
 }
@@ -614,7 +679,8 @@ Result<uint64_t> MasterService::RemoveByRegex(const std::string& regex, bool for
   const uint64_t removed =
       EraseWhere(table_, [&](Shard& s, const StoredKey& key, const ObjectMeta& meta) {
         return meta.state == ObjectState::kComplete && !meta.next &&
-               (force || !IsLeased(s, meta, now)) && RE2::PartialMatch(key.str, re);
+               (force || !IsLeased(s, meta, now)) && meta.held_until <= now &&
+               RE2::PartialMatch(key.str, re);
       });
   removes_.fetch_add(removed, std::memory_order_relaxed);
   return removed;
@@ -700,6 +766,10 @@ MasterStats MasterService::Stats() {
   st.get_misses = get_misses_.load();
   st.puts = puts_.load();
   st.removes = removes_.load();
+  st.recovered_replicas = recovered_replicas_.load();
+  st.recovered_bytes = recovered_bytes_.load();
+  st.recovery_rejected = recovery_rejected_.load();
+  st.lost_puts = lost_puts_.load();
   return st;
 }
 

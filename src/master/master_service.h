@@ -25,6 +25,7 @@
 #include "master/master_types.h"
 #include "master/object_table.h"
 #include "master/reuse_policy.h"
+#include "master/segment_index_types.h"
 #include "master/segment_registry.h"
 #include "master/tier_mover.h"
 #include "master/write_behind.h"
@@ -43,6 +44,14 @@ struct MasterOptions {
   const Clock* clock = SystemClock::Instance();
   std::shared_ptr<const EvictionPolicy> policy;  // null = LRU
   SegmentId first_segment_id = 1;                // ids are handed out from here on (0 counts as 1)
+  // Put ids are handed out from here on (0 counts as 1). A master process starts from its
+  // start time in microseconds, so a later master's ids exceed an earlier one's (restart
+  // recovery keeps the newer of two reported puts of a key; a PutEnd naming an older id is a
+  // lost put).
+  uint64_t first_put_id = 1;
+  // How long a PutStart batch may wait, in total, for owners to acknowledge the frees of its
+  // eviction (fenced segments quarantine freed ranges until then) before NO_AVAILABLE_HANDLE.
+  Millis free_ack_wait{1000};
 };
 
 // The master options a client config asks for (default_kv_lease_ttl_ms,
@@ -61,6 +70,9 @@ class MasterService final : public MasterApi {
 
   // --- Segments ---
   Result<SegmentId> MountSegment(const std::string& name, uint64_t capacity) override;
+  // With what the owner says about the segment (MountOptions): an index_stream segment is held
+  // out of placement until OpenIndexLink's link finishes.
+  Result<SegmentId> MountSegment(const std::string& name, uint64_t capacity, MountOptions options);
   // Unmounts and drops every replica on it; an object left without replicas is
   // removed, and so is the rest of its group (no partial groups).
   Status UnmountSegment(SegmentId id) override;
@@ -97,6 +109,48 @@ class MasterService final : public MasterApi {
   // replica on such a segment is left alone (OK).
   std::vector<Status> CopyToDisk(const std::vector<std::string>& keys,
                                  const std::function<bool(SegmentId)>& only = nullptr);
+
+  // --- Segment index links and restart recovery (master_recovery.cc) ---
+  // One stream of a segment's owner (mounted with index_stream): Add takes the owner's index
+  // report in chunks, Finish links it. On the segment's first link the reported objects are
+  // adopted (restart recovery: complete objects, held un-evictable and un-removable for one
+  // lease TTL; replicas of one put reported by several stores are merged, and of two puts of a
+  // key the newer wins); on later links the report is only compared with the table. Finish
+  // attaches the segment's feed, queues as its next batch what the owner must forget (reported,
+  // not in the table) and learn (in the table, not reported), and releases the segment for
+  // placement. Thread-safety: one thread per link; links of different segments run in
+  // parallel with everything else.
+  class IndexLink {
+   public:
+    ~IndexLink();
+    IndexLink(const IndexLink&) = delete;
+    IndexLink& operator=(const IndexLink&) = delete;
+    // Adopts (first link) and records one chunk of the report.
+    void Add(const std::vector<IndexEntry>& memory, const std::vector<IndexEntry>& disk);
+    // Reconciles and links; the recovery record of the segment. SEGMENT_NOT_FOUND if it was
+    // unmounted meanwhile.
+    Result<SegmentRecovery> Finish();
+    bool first() const { return generation_ == 1; }
+    // The feed generation of this link (SegmentFeed::Attach): the stream sends and
+    // acknowledges under it.
+    uint64_t generation() const { return generation_; }
+    const std::shared_ptr<SegmentFeed>& feed() const { return segment_->feed; }
+
+   private:
+    friend class MasterService;
+    struct Reported;
+    IndexLink(MasterService& master, std::shared_ptr<const Segment> segment, uint64_t generation);
+    MasterService& master_;
+    const std::shared_ptr<const Segment> segment_;
+    const uint64_t generation_;
+    const SteadyTime started_;
+    std::unique_ptr<Reported> reported_;
+    SegmentRecovery recovery_;
+  };
+  // SEGMENT_NOT_FOUND; INVALID_PARAMS for a segment mounted without index_stream.
+  Result<std::unique_ptr<IndexLink>> OpenIndexLink(SegmentId segment);
+  // Recovery records of the mounted segments that have linked an index, by id.
+  std::vector<SegmentRecovery> Recoveries() const;
 
   // --- Promotion on hit (copy disk-only objects back to DRAM) ---
   // Counts a disk hit for each key; an object with only disk replicas that reached
@@ -209,6 +263,17 @@ class MasterService final : public MasterApi {
                           const std::string& group, SteadyTime now);
   // Evicts on the segments a put of `size` would use; returns bytes freed.
   uint64_t EvictForPut(uint64_t size, const ReplicateConfig& config);
+  // A disk replica of `key` on `segment`; when the segment's owner keeps an index, the index
+  // learns of it now (call under the object's shard lock) and of its drop later (its claim).
+  Replica MakeDiskReplica(SegmentId segment, const std::string& key, const ObjectMeta& meta,
+                          const DiskLocation& location);
+  // Tells the owners' indexes that `meta`'s memory replicas are readable (PutEnd, PromoteEnd);
+  // call under the object's shard lock.
+  static void PublishCommit(const std::string& key, const ObjectMeta& meta,
+                            const std::vector<Replica>& replicas);
+  // Restart recovery: adopts one reported replica; false if it was not adopted.
+  bool AdoptReported(const Segment& segment, const IndexEntry& entry, bool disk, SteadyTime now);
+  void NotePutId(uint64_t put_id);  // next_put_id_ stays above every id seen
 
   const MasterOptions options_;
   std::shared_ptr<const EvictionPolicy> policy_;
@@ -217,7 +282,7 @@ class MasterService final : public MasterApi {
   // For policies that learn reuse (policy_->learns_reuse()), else null: reference counts and
   // ghosts, per shard under the shard locks.
   std::unique_ptr<ReuseTracker> reuse_;
-  std::atomic<uint64_t> next_put_id_{1};
+  std::atomic<uint64_t> next_put_id_;
   std::atomic<uint64_t> evicted_objects_{0};
   std::atomic<uint64_t> evicted_bytes_{0};
   std::atomic<uint64_t> reclaimed_puts_{0};
@@ -233,6 +298,13 @@ class MasterService final : public MasterApi {
   std::atomic<uint64_t> get_misses_{0};
   std::atomic<uint64_t> puts_{0};
   std::atomic<uint64_t> removes_{0};
+  std::atomic<uint64_t> recovered_replicas_{0};
+  std::atomic<uint64_t> recovered_bytes_{0};
+  std::atomic<uint64_t> recovery_rejected_{0};
+  std::atomic<uint64_t> lost_puts_{0};
+  const uint64_t first_put_id_;
+  mutable std::mutex recoveries_mu_;                 // a leaf lock
+  std::map<SegmentId, SegmentRecovery> recoveries_;  // guarded by recoveries_mu_
   struct Promotion {
     std::vector<Replica> replicas;
     SteadyTime started;

@@ -96,6 +96,7 @@ std::vector<Status> MasterService::PromoteEnd(const std::vector<std::string>& ke
       if (!taken) return;  // reclaimed after put_timeout
       st = Status::Ok();
       if (!ok[i]) return;
+      PublishCommit(keys[i], meta, taken->replicas);
       for (auto& rep : taken->replicas) meta.replicas.push_back(std::move(rep));
       meta.disk_hits = 0;
       ++promoted;
@@ -195,6 +196,25 @@ uint64_t MasterService::DropDiskReplicas(SegmentId segment, uint32_t region, uin
   return removed;
 }
 
+Replica MasterService::MakeDiskReplica(SegmentId segment, const std::string& key,
+                                       const ObjectMeta& meta, const DiskLocation& location) {
+  Replica r{segment, ReplicaTier::kDisk, Allocation(), location};
+  auto seg = segments_.Find(segment);
+  if (!seg || !seg->feed) return r;
+  IndexEntry e;
+  e.key = key;
+  e.size = meta.size;
+  e.checksum = meta.checksum;
+  e.put_id = meta.put_id;
+  e.group_id = meta.group_id;
+  e.soft_pin = meta.soft_pin;
+  e.hard_pin = meta.hard_pin;
+  e.disk = location;
+  seg->feed->DiskAttached(std::move(e));
+  r.claim = std::make_unique<DiskClaim>(seg->feed, key, location);
+  return r;
+}
+
 std::vector<Status> MasterService::AddDiskReplicas(SegmentId segment,
                                                    const std::vector<DiskRecord>& records) {
   std::vector<Status> out;
@@ -228,7 +248,7 @@ std::vector<Status> MasterService::AddDiskReplicas(SegmentId segment,
         meta.state = ObjectState::kComplete;
         meta.put_started = now;
         meta.last_access = now;
-        meta.replicas.push_back(Replica{segment, ReplicaTier::kDisk, Allocation(), rec.location});
+        meta.replicas.push_back(MakeDiskReplica(segment, rec.key, meta, rec.location));
         ks.objects.emplace(StoredKey(rec.key), std::move(meta));
         out.push_back(Status::Ok());
         continue;

@@ -62,6 +62,26 @@ struct MasterStats {
   uint64_t get_misses = 0;  // ... absent, or pending (OBJECT_NOT_FOUND, REPLICA_IS_NOT_READY)
   uint64_t puts = 0;        // puts ended (PutEnd OK); promotions are not puts
   uint64_t removes = 0;     // objects removed by Remove and RemoveAll
+  // Restart recovery (rebuilt from the stores' indexes) and what a previous master lost.
+  uint64_t recovered_replicas = 0;  // memory and disk replicas adopted from stores' reports
+  uint64_t recovered_bytes = 0;     // ... their memory bytes
+  uint64_t recovery_rejected = 0;   // reported entries not adopted (conflicts, overlaps)
+  uint64_t lost_puts = 0;  // PutEnds of puts a previous master started (not recovered: failed)
+};
+
+// Restart recovery of one segment: what its owner's index gave back at the segment's first
+// stream (MasterService::OpenIndexLink), and how long it took.
+struct SegmentRecovery {
+  SegmentId segment = 0;
+  std::string name;
+  uint64_t links = 0;            // index streams linked so far (the first one adopts)
+  uint64_t reported = 0;         // entries reported at the first link
+  uint64_t memory_replicas = 0;  // adopted
+  uint64_t disk_replicas = 0;    // adopted
+  uint64_t bytes = 0;            // memory bytes adopted
+  uint64_t rejected = 0;         // reported, not adopted
+  double seconds = 0;            // first link: open to finish
+  bool done = false;             // the first link finished (the segment is placeable)
 };
 
 }  // namespace tierkv

@@ -86,12 +86,14 @@ struct KeyEq {
 enum class ObjectState : uint8_t { kPending, kComplete };
 
 // A memory replica owns its allocation in the segment; a disk replica names a record in the
-// SSD tier of the segment's owner (and has no allocation).
+// SSD tier of the segment's owner (and has no allocation). On a segment whose owner keeps an
+// index, a disk replica also holds a claim that tells the owner when the replica is dropped.
 struct Replica {
   SegmentId segment;
   ReplicaTier tier;
   Allocation allocation;
   DiskLocation disk{};
+  std::unique_ptr<DiskClaim> claim{};
 };
 
 // The next version of an object an upsert is writing (MasterService::UpsertStart): invisible to
@@ -129,6 +131,9 @@ struct ObjectMeta {
   uint32_t reuse_references = 0;
   bool reuse_tail = false;
   SteadyTime reuse_until{};
+  // Rebuilt from a store's index by restart recovery: not removed, even by a forced Remove,
+  // before this (readers may still hold leases the previous master granted).
+  SteadyTime held_until{};
   // An upsert in flight (at most one): the object is not evicted, removed or upserted again
   // meanwhile. Null otherwise.
   std::unique_ptr<PendingVersion> next;

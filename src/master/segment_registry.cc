@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <utility>
 
 namespace tierkv {
 
@@ -13,7 +14,20 @@ bool IsPreferred(const std::string& name, const std::string& preferred) {
   return name.size() == preferred.size() || name[preferred.size()] == '@';
 }
 
-Result<SegmentId> SegmentRegistry::Mount(const std::string& name, uint64_t capacity) {
+Segment::Segment(SegmentId id_in, std::string name_in, uint64_t capacity_in,
+                 MountOptions options_in)
+    : id(id_in),
+      name(std::move(name_in)),
+      capacity(capacity_in),
+      allocator(OffsetAllocator::Create(capacity_in)),
+      options(options_in),
+      feed(options_in.index_stream ? std::make_shared<SegmentFeed>(allocator) : nullptr),
+      held(options_in.index_stream) {
+  if (feed) allocator->SetFence(feed);
+}
+
+Result<SegmentId> SegmentRegistry::Mount(const std::string& name, uint64_t capacity,
+                                         MountOptions options) {
   if (name.empty()) return Status(ErrorCode::INVALID_PARAMS, "segment name is empty");
   if (capacity == 0) return Status(ErrorCode::INVALID_PARAMS, "segment '" + name + "' has size 0");
   std::unique_lock lock(mu_);
@@ -22,18 +36,31 @@ Result<SegmentId> SegmentRegistry::Mount(const std::string& name, uint64_t capac
       return Status(ErrorCode::SEGMENT_ALREADY_EXISTS, "segment '" + name + "' already mounted");
     }
   }
-  auto seg = std::make_shared<Segment>(
-      Segment{next_id_++, name, capacity, OffsetAllocator::Create(capacity)});
+  auto seg = std::make_shared<Segment>(next_id_++, name, capacity, options);
   segments_.emplace(seg->id, seg);
   return seg->id;
 }
 
 Status SegmentRegistry::Unmount(SegmentId id) {
-  std::unique_lock lock(mu_);
-  if (segments_.erase(id) == 0) {
-    return Status(ErrorCode::SEGMENT_NOT_FOUND, "segment " + std::to_string(id) + " not mounted");
+  std::shared_ptr<const Segment> gone;
+  {
+    std::unique_lock lock(mu_);
+    auto it = segments_.find(id);
+    if (it == segments_.end()) {
+      return Status(ErrorCode::SEGMENT_NOT_FOUND, "segment " + std::to_string(id) + " not mounted");
+    }
+    gone = std::move(it->second);
+    segments_.erase(it);
   }
+  if (gone->feed) gone->feed->Close();
   return Status::Ok();
+}
+
+bool SegmentRegistry::Release(SegmentId id) {
+  auto seg = Find(id);
+  if (!seg) return false;
+  seg->held.store(false, std::memory_order_release);
+  return true;
 }
 
 std::shared_ptr<const Segment> SegmentRegistry::Find(SegmentId id) const {
@@ -56,7 +83,9 @@ Result<std::vector<PlacedReplica>> SegmentRegistry::Allocate(
   {
     std::shared_lock lock(mu_);
     order.reserve(segments_.size());
-    for (const auto& [id, seg] : segments_) order.push_back(seg);
+    for (const auto& [id, seg] : segments_) {
+      if (!seg->held.load(std::memory_order_acquire)) order.push_back(seg);
+    }
   }
   if (order.size() < replica_num) {
     return Status(ErrorCode::NO_AVAILABLE_HANDLE, "replica_num " + std::to_string(replica_num) +
@@ -68,7 +97,7 @@ Result<std::vector<PlacedReplica>> SegmentRegistry::Allocate(
   free_space.reserve(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
     const auto& a = order[i]->allocator;
-    free_space.emplace_back(a->capacity() - a->used(), i);
+    free_space.emplace_back(a->capacity() - a->used() - a->quarantined(), i);
   }
   std::sort(free_space.begin(), free_space.end(), [&](const auto& x, const auto& y) {
     const bool px = IsPreferred(order[x.second]->name, preferred_segment);
@@ -96,9 +125,32 @@ std::vector<SegmentUsage> SegmentRegistry::Usage() const {
   std::vector<SegmentUsage> out;
   out.reserve(segments_.size());
   for (const auto& [id, seg] : segments_) {
-    out.push_back(SegmentUsage{id, seg->name, seg->capacity, seg->allocator->used()});
+    out.push_back(SegmentUsage{id, seg->name, seg->capacity, seg->allocator->used(),
+                               seg->allocator->quarantined()});
   }
   return out;
+}
+
+bool SegmentRegistry::WaitForQuarantine(std::chrono::milliseconds timeout) const {
+  std::vector<std::shared_ptr<const Segment>> waiting;
+  {
+    std::shared_lock lock(mu_);
+    for (const auto& [id, seg] : segments_) {
+      if (seg->feed && seg->feed->attached() && seg->allocator->quarantined() > 0) {
+        waiting.push_back(seg);
+      }
+    }
+  }
+  if (waiting.empty()) return false;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool released = false;
+  for (const auto& seg : waiting) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    released = seg->allocator->WaitForQuarantine(left) || released;
+  }
+  return released;
 }
 
 uint64_t SegmentRegistry::LargestCapacity() const {

@@ -5,6 +5,8 @@
 // and before allocator locks in the master's lock order (docs/architecture.md).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "master/segment_feed.h"
 #include "memory/offset_allocator.h"
 #include "tierkv/status.h"
 #include "tierkv/types.h"
@@ -20,11 +23,28 @@ namespace tierkv {
 
 using SegmentId = uint32_t;
 
+// What the owner of a segment says about it when it mounts it.
+struct MountOptions {
+  // The owner keeps an index of the segment (store/segment_index.h) fed by a stream: the
+  // segment gets a SegmentFeed (its frees are fenced), and is held — not used for placement —
+  // until its first stream is linked (SegmentRegistry::Release).
+  bool index_stream = false;
+  // The owner has an SSD tier behind the segment: while its tier stream is down, eviction there
+  // waits for it (demotes later) instead of dropping objects.
+  bool has_tier = false;
+};
+
 struct Segment {
-  SegmentId id;
-  std::string name;
-  uint64_t capacity;
-  std::shared_ptr<OffsetAllocator> allocator;
+  Segment(SegmentId id, std::string name, uint64_t capacity, MountOptions options);
+  const SegmentId id;
+  const std::string name;
+  const uint64_t capacity;
+  const std::shared_ptr<OffsetAllocator> allocator;
+  const MountOptions options;
+  // The owner's index feed (options.index_stream), else null. Fences the allocator's frees.
+  const std::shared_ptr<SegmentFeed> feed;
+  // Placement skips a held segment (options.index_stream, until its index is linked).
+  mutable std::atomic<bool> held;
 };
 
 // One placed replica: where it lives and the allocation that owns its space.
@@ -43,6 +63,7 @@ struct SegmentUsage {
   std::string name;
   uint64_t capacity;
   uint64_t used;
+  uint64_t quarantined = 0;  // freed, waiting for the owner's acknowledgment
 };
 
 class SegmentRegistry {
@@ -52,7 +73,7 @@ class SegmentRegistry {
   explicit SegmentRegistry(SegmentId first_id = 1) : next_id_(first_id == 0 ? 1 : first_id) {}
   // SEGMENT_ALREADY_EXISTS for a name already mounted; INVALID_PARAMS for an
   // empty name or zero capacity.
-  Result<SegmentId> Mount(const std::string& name, uint64_t capacity);
+  Result<SegmentId> Mount(const std::string& name, uint64_t capacity, MountOptions options = {});
   // Removes the segment from placement; allocations still held stay valid
   // until dropped. SEGMENT_NOT_FOUND if unknown.
   Status Unmount(SegmentId id);
@@ -60,13 +81,21 @@ class SegmentRegistry {
   std::shared_ptr<const Segment> Find(SegmentId id) const;
   std::shared_ptr<const Segment> FindByName(const std::string& name) const;
 
+  // Lets placement use a held segment (its index is linked). False if it is not mounted.
+  bool Release(SegmentId id);
+
   // Places `replica_num` replicas of `size` bytes on distinct segments: the
-  // preferred one first (when mounted), then the freest. NO_AVAILABLE_HANDLE
-  // when fewer than `replica_num` segments have room (nothing is kept then).
+  // preferred one first (when mounted), then the freest (free = neither used nor quarantined).
+  // Held segments are skipped. NO_AVAILABLE_HANDLE when fewer than `replica_num` segments have
+  // room (nothing is kept then).
   Result<std::vector<PlacedReplica>> Allocate(uint64_t size, size_t replica_num,
                                               const std::string& preferred_segment) const;
 
   std::vector<SegmentUsage> Usage() const;
+  // Waits up to `timeout` until the ranges quarantined now on segments whose feed has a stream
+  // are released (their owners acknowledged the frees); true if something was waited for and
+  // released.
+  bool WaitForQuarantine(std::chrono::milliseconds timeout) const;
   uint64_t LargestCapacity() const;
   size_t Count() const;
 

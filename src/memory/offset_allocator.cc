@@ -52,9 +52,52 @@ std::optional<Allocation> OffsetAllocator::Allocate(uint64_t size) {
   return Allocation(shared_from_this(), offset, aligned);
 }
 
+std::optional<Allocation> OffsetAllocator::AllocateAt(uint64_t offset, uint64_t size) {
+  if (size == 0 || size > capacity_ || (offset & (alignment_ - 1)) != 0) return std::nullopt;
+  const uint64_t aligned = (size + alignment_ - 1) & ~(alignment_ - 1);
+  if (offset > capacity_ - aligned) return std::nullopt;
+  std::lock_guard lock(mu_);
+  // The free range that starts at or before `offset` must cover the whole request.
+  auto it = free_by_offset_.upper_bound(offset);
+  if (it == free_by_offset_.begin()) return std::nullopt;
+  --it;
+  const uint64_t start = it->first;
+  const uint64_t range_size = it->second;
+  if (start + range_size < offset + aligned) return std::nullopt;
+  free_by_size_.erase({range_size, start});
+  free_by_offset_.erase(it);
+  if (offset > start) InsertFree(start, offset - start);
+  if (start + range_size > offset + aligned) {
+    InsertFree(offset + aligned, start + range_size - offset - aligned);
+  }
+  used_ += aligned;
+  return Allocation(shared_from_this(), offset, aligned);
+}
+
+void OffsetAllocator::SetFence(std::shared_ptr<FreeFence> fence) {
+  if (!fence) return;
+  std::lock_guard lock(mu_);
+  if (fence_owner_) return;
+  fence_owner_ = std::move(fence);
+  fence_.store(fence_owner_.get(), std::memory_order_release);
+}
+
 void OffsetAllocator::Free(uint64_t offset, uint64_t size) {
+  FreeFence* fence = fence_.load(std::memory_order_acquire);
+  // The fence is asked without mu_ (it takes its own lock, which may be held by a thread that
+  // then frees into this allocator).
+  const uint64_t ticket = fence != nullptr ? fence->OnFree(offset, size) : 0;
   std::lock_guard lock(mu_);
   used_ -= size;
+  if (ticket > released_) {
+    quarantine_.emplace(ticket, std::make_pair(offset, size));
+    quarantined_ += size;
+    return;
+  }
+  FreeLocked(offset, size);
+}
+
+void OffsetAllocator::FreeLocked(uint64_t offset, uint64_t size) {
   auto erase_by_size = [this](uint64_t sz, uint64_t off) { free_by_size_.erase({sz, off}); };
   // Merge with the free neighbour after, then the one before.
   auto next = free_by_offset_.lower_bound(offset);
@@ -75,9 +118,36 @@ void OffsetAllocator::Free(uint64_t offset, uint64_t size) {
   InsertFree(offset, size);
 }
 
+void OffsetAllocator::Release(uint64_t ticket) {
+  {
+    std::lock_guard lock(mu_);
+    if (ticket <= released_) return;
+    released_ = ticket;
+    auto end = quarantine_.upper_bound(ticket);
+    for (auto it = quarantine_.begin(); it != end; ++it) {
+      quarantined_ -= it->second.second;
+      FreeLocked(it->second.first, it->second.second);
+    }
+    quarantine_.erase(quarantine_.begin(), end);
+  }
+  released_cv_.notify_all();
+}
+
+bool OffsetAllocator::WaitForQuarantine(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (quarantine_.empty()) return true;
+  const uint64_t target = quarantine_.rbegin()->first;
+  return released_cv_.wait_for(lock, timeout, [&] { return released_ >= target; });
+}
+
 uint64_t OffsetAllocator::used() const {
   std::lock_guard lock(mu_);
   return used_;
+}
+
+uint64_t OffsetAllocator::quarantined() const {
+  std::lock_guard lock(mu_);
+  return quarantined_;
 }
 
 uint64_t OffsetAllocator::largest_free() const {

@@ -110,6 +110,44 @@ std::vector<prometheus::MetricFamily> MasterCollector::Collect() const {
   Counter(out, "promoted_objects_total", "Disk-only objects copied back to DRAM",
           s.promoted_objects);
 
+  // Restart recovery (rebuilt from the stores' indexes) and the fenced frees.
+  Counter(out, "recovered_replicas_total",
+          "Memory and disk replicas rebuilt from the stores' index reports", s.recovered_replicas);
+  Counter(out, "recovered_bytes_total", "Memory bytes of the replicas rebuilt from the stores",
+          s.recovered_bytes);
+  Counter(out, "recovery_rejected_total",
+          "Reported index entries not adopted (conflicting or overlapping)", s.recovery_rejected);
+  Counter(out, "lost_puts_total",
+          "PutEnds of puts a previous master started (not recoverable: they failed)", s.lost_puts);
+  uint64_t quarantined = 0;
+  for (const SegmentUsage& segment : usage) quarantined += segment.quarantined;
+  Gauge(out, "quarantined_bytes",
+        "Freed bytes not reusable yet: their store has not acknowledged the free", quarantined);
+  const std::vector<SegmentRecovery> recoveries = master_.Recoveries();
+  prometheus::MetricFamily recovered =
+      Family("segment_recovered_replicas",
+             "Replicas rebuilt from a segment's index at its first link to this master, by tier",
+             prometheus::MetricType::Gauge);
+  prometheus::MetricFamily seconds =
+      Family("segment_recovery_seconds", "How long a segment's index report took to adopt",
+             prometheus::MetricType::Gauge);
+  for (const SegmentRecovery& r : recoveries) {
+    const std::vector<prometheus::ClientMetric::Label> labels = {
+        {"segment_id", std::to_string(r.segment)}, {"segment", LabelValue(r.name)}};
+    for (const auto& [tier, n] : {std::pair<const char*, uint64_t>{"memory", r.memory_replicas},
+                                  std::pair<const char*, uint64_t>{"disk", r.disk_replicas}}) {
+      prometheus::ClientMetric m = SampleOf(prometheus::MetricType::Gauge, static_cast<double>(n));
+      m.label = labels;
+      m.label.push_back({"tier", tier});
+      recovered.metric.push_back(std::move(m));
+    }
+    prometheus::ClientMetric t = SampleOf(prometheus::MetricType::Gauge, r.seconds);
+    t.label = labels;
+    seconds.metric.push_back(std::move(t));
+  }
+  out.push_back(std::move(recovered));
+  out.push_back(std::move(seconds));
+
   if (clients_ != nullptr) {
     Gauge(out, "clients", "Registered clients (requesters and stores)", clients_->size());
     Counter(out, "expired_clients_total", "Clients expired for missing their heartbeats",

@@ -27,6 +27,26 @@ std::vector<prometheus::MetricFamily> StoreCollector::Collect() const {
   AddSample(out, kPrefix, "registrations_total",
             "Times this store registered with a master (re-registrations follow master restarts)",
             prometheus::MetricType::Counter, f.registrations);
+  AddSample(out, kPrefix, "segment_linked",
+            "1 while the segment's stream to the master is up (its index fed, placeable)",
+            prometheus::MetricType::Gauge, f.segment_linked ? 1 : 0);
+  prometheus::MetricFamily entries = MakeFamily(
+      kPrefix, "index_entries",
+      "Objects in the store's index of its segment (what a new master recovers), by tier",
+      prometheus::MetricType::Gauge);
+  for (const auto& [tier, n] : {std::pair<const char*, uint64_t>{"memory", f.index_memory_entries},
+                                std::pair<const char*, uint64_t>{"disk", f.index_disk_entries}}) {
+    prometheus::ClientMetric m = SampleOf(prometheus::MetricType::Gauge, static_cast<double>(n));
+    m.label = {{"tier", tier}};
+    entries.metric.push_back(std::move(m));
+  }
+  out.push_back(std::move(entries));
+  AddSample(out, kPrefix, "index_batches_total",
+            "Index batches the master fed and the store applied", prometheus::MetricType::Counter,
+            f.index_batches);
+  AddSample(out, kPrefix, "index_reports_total",
+            "Times the store reported its index to a master (each stream's start)",
+            prometheus::MetricType::Counter, f.index_reports);
   AddTransferBytes(out, kPrefix,
                    "Bytes requesters moved over the network transport: read from the segment, "
                    "written into it",

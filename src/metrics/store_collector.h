@@ -28,6 +28,12 @@ struct StoreFigures {
   bool master_connected = false;  // the last heartbeat was answered
   uint64_t registrations = 0;     // times registered with a master (1 + re-registrations)
   std::vector<TransferCount> transfers;  // bytes moved by the store's network transport
+  // The segment's index (restart recovery) and its stream to the master.
+  bool segment_linked = false;
+  uint64_t index_memory_entries = 0;
+  uint64_t index_disk_entries = 0;
+  uint64_t index_batches = 0;
+  uint64_t index_reports = 0;
   // The SSD tier (enable_offload); the tierkv_store_ssd_* metrics only when it has one.
   bool has_tier = false;
   uint64_t tier_capacity = 0;

@@ -4,14 +4,20 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string_view>
+#include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "metrics/latency_histograms.h"
 #include "metrics/master_collector.h"
+#include "rpc/index_wire.h"
 #include "rpc/wire.h"
 #include "tierkv/master.grpc.pb.h"
 
@@ -135,7 +141,10 @@ void MasterRpcHandler::MountSegment(const rpc::MountSegmentRequest& request,
                                        " is larger than " + std::to_string(kMaxSegmentCapacity)));
     return;
   }
-  Result<SegmentId> id = master_.MountSegment(request.name(), request.capacity());
+  MountOptions mount;
+  mount.index_stream = request.index_stream();
+  mount.has_tier = request.has_tier();
+  Result<SegmentId> id = master_.MountSegment(request.name(), request.capacity(), mount);
   if (!id.ok()) {
     wire::SetStatus(status, id.status());
     return;
@@ -286,6 +295,8 @@ Result<std::shared_ptr<RemoteTierMover>> MasterRpcHandler::OpenTierMoves(
   }
   const std::string owner = "segment " + std::to_string(hello.segment_id()) + " of client " +
                             std::to_string(hello.client_id());
+  // An index stream without a tier takes no tier moves (a store without an SSD tier).
+  if (hello.has_index() && !hello.has_tier()) return std::shared_ptr<RemoteTierMover>();
   auto mover = std::make_shared<RemoteTierMover>(owner, tier_move_timeout_, std::move(write));
   master_.SetTierMover(hello.segment_id(), mover, hello.write_behind());
   spdlog::info("tier moves: {} has an SSD tier; eviction there demotes{}", owner,
@@ -370,12 +381,28 @@ void MasterRpcHandler::Stats(const rpc::StatsRequest& /*request*/, rpc::StatsRes
     out->set_read_bytes(count.read_bytes);
     out->set_written_bytes(count.written_bytes);
   }
+  uint64_t quarantined = 0;
   for (const SegmentUsage& usage : master_.segments().Usage()) {
     rpc::SegmentUsage* out = response->add_segment_usage();
     out->set_id(usage.id);
     out->set_name(usage.name);
     out->set_capacity(usage.capacity);
     out->set_used(usage.used);
+    quarantined += usage.quarantined;
+  }
+  response->set_quarantined_bytes(quarantined);
+  for (const SegmentRecovery& r : master_.Recoveries()) {
+    rpc::SegmentRecovery* out = response->add_recoveries();
+    out->set_segment(r.segment);
+    out->set_name(r.name);
+    out->set_links(r.links);
+    out->set_reported(r.reported);
+    out->set_memory_replicas(r.memory_replicas);
+    out->set_disk_replicas(r.disk_replicas);
+    out->set_bytes(r.bytes);
+    out->set_rejected(r.rejected);
+    out->set_seconds(r.seconds);
+    out->set_done(r.done);
   }
 }
 
@@ -435,23 +462,81 @@ std::vector<std::string> RpcMethodNames() {
   };
 }
 
+// Answers of a master that does not lead, and the epoch stamp of a leader's answers.
+template <typename Response>
+void AnswerNotLeader(Response* response, const std::string& leader) {
+  response->Clear();
+  const std::string why =
+      leader.empty() ? std::string("this tierkv master is not the leader (no leader known)")
+                     : "this tierkv master is not the leader; the leader is " + leader;
+  if constexpr (std::is_same_v<Response, rpc::HeartbeatResponse>) {
+    response->set_not_leader(true);
+  } else {
+    rpc::CallStatus* status = response->mutable_status();
+    status->set_not_leader(true);
+    status->set_code(ToInt(ErrorCode::RPC_FAIL));
+    status->set_message(why);
+  }
+}
+
+template <typename Response>
+void StampEpoch(Response* response, uint64_t epoch) {
+  if (epoch == 0) return;
+  if constexpr (std::is_same_v<Response, rpc::HeartbeatResponse>) {
+    response->set_leader_epoch(epoch);
+  } else {
+    response->mutable_status()->set_leader_epoch(epoch);
+  }
+}
+
 }  // namespace
+
+// One leadership term: the master state that serves while it lasts (the whole life of a
+// server without high availability).
+struct MasterServer::Term {
+  Term(const MasterServerOptions& o, uint64_t incarnation, uint64_t epoch_in,
+       std::shared_ptr<const TermLease> lease_in)
+      : epoch(epoch_in),
+        lease(std::move(lease_in)),
+        master(o.master),
+        clients(o.master.clock, o.client_ttl),
+        handler(master, clients, incarnation) {}
+  bool Valid() const { return lease == nullptr || lease->Valid(); }
+
+  const uint64_t epoch;
+  const std::shared_ptr<const TermLease> lease;
+  MasterService master;
+  ClientRegistry clients;
+  MasterRpcHandler handler;
+  std::shared_ptr<prometheus::Collectable> collector;  // in the registry while the term runs
+  std::unique_ptr<PeriodicThread> maintenance;         // MasterService::RunMaintenance
+  std::unique_ptr<PeriodicThread> reaper;              // expires silent clients
+};
 
 class MasterServer::Service final : public rpc::Master::Service {
  public:
   // `latency` null: calls are not timed.
-  Service(MasterRpcHandler& handler, LatencyHistograms* latency) : h_(handler), latency_(latency) {}
+  Service(MasterServer& server, LatencyHistograms* latency) : server_(server), latency_(latency) {}
 
 #define TIERKV_RPC(Name, Request, Response)                                        \
   grpc::Status Name(grpc::ServerContext* /*context*/, const rpc::Request* request, \
                     rpc::Response* response) override {                            \
-    if (latency_ == nullptr) {                                                     \
-      h_.Name(*request, response);                                                 \
-      return grpc::Status::OK;                                                     \
-    }                                                                              \
     const auto start = std::chrono::steady_clock::now();                           \
-    h_.Name(*request, response);                                                   \
-    latency_->Observe(kRpc##Name, std::chrono::steady_clock::now() - start);       \
+    std::shared_ptr<Term> term = server_.CurrentTerm();                            \
+    /* Fencing: checked before the call runs and again before it answers. */       \
+    if (term == nullptr || !term->Valid()) {                                       \
+      NotLeader(response);                                                         \
+    } else {                                                                       \
+      term->handler.Name(*request, response);                                      \
+      if (!term->Valid()) {                                                        \
+        NotLeader(response);                                                       \
+      } else {                                                                     \
+        Stamp(response, *term);                                                    \
+      }                                                                            \
+    }                                                                              \
+    if (latency_ != nullptr) {                                                     \
+      latency_->Observe(kRpc##Name, std::chrono::steady_clock::now() - start);     \
+    }                                                                              \
     return grpc::Status::OK;                                                       \
   }
   TIERKV_MASTER_RPCS(TIERKV_RPC)
@@ -460,10 +545,14 @@ class MasterServer::Service final : public rpc::Master::Service {
   grpc::Status TierMoves(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<rpc::TierMoveRequest, rpc::TierMoveReply>* stream) override {
+    std::shared_ptr<Term> term = server_.CurrentTerm();
+    if (term == nullptr || !term->Valid()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this tierkv master is not the leader");
+    }
     {
       std::lock_guard lock(streams_mu_);
       if (closing_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the master is stopping");
-      streams_.insert(context);
+      streams_.emplace(context, term.get());
     }
     struct Forget {  // the context leaves the set however the call ends
       Service* self;
@@ -473,38 +562,148 @@ class MasterServer::Service final : public rpc::Master::Service {
         self->streams_.erase(context);
       }
     } forget{this, context};
+    MasterRpcHandler& h = term->handler;
+    MasterService& master = term->master;
     rpc::TierMoveReply hello;
     if (!stream->Read(&hello)) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "no first message");
     }
-    auto mover = h_.OpenTierMoves(
-        hello, [stream](const rpc::TierMoveRequest& request) { return stream->Write(request); });
+    // Every write on the stream (tier moves, index batches, the accept) goes through this lock.
+    std::mutex write_mu;
+    auto write = [stream, &write_mu](const rpc::TierMoveRequest& request) {
+      std::lock_guard lock(write_mu);
+      return stream->Write(request);
+    };
+    auto mover = h.OpenTierMoves(hello, write);
     if (!mover.ok()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, mover.status().ToString());
     }
-    rpc::TierMoveReply reply;
-    // The owner counts its tier as attached once it reads this.
-    if ((*mover)->Announce()) {
-      while (stream->Read(&reply)) (*mover)->Deliver(reply);
+    const uint32_t segment = hello.segment_id();
+    std::unique_ptr<MasterService::IndexLink> link;
+    if (hello.has_index()) {
+      auto opened = master.OpenIndexLink(segment);
+      if (!opened.ok()) {
+        if (*mover) h.CloseTierMoves(segment, *mover, opened.status().ToString());
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, opened.status().ToString());
+      }
+      link = std::move(opened).value();
+      // The owner's report comes first; the stream is accepted once it is adopted (or compared).
+      rpc::TierMoveReply chunk;
+      bool complete = false;
+      std::vector<IndexEntry> memory, disk;
+      while (!complete && stream->Read(&chunk)) {
+        memory.clear();
+        disk.clear();
+        wire::DecodeIndexReport(chunk.report(), &memory, &disk);
+        link->Add(memory, disk);
+        complete = chunk.report().last();
+      }
+      Result<SegmentRecovery> linked =
+          complete ? link->Finish()
+                   : Result<SegmentRecovery>(Status(ErrorCode::TRANSFER_FAIL,
+                                                    "the stream ended during its index report"));
+      if (!linked.ok()) {
+        link->feed()->Detach(link->generation());
+        if (*mover) h.CloseTierMoves(segment, *mover, linked.status().ToString());
+        spdlog::warn("segment link {}: {}", segment, linked.status().ToString());
+        return grpc::Status(grpc::StatusCode::ABORTED, linked.status().ToString());
+      }
     }
-    h_.CloseTierMoves(hello.segment_id(), *mover,
-                      context->IsCancelled() ? "cancelled" : "the store closed it");
+    // The owner counts the stream as accepted once it reads this.
+    bool announced = false;
+    if (*mover) {
+      announced = (*mover)->Announce();
+    } else {
+      announced = write(rpc::TierMoveRequest());
+    }
+    std::atomic<bool> stop_sending{false};
+    std::thread sender;
+    if (announced && link) {
+      // The index feed: batches in order; a leader whose lease ran out sends nothing more.
+      sender = std::thread([&, feed = link->feed(), generation = link->generation()] {
+        while (!stop_sending.load()) {
+          std::optional<IndexBatch> batch = feed->Next(generation, Millis(100));
+          if (!term->Valid()) {
+            context->TryCancel();
+            return;
+          }
+          if (!batch) {
+            if (!feed->attached()) return;
+            continue;
+          }
+          rpc::TierMoveRequest request;
+          wire::EncodeIndexBatch(*batch, request.mutable_index());
+          if (!write(request)) {
+            context->TryCancel();
+            return;
+          }
+        }
+      });
+    }
+    if (announced) {
+      rpc::TierMoveReply reply;
+      while (stream->Read(&reply)) {
+        if (reply.index_ack() != 0) {
+          if (link) link->feed()->Acked(link->generation(), reply.index_ack());
+          continue;
+        }
+        if (*mover) (*mover)->Deliver(reply);
+      }
+    }
+    stop_sending.store(true);
+    if (link) link->feed()->Detach(link->generation());
+    if (sender.joinable()) sender.join();
+    const std::string why = context->IsCancelled() ? "cancelled" : "the store closed it";
+    if (*mover) {
+      h.CloseTierMoves(segment, *mover, why);
+    } else {
+      spdlog::info("segment link {}: stream ended ({})", segment, why);
+    }
     return grpc::Status::OK;
   }
 
-  // Ends every open TierMoves stream, and refuses new ones (shutdown).
-  void CancelStreams() {
+  // Ends the open TierMoves streams of `term` (all of them when null), and with `closing` refuses
+  // new ones (shutdown).
+  void CancelStreams(const Term* term, bool closing) {
     std::lock_guard lock(streams_mu_);
-    closing_ = true;
-    for (grpc::ServerContext* context : streams_) context->TryCancel();
+    if (closing) closing_ = true;
+    for (const auto& [context, of] : streams_) {
+      if (term == nullptr || of == term) context->TryCancel();
+    }
   }
 
  private:
-  MasterRpcHandler& h_;
+  template <typename Response>
+  void Stamp(Response* response, const Term& term) {
+    StampEpoch(response, term.epoch);
+    if constexpr (std::is_same_v<Response, rpc::StatsResponse>) {
+      if (server_.options_.standby) {
+        response->set_ha(true);
+        response->set_leader(server_.address());
+        response->set_leader_epoch(term.epoch);
+      }
+    }
+  }
+
+  template <typename Response>
+  void NotLeader(Response* response) {
+    std::string leader;
+    uint64_t epoch = 0;
+    server_.LeaderHint(&leader, &epoch);
+    AnswerNotLeader(response, leader);
+    if constexpr (std::is_same_v<Response, rpc::StatsResponse>) {
+      response->set_ha(true);
+      response->set_leader(leader);
+      response->set_leader_epoch(epoch);
+      response->set_master_incarnation(server_.incarnation_);
+    }
+  }
+
+  MasterServer& server_;
   LatencyHistograms* const latency_;
   std::mutex streams_mu_;
-  std::set<grpc::ServerContext*> streams_;  // guarded by streams_mu_
-  bool closing_ = false;                    // guarded by streams_mu_
+  std::map<grpc::ServerContext*, const Term*> streams_;  // guarded by streams_mu_
+  bool closing_ = false;                                 // guarded by streams_mu_
 };
 
 #undef TIERKV_MASTER_RPCS
@@ -512,10 +711,41 @@ class MasterServer::Service final : public rpc::Master::Service {
 // ---- MasterServer -------------------------------------------------------------------------------
 
 MasterServer::MasterServer(MasterServerOptions options)
-    : options_(std::move(options)),
-      master_(options_.master),
-      clients_(options_.master.clock, options_.client_ttl),
-      handler_(master_, clients_, NewIncarnation()) {}
+    : options_(std::move(options)), incarnation_(NewIncarnation()) {}
+
+std::shared_ptr<MasterServer::Term> MasterServer::NewTerm(uint64_t epoch,
+                                                          std::shared_ptr<const TermLease> lease) {
+  MasterServerOptions o = options_;
+  // Segment ids of a new term must not alias an earlier term's (or an earlier master's) in
+  // requesters' caches: start from a random id (below 2^31, so they stay far from wrapping).
+  if (o.master.first_segment_id <= 1) {
+    o.master.first_segment_id = static_cast<SegmentId>(NewIncarnation() % (1u << 30)) + 1;
+  }
+  // Put ids above every earlier master's: the wall clock in microseconds (see MasterOptions).
+  if (o.master.first_put_id <= 1) {
+    o.master.first_put_id =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
+  }
+  auto term = std::make_shared<Term>(o, incarnation_, epoch, std::move(lease));
+  term->handler.set_tier_move_timeout(o.tier_move_timeout);
+  const Millis maint =
+      o.maintenance_period.count() > 0 ? o.maintenance_period : MaintenancePeriod(o.master);
+  const Millis reap = Millis(std::max<int64_t>(o.client_ttl.count() / 4, 1));
+  Term* t = term.get();
+  term->maintenance = std::make_unique<PeriodicThread>(maint, [t] {
+    if (t->Valid()) t->master.RunMaintenance();
+  });
+  term->reaper = std::make_unique<PeriodicThread>(reap, [t] {
+    if (t->Valid()) t->handler.ReapSilentClients();
+  });
+  if (o.metrics != nullptr) {
+    term->collector = std::make_shared<MasterCollector>(term->master, &term->clients);
+    o.metrics->Add(term->collector);
+  }
+  return term;
+}
 
 Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions options) {
   auto bad = [](std::string m) { return Status(ErrorCode::INVALID_PARAMS, std::move(m)); };
@@ -525,11 +755,6 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
   }
   if (options.client_ttl.count() <= 0) return bad("client TTL must be > 0 ms");
   if (options.master.clock == nullptr) options.master.clock = SystemClock::Instance();
-  // Segment ids of a restarted master must not alias the previous incarnation's in requesters'
-  // caches: start from a random id (below 2^31, so they stay far from wrapping).
-  if (options.master.first_segment_id == 1) {
-    options.master.first_segment_id = static_cast<SegmentId>(NewIncarnation() % (1u << 30)) + 1;
-  }
 
   std::unique_ptr<MasterServer> server(new MasterServer(std::move(options)));
   const MasterServerOptions& o = server->options_;
@@ -543,10 +768,9 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
         "tierkv_master_rpc_duration_seconds",
         "Time the master spent in an RPC handler (gRPC's own queueing and transport excluded)",
         "method", RpcMethodNames());
-    server->collector_ = std::make_shared<MasterCollector>(server->master_, &server->clients_);
   }
-  server->handler_.set_tier_move_timeout(o.tier_move_timeout);
-  server->service_ = std::make_unique<Service>(server->handler_, server->rpc_latency_.get());
+  if (!o.standby) server->term_ = server->NewTerm(0, nullptr);
+  server->service_ = std::make_unique<Service>(*server, server->rpc_latency_.get());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->service_.get());
@@ -561,34 +785,90 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
     return Status(ErrorCode::RPC_FAIL,
                   "cannot listen on " + listen + " (port in use, or not an address of this host)");
   }
-  const Millis maint =
-      o.maintenance_period.count() > 0 ? o.maintenance_period : MaintenancePeriod(o.master);
-  const Millis reap = Millis(std::max<int64_t>(o.client_ttl.count() / 4, 1));
-  MasterServer* self = server.get();
-  server->maintenance_ =
-      std::make_unique<PeriodicThread>(maint, [self] { self->master_.RunMaintenance(); });
-  server->reaper_ =
-      std::make_unique<PeriodicThread>(reap, [self] { self->handler_.ReapSilentClients(); });
-  if (o.metrics != nullptr) {
-    o.metrics->Add(server->collector_);
-    o.metrics->Add(server->rpc_latency_);
-  }
+  if (o.metrics != nullptr) o.metrics->Add(server->rpc_latency_);
   return server;
 }
 
 MasterServer::~MasterServer() { Shutdown(); }
 
+void MasterServer::BeginTerm(uint64_t epoch, std::shared_ptr<const TermLease> lease) {
+  if (!options_.standby) return;
+  EndTerm();
+  auto term = NewTerm(epoch, std::move(lease));
+  std::lock_guard lock(term_mu_);
+  term_ = std::move(term);
+  leader_hint_ = address();
+  leader_hint_epoch_ = epoch;
+}
+
+void MasterServer::EndTerm() {
+  if (!options_.standby) return;
+  std::shared_ptr<Term> ended;
+  {
+    std::lock_guard lock(term_mu_);
+    ended = std::move(term_);
+    term_ = nullptr;
+  }
+  if (!ended) return;
+  if (options_.metrics != nullptr && ended->collector) {
+    options_.metrics->Remove(ended->collector.get());
+  }
+  if (service_) service_->CancelStreams(ended.get(), /*closing=*/false);
+  ended->maintenance.reset();
+  ended->reaper.reset();
+  // The state goes with the last call still holding the term.
+}
+
+void MasterServer::SetLeader(const std::string& address, uint64_t epoch) {
+  std::lock_guard lock(term_mu_);
+  leader_hint_ = address;
+  leader_hint_epoch_ = epoch;
+}
+
+void MasterServer::LeaderHint(std::string* address, uint64_t* epoch) const {
+  std::lock_guard lock(term_mu_);
+  *address = leader_hint_;
+  *epoch = leader_hint_epoch_;
+}
+
+std::shared_ptr<MasterServer::Term> MasterServer::CurrentTerm() const {
+  std::lock_guard lock(term_mu_);
+  return term_;
+}
+
+bool MasterServer::leading() const {
+  auto term = CurrentTerm();
+  return term != nullptr && term->Valid();
+}
+
+uint64_t MasterServer::epoch() const {
+  auto term = CurrentTerm();
+  return term ? term->epoch : 0;
+}
+
+MasterService& MasterServer::master() { return CurrentTerm()->master; }
+ClientRegistry& MasterServer::clients() { return CurrentTerm()->clients; }
+MasterRpcHandler& MasterServer::handler() { return CurrentTerm()->handler; }
+
 void MasterServer::Shutdown() {
   std::call_once(shutdown_once_, [this] {
+    std::shared_ptr<Term> term;
+    {
+      std::lock_guard lock(term_mu_);
+      term = std::move(term_);
+      term_ = nullptr;
+    }
     // First: once Remove returns, no scrape reads the master or the histograms any more.
     if (options_.metrics != nullptr) {
-      options_.metrics->Remove(collector_.get());
-      options_.metrics->Remove(rpc_latency_.get());
+      if (term && term->collector) options_.metrics->Remove(term->collector.get());
+      if (rpc_latency_) options_.metrics->Remove(rpc_latency_.get());
     }
-    if (service_) service_->CancelStreams();
+    if (service_) service_->CancelStreams(nullptr, /*closing=*/true);
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    maintenance_.reset();
-    reaper_.reset();
+    if (term) {
+      term->maintenance.reset();
+      term->reaper.reset();
+    }
     if (server_) server_->Wait();
   });
 }

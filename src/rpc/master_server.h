@@ -7,10 +7,14 @@
 // whole-call or per key — never a crash. It holds no gRPC state, so the fuzz targets drive it
 // directly with parsed messages.
 //
-// MasterServer owns the MasterService, the ClientRegistry, the gRPC server (synchronous API)
-// and two background threads: maintenance (abandoned puts, watermark eviction) and the client
-// reaper, which every client_ttl/4 unmounts the segments of clients silent for client_ttl
-// (their replicas are dropped, whole groups) and logs each expiry. Given a MetricsRegistry
+// MasterServer owns the gRPC server (synchronous API) and the current *term*: a MasterService, a
+// ClientRegistry, their handler and two background threads — maintenance (abandoned puts,
+// watermark eviction) and the client reaper, which every client_ttl/4 unmounts the segments of
+// clients silent for client_ttl (their replicas are dropped, whole groups) and logs each expiry.
+// Without high availability one term runs from Start to Shutdown. With it (`standby`), terms
+// follow the etcd election (BeginTerm/EndTerm): between terms, and as soon as a term's lease is
+// no longer valid, every call answers not_leader (CallStatus), and every answer carries the
+// term's epoch. Given a MetricsRegistry
 // (MasterServerOptions::metrics) it adds two collectables to it while it runs: the master's
 // figures, read at scrape time (MasterCollector), and a latency histogram per RPC method,
 // recorded around each call (tierkv_master_rpc_duration_seconds{method}); docs/metrics.md.
@@ -71,7 +75,8 @@ class MasterRpcHandler {
   void Stats(const rpc::StatsRequest& request, rpc::StatsResponse* response);
 
   // TierMoves, the stream's start: checks the owner's first message (a registered client that
-  // owns the segment) and attaches to the segment a RemoteTierMover that sends with `write`.
+  // owns the segment) and attaches to the segment a RemoteTierMover that sends with `write`
+  // (none — a null mover — for an index stream without a tier: hello.has_index, !has_tier).
   // Errors: the CallStatus's (unknown client, SEGMENT_NOT_FOUND), INVALID_PARAMS for a first
   // message that carries results.
   Result<std::shared_ptr<RemoteTierMover>> OpenTierMoves(
@@ -100,6 +105,15 @@ class MasterRpcHandler {
   Millis tier_move_timeout_{30000};
 };
 
+// What fences a leader's term (tierkv master --ha; rpc/leader_election.h): Valid() turns false
+// the moment the leader's etcd lease may have run out, so a deposed leader stops answering
+// before another one can be elected. Thread-safety: Valid() is called from every RPC thread.
+class TermLease {
+ public:
+  virtual ~TermLease() = default;
+  virtual bool Valid() const = 0;
+};
+
 struct MasterServerOptions {
   std::string host = "127.0.0.1";  // address to bind ("0.0.0.0" = every interface)
   int port = 50051;                // 0 = a free port, chosen by the kernel
@@ -114,12 +128,15 @@ struct MasterServerOptions {
   // Where the server's metrics go (served by a MetricsServer); null = no metrics, and no
   // timing of calls. The server removes what it added in Shutdown().
   std::shared_ptr<MetricsRegistry> metrics;
+  // High availability: start as a standby. Every call answers not_leader until BeginTerm (the
+  // election made this master the leader); each term has a fresh state.
+  bool standby = false;
 };
 
 class MasterServer {
  public:
-  // Binds and starts serving. INVALID_PARAMS for bad options; RPC_FAIL if the address cannot
-  // be bound (port in use, not a local address).
+  // Binds and starts serving (a standby: answering not_leader). INVALID_PARAMS for bad
+  // options; RPC_FAIL if the address cannot be bound (port in use, not a local address).
   static Result<std::unique_ptr<MasterServer>> Start(MasterServerOptions options);
   ~MasterServer();
   MasterServer(const MasterServer&) = delete;
@@ -129,28 +146,45 @@ class MasterServer {
   // (up to 1 s) and joins the background threads. Idempotent.
   void Shutdown();
 
+  // High availability. BeginTerm: this master leads `epoch` from now on, with a fresh state
+  // (as a restarted master: the stores' reports rebuild it); every call checks `lease` before
+  // it runs and before it answers, and answers not_leader once it is invalid. EndTerm: calls
+  // answer not_leader at once, the term's streams are cancelled and its state goes once the
+  // calls in flight are done. Both are no-ops on a server started without `standby`.
+  void BeginTerm(uint64_t epoch, std::shared_ptr<const TermLease> lease);
+  void EndTerm();
+  // What a standby tells callers about the leader (Stats answers): its address and epoch.
+  void SetLeader(const std::string& address, uint64_t epoch);
+  // Whether a term is running and its lease is valid (always true without `standby`).
+  bool leading() const;
+  uint64_t epoch() const;  // of the current term (0 without `standby`, or between terms)
+
   const std::string& host() const { return options_.host; }
   int port() const { return port_; }
   std::string address() const;  // host:port
-  MasterService& master() { return master_; }
-  ClientRegistry& clients() { return clients_; }
-  MasterRpcHandler& handler() { return handler_; }
+  // The current term's state (tests, benches): only while leading() (always without standby).
+  MasterService& master();
+  ClientRegistry& clients();
+  MasterRpcHandler& handler();
 
  private:
   class Service;
+  struct Term;
   explicit MasterServer(MasterServerOptions options);
+  std::shared_ptr<Term> NewTerm(uint64_t epoch, std::shared_ptr<const TermLease> lease);
+  std::shared_ptr<Term> CurrentTerm() const;
+  void LeaderHint(std::string* address, uint64_t* epoch) const;
 
   MasterServerOptions options_;
-  MasterService master_;
-  ClientRegistry clients_;
-  MasterRpcHandler handler_;
-  std::shared_ptr<prometheus::Collectable> collector_;  // in options_.metrics, if any
-  std::shared_ptr<LatencyHistograms> rpc_latency_;      // in options_.metrics, if any
+  const uint64_t incarnation_;
+  std::shared_ptr<LatencyHistograms> rpc_latency_;  // in options_.metrics, if any
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
-  std::unique_ptr<PeriodicThread> maintenance_;  // MasterService::RunMaintenance
-  std::unique_ptr<PeriodicThread> reaper_;       // expires silent clients
+  mutable std::mutex term_mu_;      // a leaf lock: guards the pointer and the leader hint
+  std::shared_ptr<Term> term_;      // guarded by term_mu_; null between terms
+  std::string leader_hint_;         // guarded by term_mu_
+  uint64_t leader_hint_epoch_ = 0;  // guarded by term_mu_
   std::once_flag shutdown_once_;
 };
 

@@ -69,7 +69,7 @@ Result<std::shared_ptr<RemoteBackend>> RemoteBackend::Connect(
 }
 
 RemoteBackend::~RemoteBackend() {
-  std::map<SegmentId, std::unique_ptr<TierMoveLink>> links;
+  std::map<SegmentId, std::unique_ptr<SegmentLink>> links;
   {
     std::lock_guard lock(mu_);
     links.swap(links_);
@@ -78,43 +78,109 @@ RemoteBackend::~RemoteBackend() {
 }
 
 Result<SegmentId> RemoteBackend::MountOwn(std::shared_ptr<MemorySegment> segment,
-                                          const std::string& mounted_name) {
-  auto access = std::make_shared<LocalSegmentAccess>(std::move(segment));
-  // Publish the memory before the master can place replicas on it: under mu_, so a lookup of
-  // the new id finds it once the master can hand the id out.
-  std::lock_guard lock(mu_);
-  auto id = master_->MountSegment(mounted_name, access->size());
-  if (!id.ok()) return id;
-  own_.emplace(*id, std::move(access));
-  return id;
-}
-
-Status RemoteBackend::AttachOwnTier(SegmentId handle, std::shared_ptr<SsdTier> tier,
-                                    std::shared_ptr<TierMover> mover, bool write_behind) {
-  {
-    std::lock_guard lock(mu_);
-    own_tiers_[handle] = std::move(tier);
+                                          const std::string& mounted_name, OwnTier tier) {
+  auto access = std::make_shared<LocalSegmentAccess>(segment);
+  SegmentIndex::DiskHolds holds;
+  if (tier.tier) {
+    holds = [t = tier.tier](const DiskLocation& location) { return t->Holds(location); };
   }
-  // The master demotes to this tier through a stream this process keeps open. With
-  // write_behind the master copies every put on this segment here soon after its PutEnd (the
-  // puts come from other processes: only the master sees them all).
-  auto link = std::make_unique<TierMoveLink>(*master_, handle, std::move(mover), write_behind);
+  auto index = std::make_shared<SegmentIndex>(segment, std::move(holds));
+  SegmentLinkOptions link_options;
+  link_options.mover = tier.mover;
+  link_options.write_behind = tier.write_behind;
+  link_options.index = index;
+  MountOptions mount;
+  mount.index_stream = true;
+  mount.has_tier = tier.tier != nullptr;
+  SegmentId handle = 0;
+  {
+    // Publish the memory before the master can place replicas on it: under mu_, so a lookup of
+    // the new id finds it once the master can hand the id out.
+    std::lock_guard lock(mu_);
+    link_options.test = test_hooks_;
+    auto id = master_->MountSegment(mounted_name, access->size(), mount);
+    if (!id.ok()) return id;
+    handle = *id;
+    own_.emplace(handle, std::move(access));
+    if (tier.tier) own_tiers_[handle] = tier.tier;
+    indexes_[handle] = index;
+  }
+  // The segment's stream: the master holds the segment out of placement until it linked the
+  // index (and attached the tier) through it. With write_behind the master copies every put on
+  // this segment to the tier soon after its PutEnd (the puts come from other processes: only the
+  // master sees them all).
+  auto link = std::make_unique<SegmentLink>(*master_, handle, std::move(link_options));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (!link->connected() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   if (!link->connected()) {
+    link.reset();
+    (void)master_->UnmountSegment(handle);
+    std::lock_guard lock(mu_);
+    own_.erase(handle);
+    own_tiers_.erase(handle);
+    indexes_.erase(handle);
     return Status(ErrorCode::RPC_FAIL, "the master at " + master_->address() +
-                                           " did not open the tier-move stream within 5 s "
-                                           "(a master without TierMoves?)");
+                                           " did not take the segment's stream within 5 s "
+                                           "(a master without segment indexes?)");
   }
   std::lock_guard lock(mu_);
   links_[handle] = std::move(link);
-  return Status::Ok();
+  return handle;
+}
+
+void RemoteBackend::DropOwnDiskReplicas(SegmentId handle, uint32_t region, uint64_t generation,
+                                        const std::vector<std::string>& keys) {
+  std::shared_ptr<SegmentIndex> index = OwnIndex(handle);
+  // The index first: it must never report a record whose region is being rewritten.
+  if (index) index->DropDiskRegion(region, generation, keys);
+  master_->DropDiskReplicas(handle, region, generation, keys);
+}
+
+std::shared_ptr<SegmentIndex> RemoteBackend::OwnIndex(SegmentId handle) {
+  std::lock_guard lock(mu_);
+  auto it = indexes_.find(handle);
+  return it == indexes_.end() ? nullptr : it->second;
+}
+
+bool RemoteBackend::OwnLinkConnected(SegmentId handle) {
+  std::lock_guard lock(mu_);
+  auto it = links_.find(handle);
+  return it != links_.end() && it->second->connected();
+}
+
+void RemoteBackend::TEST_SetLinkHooks(const SegmentLinkOptions::TestHooks& hooks) {
+  std::lock_guard lock(mu_);
+  test_hooks_ = hooks;
+}
+
+ClientHealth RemoteBackend::Health() {
+  ClientHealth h;
+  h.master_connected = master_->connected();
+  h.master = master_->master_address();
+  h.leader_epoch = master_->leader_epoch();
+  h.registrations = master_->registrations();
+  h.leader_changes = master_->leader_changes();
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [handle, link] : links_)
+      h.segment_linked = h.segment_linked && link->connected();
+  }
+  h.healthy = h.master_connected && h.segment_linked;
+  if (!h.master_connected) {
+    h.message = "the tierkv master at " + (h.master.empty() ? master_->address() : h.master) +
+                " does not answer (restarting, or a standby taking over?)";
+  } else if (!h.segment_linked) {
+    h.message =
+        "this client's segment is not linked to the master yet (re-mounting after a "
+        "master change)";
+  }
+  return h;
 }
 
 Status RemoteBackend::UnmountOwn(SegmentId handle) {
-  std::unique_ptr<TierMoveLink> link;
+  std::unique_ptr<SegmentLink> link;
   {
     std::lock_guard lock(mu_);
     if (auto it = links_.find(handle); it != links_.end()) {
@@ -127,6 +193,7 @@ Status RemoteBackend::UnmountOwn(SegmentId handle) {
   std::lock_guard lock(mu_);
   own_.erase(handle);
   own_tiers_.erase(handle);
+  indexes_.erase(handle);
   return st;
 }
 

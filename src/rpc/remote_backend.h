@@ -15,8 +15,10 @@
 // segment. Fetching the list and connecting happen outside the lock the lookups of known
 // segments take: a slow master or owner never stalls transfers to segments already known.
 //
-// Own segments (SegmentHost): AttachOwnTier opens a TierMoves stream (rpc/tier_move_link.h)
-// through which the master demotes into the tier; UnmountOwn closes it first.
+// Own segments (SegmentHost): MountOwn keeps an index of the segment (store/segment_index.h) and
+// a SegmentLink (rpc/segment_link.h): the segment's stream to the master, which feeds the index,
+// reports it to every new master (restart recovery) and takes the master's demotions into the
+// tier; UnmountOwn closes it first.
 //
 // Thread-safety: thread-safe.
 #pragma once
@@ -32,7 +34,8 @@
 #include "client/client_backend.h"
 #include "memory/memory_segment.h"
 #include "rpc/remote_master.h"
-#include "rpc/tier_move_link.h"
+#include "rpc/segment_link.h"
+#include "store/segment_index.h"
 #include "transport/shm_segment_client.h"
 #include "transport/ucx_options.h"
 
@@ -58,10 +61,17 @@ class RemoteBackend final : public ClientBackend {
 
   bool serves_other_processes() const override { return true; }
   Result<SegmentId> MountOwn(std::shared_ptr<MemorySegment> segment,
-                             const std::string& mounted_name) override;
-  Status AttachOwnTier(SegmentId handle, std::shared_ptr<SsdTier> tier,
-                       std::shared_ptr<TierMover> mover, bool write_behind) override;
+                             const std::string& mounted_name, OwnTier tier) override;
+  void DropOwnDiskReplicas(SegmentId handle, uint32_t region, uint64_t generation,
+                           const std::vector<std::string>& keys) override;
   Status UnmountOwn(SegmentId handle) override;
+  // The index of own segment `handle` (null if unknown), and its link's state.
+  std::shared_ptr<SegmentIndex> OwnIndex(SegmentId handle);
+  bool OwnLinkConnected(SegmentId handle);
+  // Test hooks for the links of segments mounted from now on (SegmentLinkOptions::test).
+  void TEST_SetLinkHooks(const SegmentLinkOptions::TestHooks& hooks);
+
+  ClientHealth Health() override;
 
   std::shared_ptr<SegmentAccess> FindSegment(SegmentId id) override;
   // This process's own tier (AttachOwnTier) for its own segment; null for any other.
@@ -112,7 +122,9 @@ class RemoteBackend final : public ClientBackend {
   std::mutex mu_;  // guards the maps below; held only for lookups and inserts
   std::map<SegmentId, std::shared_ptr<SegmentAccess>> own_;     // by handle
   std::map<SegmentId, std::shared_ptr<SsdTier>> own_tiers_;     // by handle
-  std::map<SegmentId, std::unique_ptr<TierMoveLink>> links_;    // by handle
+  std::map<SegmentId, std::unique_ptr<SegmentLink>> links_;     // by handle
+  std::map<SegmentId, std::shared_ptr<SegmentIndex>> indexes_;  // by handle
+  SegmentLinkOptions::TestHooks test_hooks_;                    // guarded by mu_
   std::map<SegmentId, std::string> names_;                      // the master's list
   std::map<SegmentId, std::shared_ptr<SegmentAccess>> mapped_;  // connected segments
   // UCX connections for staged loads from segments mapped over shm.

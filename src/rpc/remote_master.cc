@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
+#include <thread>
 #include <utility>
 
 #include "common/host_name.h"
@@ -80,6 +82,16 @@ MasterProcessStats DecodeProcessStats(const rpc::StatsResponse& response) {
   for (const rpc::TransferCount& count : response.transfers()) {
     out.transfers.push_back({count.transport(), count.read_bytes(), count.written_bytes()});
   }
+  out.quarantined_bytes = response.quarantined_bytes();
+  for (const rpc::SegmentRecovery& r : response.recoveries()) {
+    out.recoveries.push_back(SegmentRecovery{r.segment(), r.name(), r.links(), r.reported(),
+                                             r.memory_replicas(), r.disk_replicas(), r.bytes(),
+                                             r.rejected(), r.seconds(), r.done()});
+  }
+  out.ha = response.ha();
+  out.leading = !response.status().not_leader();
+  out.leader = response.leader();
+  out.leader_epoch = response.leader_epoch();
   out.segment_usage.reserve(static_cast<size_t>(response.segment_usage_size()));
   for (const rpc::SegmentUsage& usage : response.segment_usage()) {
     out.segment_usage.push_back(
@@ -90,12 +102,41 @@ MasterProcessStats DecodeProcessStats(const rpc::StatsResponse& response) {
 
 }  // namespace
 
-struct RemoteMaster::Stub {
+struct RemoteMaster::Endpoint {
+  std::string address;  // host:port
+  uint64_t epoch = 0;   // the leader's epoch etcd named; 0 without etcd
+  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<rpc::Master::Stub> stub;
+  // Calls in flight, cancelled when the client moves to another leader: a call must not wait
+  // for its deadline on a master that was stopped and replaced.
+  mutable std::mutex mu;
+  mutable std::set<grpc::ClientContext*> calls;  // guarded by mu
+  mutable bool retired = false;                  // guarded by mu
+  bool Enter(grpc::ClientContext* context) const {
+    std::lock_guard lock(mu);
+    if (retired) return false;
+    calls.insert(context);
+    return true;
+  }
+  void Leave(grpc::ClientContext* context) const {
+    std::lock_guard lock(mu);
+    calls.erase(context);
+  }
+  bool Retired() const {
+    std::lock_guard lock(mu);
+    return retired;
+  }
+  void Retire() const {
+    std::lock_guard lock(mu);
+    retired = true;
+    for (grpc::ClientContext* context : calls) context->TryCancel();
+  }
 };
 
 RemoteMaster::RemoteMaster(std::string address, RemoteMasterOptions options)
-    : address_(std::move(address)), options_(std::move(options)) {
+    : address_(std::move(address)), options_(std::move(options)) {}
+
+void RemoteMaster::UseEndpoint(const std::string& address, uint64_t epoch) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
   args.SetMaxSendMessageSize(wire::kMaxMessageBytes);
@@ -106,9 +147,134 @@ RemoteMaster::RemoteMaster(std::string address, RemoteMasterOptions options)
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 200);
   // A connection of our own: two RemoteMasters in one process are two clients.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
-  stub_ = std::make_unique<Stub>();
-  stub_->stub = rpc::Master::NewStub(channel_);
+  auto endpoint = std::make_shared<Endpoint>();
+  endpoint->address = address;
+  endpoint->epoch = epoch;
+  endpoint->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  endpoint->stub = rpc::Master::NewStub(endpoint->channel);
+  std::shared_ptr<const Endpoint> old;
+  {
+    std::lock_guard lock(endpoint_mu_);
+    old = std::exchange(endpoint_, std::move(endpoint));
+  }
+  if (old) old->Retire();
+}
+
+std::shared_ptr<const RemoteMaster::Endpoint> RemoteMaster::endpoint() const {
+  std::lock_guard lock(endpoint_mu_);
+  return endpoint_;
+}
+
+std::string RemoteMaster::master_address() const {
+  auto ep = endpoint();
+  return ep ? ep->address : std::string();
+}
+
+uint64_t RemoteMaster::leader_epoch() const {
+  auto ep = endpoint();
+  return ep ? ep->epoch : 0;
+}
+
+std::shared_ptr<grpc::Channel> RemoteMaster::channel() const {
+  auto ep = endpoint();
+  return ep ? ep->channel : nullptr;
+}
+
+bool RemoteMaster::FollowLeader(bool force) {
+  if (!etcd_) return false;
+  {
+    std::lock_guard lock(endpoint_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (!force && now - last_follow_ < Millis(50)) return false;
+    last_follow_ = now;
+  }
+  auto leader = etcd_->Leader();
+  if (!leader.ok()) {
+    spdlog::debug("looking up the leader: {}", leader.status().ToString());
+    return false;
+  }
+  if (!leader->has_value()) return false;  // an election is under way
+  auto current = endpoint();
+  if (current && current->address == (*leader)->address && current->epoch == (*leader)->epoch) {
+    return false;
+  }
+  UseEndpoint((*leader)->address, (*leader)->epoch);
+  leader_changes_.fetch_add(current ? 1 : 0);
+  if (current) {
+    spdlog::warn("tierkv master: following the new leader {} (epoch {}; was {} epoch {})",
+                 (*leader)->address, (*leader)->epoch, current->address, current->epoch);
+  }
+  return true;
+}
+
+bool RemoteMaster::Stale(const Endpoint& endpoint, bool not_leader, uint64_t epoch) const {
+  if (not_leader) return true;
+  // With etcd: an answer from another term than the one etcd named (an old leader back from a
+  // stop, or a newer term at the same address) is not obeyed.
+  return etcd_ != nullptr && epoch != endpoint.epoch;
+}
+
+bool RemoteMaster::AwaitMaster(const std::shared_ptr<const Endpoint>& tried,
+                               std::chrono::system_clock::time_point deadline) {
+  Kick();  // the heartbeat re-registers (and re-mounts) with whoever answers next
+  while (std::chrono::system_clock::now() + Millis(20) < deadline) {
+    if (etcd_) {
+      FollowLeader(/*force=*/true);
+      if (endpoint() != tried) return true;
+    }
+    std::this_thread::sleep_for(Millis(etcd_ ? 50 : 100));
+    if (!etcd_) return true;  // the same address again: a restarted master may answer now
+  }
+  return false;
+}
+
+namespace {
+
+template <typename Response>
+const rpc::CallStatus& CallStatusIn(const Response& response) {
+  return response.status();
+}
+
+}  // namespace
+
+template <typename Response, typename Rpc>
+grpc::Status RemoteMaster::Call(const char* name, bool idempotent, Response* response, Rpc&& rpc) {
+  const auto deadline = DeadlineIn(options_.rpc_timeout);
+  while (true) {
+    const std::shared_ptr<const Endpoint> ep = endpoint();
+    grpc::ClientContext context;
+    context.set_deadline(deadline);
+    response->Clear();
+    grpc::Status status;
+    if (ep->Enter(&context)) {
+      status = rpc(*ep->stub, &context);
+      ep->Leave(&context);
+    } else {
+      status = grpc::Status(grpc::StatusCode::CANCELLED, "moved to another leader");
+    }
+    // Cancelled because the client moved to a new leader: as if the old one were unreachable.
+    if (status.error_code() == grpc::StatusCode::CANCELLED && ep->Retired()) {
+      status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            "the call was cancelled: " + ep->address + " no longer leads");
+    }
+    if (status.ok()) {
+      const rpc::CallStatus& call = CallStatusIn(*response);
+      if (!Stale(*ep, call.not_leader(), call.leader_epoch())) return status;
+      status = grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          "the tierkv master at " + ep->address +
+              (call.not_leader() ? std::string(" is not the leader")
+                                 : " answered for epoch " + std::to_string(call.leader_epoch()) +
+                                       ", not the leader's " + std::to_string(ep->epoch)));
+      response->Clear();
+    }
+    const bool retry = idempotent && status.error_code() == grpc::StatusCode::UNAVAILABLE;
+    if (!retry || !AwaitMaster(ep, deadline)) {
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) Kick();
+      spdlog::debug("{} to {}: {}", name, ep->address, Describe(status));
+      return status;
+    }
+  }
 }
 
 Result<std::unique_ptr<RemoteMaster>> RemoteMaster::Connect(const std::string& address,
@@ -123,6 +289,33 @@ Result<std::unique_ptr<RemoteMaster>> RemoteMaster::Connect(const std::string& a
   }
   options.host = HostName(options.host);
   std::unique_ptr<RemoteMaster> master(new RemoteMaster(address, std::move(options)));
+  if (IsEtcdAddress(address)) {
+    auto endpoints = ParseEtcdAddress(address);
+    if (!endpoints.ok()) return endpoints.status();
+    auto etcd = EtcdClient::Create(std::move(endpoints).value(),
+                                   std::min(master->options_.rpc_timeout, Millis(1000)));
+    if (!etcd.ok()) return etcd.status();
+    master->etcd_ = std::move(etcd).value();
+    // The leader etcd names; an election may be under way: wait for one, within the timeout.
+    const auto deadline = std::chrono::steady_clock::now() + connect_timeout;
+    Status last(ErrorCode::RPC_FAIL, "no leader elected");
+    while (true) {
+      auto leader = master->etcd_->Leader();
+      if (leader.ok() && leader->has_value()) {
+        master->UseEndpoint((*leader)->address, (*leader)->epoch);
+        break;
+      }
+      if (!leader.ok()) last = leader.status();
+      if (std::chrono::steady_clock::now() + Millis(50) >= deadline) {
+        return Status(ErrorCode::RPC_FAIL, "no tierkv master leads at " + address + " within " +
+                                               std::to_string(connect_timeout.count()) +
+                                               " ms (connect timeout): " + last.message());
+      }
+      std::this_thread::sleep_for(Millis(50));
+    }
+  } else {
+    master->UseEndpoint(address, 0);
+  }
   if (Status st = master->Register(connect_timeout); !st.ok()) return st;
   if (master->options_.heartbeat_interval.count() > 0) {
     master->heartbeat_ = std::thread([m = master.get()] { m->HeartbeatLoop(); });
@@ -140,26 +333,24 @@ RemoteMaster::~RemoteMaster() {
   // Unregister: the master unmounts our segments now instead of after client_ttl. (Never
   // registered: Connect failed, nothing to undo.)
   if (client_id_.load() == 0) return;
+  auto ep = endpoint();
+  if (!ep) return;
   rpc::UnregisterClientRequest request;
   request.set_client_id(client_id_.load());
   rpc::StatusResponse response;
   grpc::ClientContext context;
   context.set_deadline(DeadlineIn(std::min(options_.rpc_timeout, Millis(1000))));
-  grpc::Status status = stub_->stub->UnregisterClient(&context, request, &response);
+  grpc::Status status = ep->stub->UnregisterClient(&context, request, &response);
   if (!status.ok()) {
-    spdlog::debug("unregistering client {} from {}: {}", client_id_.load(), address_,
+    spdlog::debug("unregistering client {} from {}: {}", client_id_.load(), ep->address,
                   Describe(status));
   }
-}
-
-void RemoteMaster::SetDeadline(grpc::ClientContext& context) const {
-  context.set_deadline(DeadlineIn(options_.rpc_timeout));
 }
 
 Status RemoteMaster::RpcFailure(const char* rpc, const grpc::Status& status) {
   Kick();
   return Status(ErrorCode::RPC_FAIL, std::string("RPC ") + rpc + " to the tierkv master at " +
-                                         address_ + " failed: " + Describe(status));
+                                         master_address() + " failed: " + Describe(status));
 }
 
 // ---- Registration and heartbeat -------------------------------------------------------------
@@ -169,23 +360,29 @@ Status RemoteMaster::Register(Millis timeout) {
   const auto deadline = DeadlineIn(timeout);
   std::string last;
   for (;;) {
+    const std::shared_ptr<const Endpoint> ep = endpoint();
     rpc::RegisterClientRequest request;
     request.set_host(options_.host);
     rpc::RegisterClientResponse response;
     grpc::ClientContext context;
     context.set_deadline(deadline);
-    grpc::Status status = stub_->stub->RegisterClient(&context, request, &response);
+    grpc::Status status = ep->stub->RegisterClient(&context, request, &response);
+    if (status.ok() &&
+        Stale(*ep, response.status().not_leader(), response.status().leader_epoch())) {
+      status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            "the tierkv master at " + ep->address + " is not the leader");
+    }
     if (status.ok()) {
       if (Status call = wire::CallStatusOf(response.status()); !call.ok()) return call;
       if (response.client_id() == 0) {
         return Status(ErrorCode::RPC_FAIL,
-                      "malformed RegisterClient response from " + address_ + ": client id 0");
+                      "malformed RegisterClient response from " + ep->address + ": client id 0");
       }
       client_id_.store(response.client_id());
       master_client_ttl_ms_.store(response.client_ttl_ms());
       registrations_.fetch_add(1);
       connected_.store(true);
-      spdlog::debug("registered with the tierkv master at {} as client {}", address_,
+      spdlog::debug("registered with the tierkv master at {} as client {}", ep->address,
                     response.client_id());
       return Status::Ok();
     }
@@ -195,11 +392,13 @@ Status RemoteMaster::Register(Millis timeout) {
     if (last.empty() || reason.find("handshaker shutdown") == std::string::npos) {
       last = std::move(reason);
     }
-    // UNAVAILABLE: nothing listens yet, or the channel is backing off; try again until the
-    // deadline. Anything else (a deadline, a server that is not a tierkv master) is final.
+    // UNAVAILABLE: nothing listens yet, the channel is backing off, or (etcd) the leader
+    // changed; try again until the deadline. Anything else (a deadline, a server that is not a
+    // tierkv master) is final.
     const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE &&
                        std::chrono::system_clock::now() + Millis(50) < deadline;
     if (!retry) break;
+    FollowLeader(/*force=*/true);
     std::this_thread::sleep_for(Millis(50));
   }
   const auto waited =
@@ -221,28 +420,37 @@ Status RemoteMaster::ReregisterLocked(const char* why) {
   spdlog::warn(
       "tierkv master at {} {}: client {} registered again as client {}; re-mounted {} of {} "
       "segment(s)",
-      address_, why, old_id, client_id_.load(), mounted, segments_.size());
+      master_address(), why, old_id, client_id_.load(), mounted, segments_.size());
+  return Status::Ok();
+}
+
+Status RemoteMaster::MountOne(OwnedSegment& segment) {
+  rpc::MountSegmentRequest request;
+  request.set_client_id(client_id_.load());
+  request.set_name(segment.name);
+  request.set_capacity(segment.capacity);
+  request.set_index_stream(segment.options.index_stream);
+  request.set_has_tier(segment.options.has_tier);
+  rpc::MountSegmentResponse response;
+  grpc::Status status = Call("MountSegment", false, &response,
+                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+                               return stub.MountSegment(context, request, &response);
+                             });
+  if (!status.ok()) return RpcFailure("MountSegment", status);
+  if (Status call = wire::CallStatusOf(response.status()); !call.ok()) return call;
+  if (response.segment_id() == 0) {
+    return Status(ErrorCode::RPC_FAIL, "malformed MountSegment response: segment id 0");
+  }
+  segment.current = response.segment_id();
   return Status::Ok();
 }
 
 void RemoteMaster::RemountPendingLocked() {
   for (OwnedSegment& segment : segments_) {
     if (segment.current != 0) continue;
-    rpc::MountSegmentRequest request;
-    request.set_client_id(client_id_.load());
-    request.set_name(segment.name);
-    request.set_capacity(segment.capacity);
-    rpc::MountSegmentResponse response;
-    grpc::ClientContext context;
-    SetDeadline(context);
-    grpc::Status status = stub_->stub->MountSegment(&context, request, &response);
-    Status st = status.ok() ? wire::CallStatusOf(response.status())
-                            : Status(ErrorCode::RPC_FAIL, Describe(status));
-    if (st.ok() && response.segment_id() != 0) {
-      segment.current = response.segment_id();
-    } else {
+    if (Status st = MountOne(segment); !st.ok()) {
       spdlog::warn("re-mounting segment '{}' on {} failed (retried at the next heartbeat): {}",
-                   segment.name, address_, st.ToString());
+                   segment.name, master_address(), st.ToString());
     }
   }
   PublishIdsLocked();
@@ -256,42 +464,53 @@ void RemoteMaster::PublishIdsLocked() {
 }
 
 Status RemoteMaster::Beat() {
-  const uint64_t id = client_id_.load();
-  rpc::HeartbeatRequest request;
-  request.set_client_id(id);
-  if (options_.transfer_counts) {
-    for (const TransferCount& count : options_.transfer_counts()) {
-      rpc::TransferCount* out = request.add_transfers();
-      out->set_transport(count.transport);
-      out->set_read_bytes(count.read_bytes);
-      out->set_written_bytes(count.written_bytes);
+  for (int attempt = 0;; ++attempt) {
+    const uint64_t id = client_id_.load();
+    const std::shared_ptr<const Endpoint> ep = endpoint();
+    rpc::HeartbeatRequest request;
+    request.set_client_id(id);
+    if (options_.transfer_counts) {
+      for (const TransferCount& count : options_.transfer_counts()) {
+        rpc::TransferCount* out = request.add_transfers();
+        out->set_transport(count.transport);
+        out->set_read_bytes(count.read_bytes);
+        out->set_written_bytes(count.written_bytes);
+      }
     }
-  }
-  rpc::HeartbeatResponse response;
-  grpc::ClientContext context;
-  const Millis interval = HeartbeatInterval();
-  const Millis timeout = interval.count() > 0
-                             ? std::min(options_.rpc_timeout, std::max(2 * interval, Millis(500)))
-                             : options_.rpc_timeout;
-  context.set_deadline(DeadlineIn(timeout));
-  grpc::Status status = stub_->stub->Heartbeat(&context, request, &response);
-  if (!status.ok()) {
-    if (connected_.exchange(false)) {
-      spdlog::warn("lost the tierkv master at {}: {} (retrying every heartbeat)", address_,
-                   Describe(status));
+    rpc::HeartbeatResponse response;
+    grpc::ClientContext context;
+    const Millis interval = HeartbeatInterval();
+    const Millis timeout = interval.count() > 0
+                               ? std::min(options_.rpc_timeout, std::max(2 * interval, Millis(500)))
+                               : options_.rpc_timeout;
+    context.set_deadline(DeadlineIn(timeout));
+    grpc::Status status = ep->stub->Heartbeat(&context, request, &response);
+    if (status.ok() && Stale(*ep, response.not_leader(), response.leader_epoch())) {
+      status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            "the tierkv master at " + ep->address + " is not the leader");
     }
-    return Status(ErrorCode::RPC_FAIL,
-                  "heartbeat to the tierkv master at " + address_ + " failed: " + Describe(status));
+    if (!status.ok()) {
+      // With etcd: another master may lead now; try it at once.
+      if (attempt == 0 && FollowLeader(/*force=*/true)) continue;
+      if (connected_.exchange(false)) {
+        spdlog::warn("lost the tierkv master at {}: {} (retrying every 100 ms)", ep->address,
+                     Describe(status));
+      }
+      return Status(ErrorCode::RPC_FAIL, "heartbeat to the tierkv master at " + ep->address +
+                                             " failed: " + Describe(status));
+    }
+    if (!connected_.exchange(true)) spdlog::warn("tierkv master at {} answers", ep->address);
+    std::lock_guard lock(owner_mu_);
+    if (!response.known()) {
+      // Someone else (a mount that was refused) may have registered again meanwhile.
+      if (client_id_.load() != id) return Status::Ok();
+      return ReregisterLocked(
+          "does not know this client (it restarted, took over as leader, or expired the "
+          "client)");
+    }
+    RemountPendingLocked();
+    return Status::Ok();
   }
-  if (!connected_.exchange(true)) spdlog::warn("tierkv master at {} answers again", address_);
-  std::lock_guard lock(owner_mu_);
-  if (!response.known()) {
-    // Someone else (a mount that was refused) may have registered again meanwhile.
-    if (client_id_.load() != id) return Status::Ok();
-    return ReregisterLocked("does not know this client (it restarted, or expired the client)");
-  }
-  RemountPendingLocked();
-  return Status::Ok();
 }
 
 void RemoteMaster::Kick() {
@@ -314,7 +533,11 @@ Millis RemoteMaster::HeartbeatInterval() const {
 void RemoteMaster::HeartbeatLoop() {
   std::unique_lock lock(beat_mu_);
   while (!stop_) {
-    beat_cv_.wait_for(lock, HeartbeatInterval(), [this] { return stop_ || kicked_; });
+    // While the master does not answer, look again every 100 ms: a restarted master or a new
+    // leader is found within that.
+    const Millis wait =
+        connected_.load() ? HeartbeatInterval() : std::min(HeartbeatInterval(), Millis(100));
+    beat_cv_.wait_for(lock, wait, [this] { return stop_ || kicked_; });
     if (stop_) break;
     if (kicked_) {
       // A failed call: beat soon, but at most ~20 times a second while calls keep failing.
@@ -332,16 +555,25 @@ Status RemoteMaster::Ping() { return Beat(); }
 // ---- Segments ---------------------------------------------------------------------------------
 
 Result<SegmentId> RemoteMaster::MountSegment(const std::string& name, uint64_t capacity) {
+  return MountSegment(name, capacity, MountOptions{});
+}
+
+Result<SegmentId> RemoteMaster::MountSegment(const std::string& name, uint64_t capacity,
+                                             MountOptions options) {
   std::lock_guard lock(owner_mu_);
+  OwnedSegment segment{0, 0, name, capacity, options};
   for (int attempt = 0;; ++attempt) {
     rpc::MountSegmentRequest request;
     request.set_client_id(client_id_.load());
     request.set_name(name);
     request.set_capacity(capacity);
+    request.set_index_stream(options.index_stream);
+    request.set_has_tier(options.has_tier);
     rpc::MountSegmentResponse response;
-    grpc::ClientContext context;
-    SetDeadline(context);
-    grpc::Status status = stub_->stub->MountSegment(&context, request, &response);
+    grpc::Status status = Call("MountSegment", false, &response,
+                               [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+                                 return stub.MountSegment(context, request, &response);
+                               });
     if (!status.ok()) return RpcFailure("MountSegment", status);
     if (response.status().unknown_client() && attempt == 0) {
       if (Status st = ReregisterLocked("refused a mount from an unknown client"); !st.ok()) {
@@ -353,7 +585,8 @@ Result<SegmentId> RemoteMaster::MountSegment(const std::string& name, uint64_t c
     if (response.segment_id() == 0) {
       return Status(ErrorCode::RPC_FAIL, "malformed MountSegment response: segment id 0");
     }
-    segments_.push_back(OwnedSegment{response.segment_id(), response.segment_id(), name, capacity});
+    segment.handle = segment.current = response.segment_id();
+    segments_.push_back(segment);
     PublishIdsLocked();
     return static_cast<SegmentId>(response.segment_id());
   }
@@ -376,9 +609,10 @@ Status RemoteMaster::UnmountSegment(SegmentId id) {
   request.set_client_id(client_id_.load());
   request.set_segment_id(current);
   rpc::StatusResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  grpc::Status status = stub_->stub->UnmountSegment(&context, request, &response);
+  grpc::Status status = Call("UnmountSegment", false, &response,
+                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+                               return stub.UnmountSegment(context, request, &response);
+                             });
   if (!status.ok()) return RpcFailure("UnmountSegment", status);
   // An unknown client had its segments unmounted already (expiry, restart).
   if (response.status().unknown_client()) return Status::Ok();
@@ -415,9 +649,10 @@ uint64_t RemoteMaster::DropDiskReplicas(SegmentId segment, uint32_t region, uint
   request.set_generation(generation);
   wire::EncodeKeys(keys, request.mutable_keys());
   rpc::CountResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  grpc::Status status = stub_->stub->DropDiskReplicas(&context, request, &response);
+  grpc::Status status = Call("DropDiskReplicas", false, &response,
+                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+                               return stub.DropDiskReplicas(context, request, &response);
+                             });
   Status st =
       status.ok() ? wire::CallStatusOf(response.status()) : RpcFailure("DropDiskReplicas", status);
   if (!st.ok()) {
@@ -455,9 +690,10 @@ std::vector<Status> RemoteMaster::AddDiskReplicas(SegmentId segment,
     request.add_checksums(r.checksum);
   }
   rpc::BatchResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  grpc::Status status = stub_->stub->AddDiskReplicas(&context, request, &response);
+  grpc::Status status = Call("AddDiskReplicas", false, &response,
+                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+                               return stub.AddDiskReplicas(context, request, &response);
+                             });
   if (!status.ok()) return std::vector<Status>(n, RpcFailure("AddDiskReplicas", status));
   return wire::DecodeResults(response.status(), response.results(), n, "AddDiskReplicas");
 }
@@ -467,9 +703,10 @@ std::vector<Status> RemoteMaster::CopyToDisk(const std::vector<std::string>& key
   rpc::CopyToDiskRequest request;
   wire::EncodeKeys(keys, request.mutable_keys());
   rpc::BatchResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  grpc::Status status = stub_->stub->CopyToDisk(&context, request, &response);
+  grpc::Status status = Call("CopyToDisk", false, &response,
+                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+                               return stub.CopyToDisk(context, request, &response);
+                             });
   if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("CopyToDisk", status));
   return wire::DecodeResults(response.status(), response.results(), keys.size(), "CopyToDisk");
 }
@@ -481,9 +718,10 @@ std::vector<Result<PutStartResult>> RemoteMaster::PromoteStart(const std::vector
   wire::EncodeKeys(keys, request.mutable_keys());
   request.set_min_hits(min_hits);
   rpc::PlacementResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  grpc::Status status = stub_->stub->PromoteStart(&context, request, &response);
+  grpc::Status status = Call("PromoteStart", false, &response,
+                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+                               return stub.PromoteStart(context, request, &response);
+                             });
   if (!status.ok()) {
     return std::vector<Result<PutStartResult>>(keys.size(), RpcFailure("PromoteStart", status));
   }
@@ -499,9 +737,10 @@ std::vector<Status> RemoteMaster::PromoteEnd(const std::vector<std::string>& key
   request.mutable_promotion_ids()->Add(promotion_ids.begin(), promotion_ids.end());
   for (bool b : ok) request.add_ok(b);
   rpc::BatchResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  grpc::Status status = stub_->stub->PromoteEnd(&context, request, &response);
+  grpc::Status status = Call("PromoteEnd", false, &response,
+                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+                               return stub.PromoteEnd(context, request, &response);
+                             });
   if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("PromoteEnd", status));
   return wire::DecodeResults(response.status(), response.results(), keys.size(), "PromoteEnd");
 }
@@ -531,9 +770,10 @@ std::vector<Result<PutStartResult>> RemoteMaster::StartPuts(const std::vector<st
   request.mutable_sizes()->Add(sizes.begin(), sizes.end());
   wire::EncodeConfig(config, request.mutable_config());
   rpc::PlacementResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  grpc::Status status = stub_->stub->PutStart(&context, request, &response);
+  grpc::Status status = Call("PutStart", false, &response,
+                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+                               return stub.PutStart(context, request, &response);
+                             });
   if (!status.ok()) {
     return std::vector<Result<PutStartResult>>(keys.size(), RpcFailure("PutStart", status));
   }
@@ -549,9 +789,10 @@ std::vector<Status> RemoteMaster::PutEnd(const std::vector<std::string>& keys,
   request.mutable_put_ids()->Add(put_ids.begin(), put_ids.end());
   request.mutable_checksums()->Add(checksums.begin(), checksums.end());
   rpc::BatchResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  grpc::Status status = stub_->stub->PutEnd(&context, request, &response);
+  grpc::Status status =
+      Call("PutEnd", false, &response, [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+        return stub.PutEnd(context, request, &response);
+      });
   if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("PutEnd", status));
   return wire::DecodeResults(response.status(), response.results(), keys.size(), "PutEnd");
 }
@@ -563,9 +804,10 @@ std::vector<Status> RemoteMaster::PutRevoke(const std::vector<std::string>& keys
   wire::EncodeKeys(keys, request.mutable_keys());
   request.mutable_put_ids()->Add(put_ids.begin(), put_ids.end());
   rpc::BatchResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  grpc::Status status = stub_->stub->PutRevoke(&context, request, &response);
+  grpc::Status status = Call("PutRevoke", false, &response,
+                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+                               return stub.PutRevoke(context, request, &response);
+                             });
   if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("PutRevoke", status));
   return wire::DecodeResults(response.status(), response.results(), keys.size(), "PutRevoke");
 }
@@ -577,9 +819,10 @@ std::vector<int> RemoteMaster::Exists(const std::vector<std::string>& keys) {
   rpc::ExistsRequest request;
   wire::EncodeKeys(keys, request.mutable_keys());
   rpc::ExistsResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  grpc::Status status = stub_->stub->Exists(&context, request, &response);
+  grpc::Status status =
+      Call("Exists", true, &response, [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+        return stub.Exists(context, request, &response);
+      });
   if (!status.ok()) {
     Status failure = RpcFailure("Exists", status);
     spdlog::debug("{}", failure.ToString());
@@ -594,10 +837,12 @@ std::vector<Result<ObjectReplicas>> RemoteMaster::GetReplicas(
   rpc::GetReplicasRequest request;
   wire::EncodeKeys(keys, request.mutable_keys());
   rpc::GetReplicasResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  const SteadyTime sent = std::chrono::steady_clock::now();
-  grpc::Status status = stub_->stub->GetReplicas(&context, request, &response);
+  SteadyTime sent{};
+  grpc::Status status = Call("GetReplicas", true, &response,
+                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+                               sent = std::chrono::steady_clock::now();
+                               return stub.GetReplicas(context, request, &response);
+                             });
   if (!status.ok()) {
     return std::vector<Result<ObjectReplicas>>(keys.size(), RpcFailure("GetReplicas", status));
   }
@@ -617,9 +862,10 @@ std::vector<Status> RemoteMaster::BatchRemove(const std::vector<std::string>& ke
   wire::EncodeKeys(keys, request.mutable_keys());
   request.set_force(force);
   rpc::BatchResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  grpc::Status status = stub_->stub->Remove(&context, request, &response);
+  grpc::Status status =
+      Call("Remove", false, &response, [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+        return stub.Remove(context, request, &response);
+      });
   if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("Remove", status));
   return wire::DecodeResults(response.status(), response.results(), keys.size(), "Remove");
 }
@@ -628,9 +874,10 @@ uint64_t RemoteMaster::RemoveAll(bool force) {
   rpc::RemoveAllRequest request;
   request.set_force(force);
   rpc::CountResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  grpc::Status status = stub_->stub->RemoveAll(&context, request, &response);
+  grpc::Status status = Call("RemoveAll", false, &response,
+                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+                               return stub.RemoveAll(context, request, &response);
+                             });
   Status st = status.ok() ? wire::CallStatusOf(response.status()) : RpcFailure("RemoveAll", status);
   if (!st.ok()) {
     spdlog::warn("RemoveAll: {}", st.ToString());
@@ -644,9 +891,10 @@ Result<uint64_t> RemoteMaster::RemoveByRegex(const std::string& regex, bool forc
   request.set_regex(regex);
   request.set_force(force);
   rpc::CountResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  grpc::Status status = stub_->stub->RemoveByRegex(&context, request, &response);
+  grpc::Status status = Call("RemoveByRegex", false, &response,
+                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+                               return stub.RemoveByRegex(context, request, &response);
+                             });
   Status st =
       status.ok() ? wire::CallStatusOf(response.status()) : RpcFailure("RemoveByRegex", status);
   if (!st.ok()) return st;
@@ -658,9 +906,10 @@ Result<uint64_t> RemoteMaster::RemoveByRegex(const std::string& regex, bool forc
 Result<MasterProcessStats> RemoteMaster::ProcessStats() {
   rpc::StatsRequest request;
   rpc::StatsResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  grpc::Status status = stub_->stub->Stats(&context, request, &response);
+  grpc::Status status =
+      Call("Stats", true, &response, [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+        return stub.Stats(context, request, &response);
+      });
   if (!status.ok()) return RpcFailure("Stats", status);
   if (Status call = wire::CallStatusOf(response.status()); !call.ok()) return call;
   return DecodeProcessStats(response);
@@ -669,10 +918,29 @@ Result<MasterProcessStats> RemoteMaster::ProcessStats() {
 Result<MasterProcessStats> RemoteMaster::QueryStats(const std::string& address, Millis timeout) {
   if (address.empty()) return Status(ErrorCode::INVALID_PARAMS, "master address is empty");
   if (timeout.count() <= 0) return Status(ErrorCode::INVALID_PARAMS, "timeout must be > 0 ms");
+  std::string target = address;
+  std::vector<std::string> masters;
+  if (IsEtcdAddress(address)) {
+    auto endpoints = ParseEtcdAddress(address);
+    if (!endpoints.ok()) return endpoints.status();
+    auto etcd = EtcdClient::Create(std::move(endpoints).value(), timeout);
+    if (!etcd.ok()) return etcd.status();
+    auto members = (*etcd)->GetPrefix(std::string(kMasterPrefix) + "members/");
+    if (!members.ok()) return members.status();
+    for (const EtcdKeyValue& kv : *members) masters.push_back(kv.value);
+    auto leader = (*etcd)->Leader();
+    if (!leader.ok()) return leader.status();
+    if (!leader->has_value()) {
+      return Status(ErrorCode::RPC_FAIL, "no tierkv master leads at " + address + " (" +
+                                             std::to_string(masters.size()) +
+                                             " running; an election may be under way)");
+    }
+    target = (*leader)->address;
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   std::unique_ptr<rpc::Master::Stub> stub = rpc::Master::NewStub(channel);
   rpc::StatsRequest request;
   rpc::StatsResponse response;
@@ -680,12 +948,17 @@ Result<MasterProcessStats> RemoteMaster::QueryStats(const std::string& address, 
   context.set_deadline(DeadlineIn(timeout));  // fail-fast: a refused connection ends at once
   grpc::Status status = stub->Stats(&context, request, &response);
   if (!status.ok()) {
-    return Status(ErrorCode::RPC_FAIL, "cannot get stats from the tierkv master at " + address +
+    return Status(ErrorCode::RPC_FAIL, "cannot get stats from the tierkv master at " + target +
                                            " (timeout " + std::to_string(timeout.count()) +
                                            " ms): " + Describe(status));
   }
-  if (Status call = wire::CallStatusOf(response.status()); !call.ok()) return call;
-  return DecodeProcessStats(response);
+  if (!response.status().not_leader()) {
+    if (Status call = wire::CallStatusOf(response.status()); !call.ok()) return call;
+  }
+  MasterProcessStats out = DecodeProcessStats(response);
+  out.answered_by = target;
+  out.masters = std::move(masters);
+  return out;
 }
 
 MasterStats RemoteMaster::Stats() {

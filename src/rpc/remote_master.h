@@ -6,11 +6,23 @@
 // Stats) return 0 / empty stats on failure and log a warning; ProcessStats() and Ping() report
 // errors.
 //
+// The master's address is "host:port", or "etcd://host:port[;host:port...]" for masters with
+// standbys (tierkv master --ha): the client then asks etcd who leads (rpc/etcd_client.h), talks
+// to that master, and follows the leader when it changes — a master answering not_leader, or
+// with another epoch than the one etcd named, is not obeyed.
+//
+// Riding through a master's restart or failover: the idempotent calls (Exists, GetReplicas,
+// ProcessStats/Stats) are retried — on the new leader, or on the same address — while the master
+// is unreachable or not the leader, until `rpc_timeout` after the call started, never longer.
+// The others fail at once with RPC_FAIL (a put whose PutStart reached a master that then died
+// can never end: its PutEnd fails on the next master, and its bytes never become readable).
+//
 // Liveness: Connect registers this client (naming its host) and a background thread heartbeats
 // every `heartbeat_interval` (default 1 s), or every client_ttl / 3 when the master's TTL (sent
-// in the RegisterClient answer) is shorter than 3 intervals. When the master answers that it does
-// not know the client — it restarted, or expired the client after client_ttl of silence — the
-// thread registers again and re-mounts every segment this client mounted, so its owner carries on.
+// in the RegisterClient answer) is shorter than 3 intervals, and every 100 ms while the master
+// does not answer. When the master answers that it does not know the client — it restarted,
+// another master took over, or it expired the client after client_ttl of silence — the thread
+// registers again and re-mounts every segment this client mounted, so its owner carries on.
 // A failed call also wakes the thread early. Segment handles returned by MountSegment stay
 // valid across such re-mounts: UnmountSegment, DropDiskReplicas and AddDiskReplicas translate
 // them to the master's current segment id (CurrentSegmentId). Replica locations in answers
@@ -32,6 +44,7 @@
 #include <vector>
 
 #include "master/master_api.h"
+#include "rpc/etcd_client.h"
 #include "tierkv/status.h"
 #include "tierkv/types.h"
 #include "transfer/transfer_counters.h"
@@ -65,6 +78,16 @@ struct MasterProcessStats {
   double high_watermark = 0;
   double eviction_ratio = 0;
   uint64_t lease_ttl_ms = 0;
+  std::vector<SegmentRecovery> recoveries;  // per segment with an index (restart recovery)
+  uint64_t quarantined_bytes = 0;           // freed, waiting for the stores' acknowledgments
+  // High availability (tierkv master --ha): whether the master runs with it, whether the one
+  // that answered leads (a standby answers only this part), and the leader it knows.
+  bool ha = false;
+  bool leading = true;
+  std::string leader;
+  uint64_t leader_epoch = 0;
+  std::string answered_by;           // the address that answered
+  std::vector<std::string> masters;  // etcd: every running master (leader and standbys)
 };
 
 class RemoteMaster final : public MasterApi {
@@ -82,6 +105,8 @@ class RemoteMaster final : public MasterApi {
 
   // --- Segments (owned by this client; re-mounted after a master restart) ---
   Result<SegmentId> MountSegment(const std::string& name, uint64_t capacity) override;
+  // With what the master should know of the segment (MountOptions; kept for re-mounts).
+  Result<SegmentId> MountSegment(const std::string& name, uint64_t capacity, MountOptions options);
   Status UnmountSegment(SegmentId id) override;
   // The master's current id of a segment handle (they differ after a re-mount); 0 if unknown
   // or not mounted right now. Never waits for an RPC (a registration in progress).
@@ -128,18 +153,29 @@ class RemoteMaster final : public MasterApi {
   const Clock* clock() const override { return SystemClock::Instance(); }
   Result<MasterProcessStats> ProcessStats();
   // One Stats RPC to the master at `address` on a channel of its own, without registering
-  // (`tierkv stat`: looking must not add a client). Fails fast when nothing answers: RPC_FAIL
-  // naming the address, the timeout and gRPC's reason, within `timeout`; INVALID_PARAMS for an
-  // empty address or a non-positive timeout. Thread-safe.
+  // (`tierkv stat`: looking must not add a client). With "etcd://...", to the leader etcd names,
+  // and `masters` lists every running master; a standby's answer has leading false and only
+  // the HA fields. Fails fast when nothing answers: RPC_FAIL naming the address, the timeout
+  // and gRPC's reason, within `timeout`; INVALID_PARAMS for an empty address or a non-positive
+  // timeout. Thread-safe.
   static Result<MasterProcessStats> QueryStats(const std::string& address, Millis timeout);
 
   // One heartbeat now: OK if the master answered (re-registering first if it did not know this
   // client), RPC_FAIL otherwise.
   Status Ping();
+  // Something looks wrong with the master (a stream broke): heartbeat soon. Never blocks.
+  void Nudge() { Kick(); }
 
+  // The address this client was given ("host:port" or "etcd://...").
   const std::string& address() const { return address_; }
-  // The channel to the master (TierMoveLink opens its stream on it).
-  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+  // The master it talks to now: the leader's address (the same as address() without etcd),
+  // and the leader's epoch (0 without etcd).
+  std::string master_address() const;
+  uint64_t leader_epoch() const;
+  // Times this client followed a new leader (etcd only).
+  uint64_t leader_changes() const { return leader_changes_.load(); }
+  // The channel to the master it talks to now (SegmentLink opens its stream on it).
+  std::shared_ptr<grpc::Channel> channel() const;
   uint64_t client_id() const { return client_id_.load(); }
   // Times this client registered (1 after Connect; +1 per re-registration).
   uint64_t registrations() const { return registrations_.load(); }
@@ -147,7 +183,7 @@ class RemoteMaster final : public MasterApi {
   bool connected() const { return connected_.load(); }
 
  private:
-  struct Stub;
+  struct Endpoint;
   // PutStart and UpsertStart: one PutStart RPC with `upsert` set as asked.
   std::vector<Result<PutStartResult>> StartPuts(const std::vector<std::string>& keys,
                                                 const std::vector<uint64_t>& sizes,
@@ -157,9 +193,27 @@ class RemoteMaster final : public MasterApi {
     SegmentId current = 0;  // the master's id now; 0 = not mounted (re-mount pending)
     std::string name;
     uint64_t capacity = 0;
+    MountOptions options;
   };
 
   RemoteMaster(std::string address, RemoteMasterOptions options);
+  std::shared_ptr<const Endpoint> endpoint() const;
+  void UseEndpoint(const std::string& address, uint64_t epoch);
+  // etcd only: asks etcd who leads (at most every 50 ms unless `force`) and switches to it;
+  // true if the master talked to changed.
+  bool FollowLeader(bool force = false);
+  // Whether an answer must not be obeyed: not the leader, or another epoch than etcd named.
+  bool Stale(const Endpoint& endpoint, bool not_leader, uint64_t epoch) const;
+  // One RPC: `rpc(stub, context)` with this client's deadline. With `idempotent`, retried until
+  // the deadline while the master is unreachable (UNAVAILABLE) or not the leader, after
+  // following the leader (etcd) or a short pause. An answer that is not obeyed comes back as
+  // UNAVAILABLE.
+  template <typename Response, typename Rpc>
+  grpc::Status Call(const char* name, bool idempotent, Response* response, Rpc&& rpc);
+  // Waits (up to `deadline`) for another master to try: true when it is worth trying again.
+  bool AwaitMaster(const std::shared_ptr<const Endpoint>& tried,
+                   std::chrono::system_clock::time_point deadline);
+  Status MountOne(OwnedSegment& segment);  // one MountSegment RPC; requires owner_mu_
   Status Register(Millis timeout);
   // Registers again and re-mounts every owned segment. Requires owner_mu_.
   Status ReregisterLocked(const char* why);
@@ -173,12 +227,14 @@ class RemoteMaster final : public MasterApi {
   void Kick();
   // RPC_FAIL naming the call, the address and gRPC's reason; wakes the heartbeat.
   Status RpcFailure(const char* rpc, const grpc::Status& status);
-  void SetDeadline(grpc::ClientContext& context) const;
 
   const std::string address_;
   const RemoteMasterOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<Stub> stub_;
+  std::unique_ptr<EtcdClient> etcd_;                     // "etcd://" addresses only
+  mutable std::mutex endpoint_mu_;                       // a leaf lock
+  std::shared_ptr<const Endpoint> endpoint_;             // guarded by endpoint_mu_
+  std::chrono::steady_clock::time_point last_follow_{};  // guarded by endpoint_mu_
+  std::atomic<uint64_t> leader_changes_{0};
   std::atomic<uint64_t> client_id_{0};
   std::atomic<uint64_t> master_client_ttl_ms_{0};  // from RegisterClient; 0 = not told
   std::atomic<uint64_t> registrations_{0};

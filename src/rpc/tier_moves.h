@@ -1,11 +1,11 @@
 // Tier moves across processes, the master's side: how `tierkv master` has a store write objects
 // to the store's SSD tier (the TierMoves stream of proto/tierkv/master.proto). The store's side
-// is TierMoveLink (rpc/tier_move_link.h).
+// is SegmentLink (rpc/segment_link.h), which also carries the store's segment index.
 //
 // The master never touches object bytes; when it demotes or writes behind objects of a segment
 // whose owner has an SSD tier it calls that segment's TierMover (master/tier_mover.h). For a
 // segment of another process that mover is a RemoteTierMover: it writes the items on the
-// stream the owner opened and waits for the owner's answer. The owner's side is a TierMoveLink:
+// stream the owner opened and waits for the owner's answer. The owner's side is a SegmentLink:
 // a thread that keeps the stream open (re-opening it after a master restart or a re-mount) and
 // answers each request with the store's LocalTierMover.
 //

@@ -151,6 +151,10 @@ void EncodeStats(const MasterStats& s, rpc::StatsResponse* out) {
   out->set_get_misses(s.get_misses);
   out->set_puts(s.puts);
   out->set_removes(s.removes);
+  out->set_recovered_replicas(s.recovered_replicas);
+  out->set_recovered_bytes(s.recovered_bytes);
+  out->set_recovery_rejected(s.recovery_rejected);
+  out->set_lost_puts(s.lost_puts);
 }
 
 MasterStats DecodeStats(const rpc::StatsResponse& in) {
@@ -175,6 +179,10 @@ MasterStats DecodeStats(const rpc::StatsResponse& in) {
   s.get_misses = in.get_misses();
   s.puts = in.puts();
   s.removes = in.removes();
+  s.recovered_replicas = in.recovered_replicas();
+  s.recovered_bytes = in.recovered_bytes();
+  s.recovery_rejected = in.recovery_rejected();
+  s.lost_puts = in.lost_puts();
   return s;
 }
 

@@ -444,6 +444,13 @@ bool RegionLog::DirectReadable(uint64_t value_size, uint64_t value_offset, uint6
          length % kBlockSize == 0 && reinterpret_cast<uintptr_t>(dst) % kBlockSize == 0;
 }
 
+bool RegionLog::Holds(const DiskLocation& loc) {
+  if (loc.region >= num_regions_ || loc.generation == 0) return false;
+  std::lock_guard lock(mu_);
+  const Region& r = regions_[loc.region];
+  return r.state != State::kFree && r.generation == loc.generation;
+}
+
 Status RegionLog::CheckLocation(const DiskLocation& loc, std::string_view key) const {
   if (key.empty() || key.size() > kMaxKeyLength) {
     return Status(ErrorCode::INVALID_KEY, "region log: bad key length");

@@ -205,6 +205,10 @@ class RegionLog {
   static bool DirectReadable(uint64_t value_size, uint64_t value_offset, uint64_t length,
                              const void* dst);
 
+  // Whether `loc`'s region is written (open or sealed) at loc.generation: false once it was
+  // reused (or never held that generation). Takes the log's mutex.
+  bool Holds(const DiskLocation& loc);
+
   uint32_t num_regions() const { return num_regions_; }
   uint64_t region_size() const { return region_size_; }
   // Device index and byte offset of a region (for tests and diagnostics).

@@ -255,6 +255,8 @@ Result<DiskLocation> SsdTier::Append(std::string_view key, const std::vector<Con
 
 Status SsdTier::Flush() { return impl_->log->Flush(); }
 
+bool SsdTier::Holds(const DiskLocation& location) { return impl_->log->Holds(location); }
+
 Result<StageResult> SsdTier::Stage(const std::vector<StageRequest>& requests,
                                    const PieceReady& on_piece) {
   if (requests.empty()) return Status(ErrorCode::INVALID_PARAMS, "ssd tier: empty stage batch");

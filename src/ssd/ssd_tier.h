@@ -167,6 +167,9 @@ class SsdTier {
   bool Held(uint64_t ticket) const;
   size_t ReclaimExpired();
 
+  // Whether the record at `location` is still in the log (its region not reused since).
+  bool Holds(const DiskLocation& location);
+
   uint64_t staging_capacity() const;
   uint64_t capacity() const;  // bytes of all regions
   SsdTierStats stats() const;

@@ -3,7 +3,7 @@
 // The master calls Demote() with memory ranges of `segment`; they are appended to `tier`'s
 // region log (copied into the open region buffer, flushed when it fills), with the checksum the
 // master recorded at PutEnd (not recomputed). Every Store uses it: an in-process master calls it
-// directly, a remote one through the TierMoves stream (rpc/tier_move_link.h).
+// directly, a remote one through the TierMoves stream (rpc/segment_link.h).
 // Thread-safety: thread-safe (the tier serializes appends).
 #pragma once
 

@@ -6,8 +6,10 @@
 // Thread-safety: all methods are thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "master/master_api.h"
 #include "master/tier_mover.h"
@@ -15,6 +17,13 @@
 #include "ssd/ssd_tier.h"
 
 namespace tierkv {
+
+// The SSD tier a store puts behind its segment.
+struct OwnTier {
+  std::shared_ptr<SsdTier> tier;     // null: no tier
+  std::shared_ptr<TierMover> mover;  // writes the master's demotions into it
+  bool write_behind = false;         // offload_write_policy write_behind
+};
 
 class SegmentHost {
  public:
@@ -28,15 +37,20 @@ class SegmentHost {
   virtual bool serves_other_processes() const = 0;
 
   // Mounts `segment` on the master under `mounted_name` (publishing its memory to this process
-  // first); the id to pass below. Errors: the master's MountSegment.
+  // first) with the SSD tier `tier` behind it (empty: none): this process reads the segment's
+  // disk replicas from tier.tier, and the master demotes into it through tier.mover (and, with
+  // tier.write_behind, copies every put on the segment there after its PutEnd). A remote master
+  // also links the segment's index stream first (the store's index of the segment, reported to
+  // every new master: restart recovery); the segment is placeable once that is done. The id to
+  // pass below. Errors: the master's MountSegment; RPC_FAIL when a remote master does not take
+  // the segment's stream within 5 s.
   virtual Result<SegmentId> MountOwn(std::shared_ptr<MemorySegment> segment,
-                                     const std::string& mounted_name) = 0;
-  // Gives the mounted segment `id` its SSD tier: this process reads the segment's disk replicas
-  // from `tier`, and the master demotes into it through `mover` (and, with `write_behind`,
-  // copies every put on the segment there after its PutEnd). RPC_FAIL when a remote master
-  // does not take the tier-move stream within 5 s.
-  virtual Status AttachOwnTier(SegmentId id, std::shared_ptr<SsdTier> tier,
-                               std::shared_ptr<TierMover> mover, bool write_behind) = 0;
+                                     const std::string& mounted_name, OwnTier tier) = 0;
+  // The segment's SSD tier reused `region`: the master (and this process's index of the
+  // segment) drop the disk replicas of `keys` that point into it at `generation`. Called
+  // before the region is written again.
+  virtual void DropOwnDiskReplicas(SegmentId id, uint32_t region, uint64_t generation,
+                                   const std::vector<std::string>& keys) = 0;
   // Detaches the tier (no more demotions into it) and unmounts the segment, dropping its
   // replicas. Errors: the master's UnmountSegment (the local state is dropped regardless).
   virtual Status UnmountOwn(SegmentId id) = 0;

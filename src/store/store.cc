@@ -88,7 +88,13 @@ Result<std::unique_ptr<Store>> Store::Create(const Config& config,
   if (store->host_->serves_other_processes()) {
     if (Status st = store->Serve(config, options); !st.ok()) return st;
   }
-  auto id = store->host_->MountOwn(store->segment_, store->mounted_name_);
+  OwnTier own_tier;
+  if (store->tier_) {
+    own_tier.tier = store->tier_;
+    own_tier.mover = store->mover_;
+    own_tier.write_behind = config.offload_write_policy == "write_behind";
+  }
+  auto id = store->host_->MountOwn(store->segment_, store->mounted_name_, own_tier);
   if (!id.ok()) return id.status();
   store->segment_id_ = *id;
   store->mounted_id_->store(*id);
@@ -112,7 +118,7 @@ Status Store::OpenTier(const Config& config, const StoreOptions& options,
                                     std::vector<std::string> keys) {
     const SegmentId segment = mounted->load();
     if (auto host = weak.lock(); host && segment != 0) {
-      host->master().DropDiskReplicas(segment, region, generation, keys);
+      host->DropOwnDiskReplicas(segment, region, generation, keys);
     }
   };
   auto tier =
@@ -159,10 +165,6 @@ Status Store::Serve(const Config& config, const StoreOptions& options) {
 }
 
 Status Store::AttachTier(const Config& config, std::vector<ScannedRecord>& surviving) {
-  const bool write_behind = config.offload_write_policy == "write_behind";
-  if (Status st = host_->AttachOwnTier(segment_id_, tier_, mover_, write_behind); !st.ok()) {
-    return st;
-  }
   ReRegister(surviving, host_->master(), segment_id_);
   spdlog::info("SSD tier: {} bytes over {} file(s), staging buffer {} bytes, policy {}{}",
                tier_->capacity(), config.offload_paths.size(), tier_->staging_capacity(),

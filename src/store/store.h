@@ -60,7 +60,8 @@ class Store {
   // segment could not be mapped or pre-faulted), the SSD tier's Open errors (INVALID_CONFIG,
   // FILE_OPEN_FAIL, ...), the servers' Start errors (TRANSFER_FAIL, INVALID_CONFIG,
   // UNAVAILABLE_IN_CURRENT_MODE for the network transport's options), the master's
-  // MountSegment errors (RPC_FAIL for a remote one), and AttachOwnTier's RPC_FAIL.
+  // MountSegment errors (RPC_FAIL for a remote one, or one that did not take the segment's
+  // stream within 5 s).
   static Result<std::unique_ptr<Store>> Create(const Config& config,
                                                std::shared_ptr<SegmentHost> host,
                                                StoreOptions options = {});
@@ -92,6 +93,7 @@ class Store {
   Status OpenTier(const Config& config, const StoreOptions& options,
                   std::vector<ScannedRecord>* surviving);
   Status Serve(const Config& config, const StoreOptions& options);
+  // Registers what warm restart found, and logs the tier's shape.
   Status AttachTier(const Config& config, std::vector<ScannedRecord>& surviving);
   // One info line with the tier's counters (at shutdown).
   void LogTierCounters() const;

@@ -1,6 +1,6 @@
 // Tier moves across processes (src/rpc/tier_moves.h): the master's RemoteTierMover on its own
 // (answers, timeouts, a closed stream, malformed answers), and the whole TierMoves stream
-// between an in-process MasterServer and a TierMoveLink over gRPC on 127.0.0.1 (demotions reach
+// between an in-process MasterServer and a SegmentLink over gRPC on 127.0.0.1 (demotions reach
 // the owner's mover; the link follows a re-mount after the client expired; a refused hello).
 #include "rpc/tier_moves.h"
 
@@ -16,7 +16,7 @@
 
 #include "rpc/master_server.h"
 #include "rpc/remote_master.h"
-#include "rpc/tier_move_link.h"
+#include "rpc/segment_link.h"
 
 namespace tierkv {
 namespace {
@@ -201,7 +201,9 @@ TEST_F(TierMoveStreamTest, CopiesReachTheOwnersMoverAndComeBackAsDiskReplicas) {
   auto segment = owner->MountSegment("owner-seg", 1 << 20);
   ASSERT_TRUE(segment.ok());
   auto mover = std::make_shared<FakeMover>();
-  TierMoveLink link(*owner, *segment, mover);
+  SegmentLinkOptions options;
+  options.mover = mover;
+  SegmentLink link(*owner, *segment, options);
   ASSERT_TRUE(WaitUntil([&] { return link.connected(); }));
   PutOn("a", 1000);
   PutOn("fail-b", 2000);
@@ -223,7 +225,10 @@ TEST_F(TierMoveStreamTest, TheLinkFollowsARemountAfterExpiry) {
   auto segment = owner->MountSegment("owner-seg", 1 << 20);
   ASSERT_TRUE(segment.ok());
   auto mover = std::make_shared<FakeMover>();
-  TierMoveLink link(*owner, *segment, mover, false, Millis(20));
+  SegmentLinkOptions options;
+  options.mover = mover;
+  options.retry = Millis(20);
+  SegmentLink link(*owner, *segment, options);
   ASSERT_TRUE(WaitUntil([&] { return link.connected(); }));
   const uint64_t first_id = owner->CurrentSegmentId(*segment);
   ASSERT_TRUE(WaitUntil([&] { return server_->clients().size() == 0; }, Millis(5000)));

@@ -1,0 +1,310 @@
+// MasterService, part 4: segment index links — restart recovery from the stores' indexes and the
+// reconciliation of an index with the table (docs/architecture.md, "Surviving the master").
+#include <absl/container/flat_hash_map.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "common/key.h"
+#include "master/master_service.h"
+#include "master/replica_util.h"
+
+namespace tierkv {
+namespace {
+
+constexpr uint32_t kNoShard = UINT32_MAX;
+
+bool SameLocation(const DiskLocation& a, const DiskLocation& b) {
+  return a.region == b.region && a.generation == b.generation && a.offset == b.offset &&
+         a.size == b.size;
+}
+
+IndexEntry EntryOf(const std::string& key, const ObjectMeta& meta) {
+  IndexEntry e;
+  e.key = key;
+  e.size = meta.size;
+  e.checksum = meta.checksum;
+  e.put_id = meta.put_id;
+  e.group_id = meta.group_id;
+  e.soft_pin = meta.soft_pin;
+  e.hard_pin = meta.hard_pin;
+  return e;
+}
+
+}  // namespace
+
+// What the owner reported on this link, to compare with the table at Finish.
+struct MasterService::IndexLink::Reported {
+  absl::flat_hash_map<uint64_t, uint64_t> memory;                            // offset -> put id
+  absl::flat_hash_map<std::string, std::pair<uint64_t, DiskLocation>> disk;  // key -> (put id, at)
+  // First link only: the reported entries not adopted (what the owner must forget).
+  std::vector<uint64_t> unadopted_memory;
+  std::vector<DiskDrop> unadopted_disk;
+};
+
+MasterService::IndexLink::IndexLink(MasterService& master, std::shared_ptr<const Segment> segment,
+                                    uint64_t generation)
+    : master_(master),
+      segment_(std::move(segment)),
+      generation_(generation),
+      started_(std::chrono::steady_clock::now()),
+      reported_(std::make_unique<Reported>()) {
+  recovery_.segment = segment_->id;
+  recovery_.name = segment_->name;
+}
+
+MasterService::IndexLink::~IndexLink() = default;
+
+Result<std::unique_ptr<MasterService::IndexLink>> MasterService::OpenIndexLink(SegmentId segment) {
+  auto seg = segments_.Find(segment);
+  if (!seg) {
+    return Status(ErrorCode::SEGMENT_NOT_FOUND,
+                  "segment " + std::to_string(segment) + " is not mounted");
+  }
+  if (!seg->feed) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "segment " + std::to_string(segment) + " was mounted without an index stream");
+  }
+  const uint64_t generation = seg->feed->Attach();
+  return std::unique_ptr<IndexLink>(new IndexLink(*this, std::move(seg), generation));
+}
+
+void MasterService::IndexLink::Add(const std::vector<IndexEntry>& memory,
+                                   const std::vector<IndexEntry>& disk) {
+  const SteadyTime now = master_.options_.clock->Now();
+  recovery_.reported += first() ? memory.size() + disk.size() : 0;
+  for (const IndexEntry& e : memory) {
+    if (!reported_->memory.emplace(e.offset, e.put_id).second) continue;  // one per offset
+    if (!first()) continue;
+    if (master_.AdoptReported(*segment_, e, /*disk=*/false, now)) {
+      ++recovery_.memory_replicas;
+      recovery_.bytes += e.size;
+    } else {
+      ++recovery_.rejected;
+      reported_->unadopted_memory.push_back(e.offset);
+    }
+  }
+  for (const IndexEntry& e : disk) {
+    if (!reported_->disk.try_emplace(e.key, e.put_id, e.disk).second) continue;  // one per key
+    if (!first()) continue;
+    if (master_.AdoptReported(*segment_, e, /*disk=*/true, now)) {
+      ++recovery_.disk_replicas;
+    } else {
+      ++recovery_.rejected;
+      reported_->unadopted_disk.push_back(DiskDrop{e.key, e.disk});
+    }
+  }
+}
+
+Result<SegmentRecovery> MasterService::IndexLink::Finish() {
+  MasterService& m = master_;
+  if (m.segments_.Find(segment_->id) != segment_) {
+    return Status(ErrorCode::SEGMENT_NOT_FOUND,
+                  "segment " + std::to_string(segment_->id) + " was unmounted during its link");
+  }
+  // The table's view of the segment against the report: what the owner must learn (in the
+  // table, not reported) and forget (reported, not in the table). Pending puts are left out:
+  // their commits come through the feed, which is attached already.
+  IndexBatch delta;
+  const SegmentId id = segment_->id;
+  if (first()) {
+    // The segment was held out of placement from its mount to now, and its feed attached
+    // before the report: the table's replicas on it are exactly the adopted ones, less those
+    // dropped since (whose frees are in the feed already). So the owner only has to forget
+    // what was not adopted — no walk over the whole table (at 1 M objects the walk took longer
+    // than the adoption).
+    delta.frees = std::move(reported_->unadopted_memory);
+    delta.disk_dropped = std::move(reported_->unadopted_disk);
+  }
+  for (uint32_t i = 0; !first() && i < m.table_.num_shards(); ++i) {
+    Shard& s = m.table_.shard(i);
+    std::lock_guard lock(s.mu);
+    for (const auto& [key, meta] : s.objects) {
+      if (meta.state != ObjectState::kComplete) continue;
+      for (const Replica& r : meta.replicas) {
+        if (r.segment != id) continue;
+        if (r.tier == ReplicaTier::kMemory) {
+          auto it = reported_->memory.find(r.allocation.offset());
+          if (it != reported_->memory.end() && it->second == meta.put_id) {
+            reported_->memory.erase(it);
+            continue;
+          }
+          IndexEntry e = EntryOf(key.str, meta);
+          e.offset = r.allocation.offset();
+          delta.commits.push_back(std::move(e));
+        } else {
+          auto it = reported_->disk.find(key.str);
+          if (it != reported_->disk.end() && it->second.first == meta.put_id &&
+              SameLocation(it->second.second, r.disk)) {
+            reported_->disk.erase(it);
+            continue;
+          }
+          IndexEntry e = EntryOf(key.str, meta);
+          e.disk = r.disk;
+          delta.disk_attached.push_back(std::move(e));
+        }
+      }
+    }
+  }
+  if (!first()) {
+    for (const auto& [offset, put_id] : reported_->memory) delta.frees.push_back(offset);
+    for (auto& [key, at] : reported_->disk) delta.disk_dropped.push_back(DiskDrop{key, at.second});
+  }
+  const size_t learn = delta.commits.size() + delta.disk_attached.size();
+  const size_t forget = delta.frees.size() + delta.disk_dropped.size();
+  segment_->feed->Prepend(generation_, std::move(delta));
+  m.segments_.Release(id);
+
+  recovery_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  recovery_.done = true;
+  SegmentRecovery record;
+  {
+    std::lock_guard lock(m.recoveries_mu_);
+    SegmentRecovery& r = m.recoveries_[id];
+    if (first()) {
+      r = recovery_;
+    } else {
+      r.segment = id;
+      r.name = segment_->name;
+    }
+    ++r.links;
+    record = r;
+  }
+  if (first()) {
+    m.recovered_replicas_.fetch_add(recovery_.memory_replicas + recovery_.disk_replicas,
+                                    std::memory_order_relaxed);
+    m.recovered_bytes_.fetch_add(recovery_.bytes, std::memory_order_relaxed);
+    m.recovery_rejected_.fetch_add(recovery_.rejected, std::memory_order_relaxed);
+    if (recovery_.reported > 0) {
+      spdlog::info(
+          "segment {} ('{}'): recovered {} memory and {} disk replicas ({} bytes) of {} reported "
+          "by its store in {:.3f} s; {} not adopted",
+          id, segment_->name, recovery_.memory_replicas, recovery_.disk_replicas, recovery_.bytes,
+          recovery_.reported, recovery_.seconds, recovery_.rejected);
+    }
+  } else {
+    spdlog::info("segment {}: index stream re-linked ({} entries to learn, {} to forget)", id,
+                 learn, forget);
+  }
+  return record;
+}
+
+std::vector<SegmentRecovery> MasterService::Recoveries() const {
+  std::lock_guard lock(recoveries_mu_);
+  std::vector<SegmentRecovery> out;
+  out.reserve(recoveries_.size());
+  for (const auto& [id, r] : recoveries_) out.push_back(r);
+  return out;
+}
+
+void MasterService::NotePutId(uint64_t put_id) {
+  uint64_t next = next_put_id_.load(std::memory_order_relaxed);
+  while (next <= put_id &&
+         !next_put_id_.compare_exchange_weak(next, put_id + 1, std::memory_order_relaxed)) {
+  }
+}
+
+bool MasterService::AdoptReported(const Segment& segment, const IndexEntry& e, bool disk,
+                                  SteadyTime now) {
+  if (!ValidateKey(e.key).ok() || e.size == 0 || e.put_id == 0) return false;
+  if (!e.group_id.empty() && !ValidateKey(e.group_id).ok()) return false;
+  if (!disk && e.size > segment.capacity) return false;
+  NotePutId(e.put_id);
+  const ReplicaTier tier = disk ? ReplicaTier::kDisk : ReplicaTier::kMemory;
+  const uint32_t a = table_.ShardOf(e.key);
+  const uint32_t home = table_.HomeShard(e.key, e.group_id);
+  std::vector<ObjectMeta> dropped;  // an older object this one replaces; freed after the locks
+  uint32_t seen_redirect = kNoShard;
+  {
+    Shard& ks = table_.shard(a);
+    std::lock_guard lock(ks.mu);
+    auto r = ks.redirects.find(e.key);
+    if (r != ks.redirects.end()) seen_redirect = r->second;
+  }
+  std::vector<uint32_t> wanted{a, home};
+  if (seen_redirect != kNoShard) wanted.push_back(seen_redirect);
+  auto locks = table_.LockShards(wanted);
+  Shard& ks = table_.shard(a);
+  Shard& hs = table_.shard(home);
+  // Where an object of this key lives now, if anywhere.
+  uint32_t where = ks.objects.contains(e.key) ? a : kNoShard;
+  if (where == kNoShard) {
+    auto r = ks.redirects.find(e.key);
+    if (r != ks.redirects.end()) {
+      if (r->second != seen_redirect) return false;  // moved while unlocked (rare): skip it
+      if (table_.shard(r->second).objects.contains(e.key)) {
+        where = r->second;
+      } else {
+        ks.redirects.erase(r);  // stale
+      }
+    }
+  }
+  if (where == kNoShard && hs.objects.contains(e.key)) where = home;
+
+  Replica replica{segment.id, tier, Allocation(), e.disk};
+  if (disk) {
+    // The owner has the record already: no event, but a claim, so that dropping the replica
+    // tells its index.
+    replica.claim = std::make_unique<DiskClaim>(segment.feed, e.key, e.disk);
+  } else {
+    // Exactly where the owner has it; a range taken already (an overlapping entry) is refused.
+    auto at = segment.allocator->AllocateAt(e.offset, e.size);
+    if (!at) return false;
+    replica.allocation = std::move(*at);
+  }
+  const SteadyTime hold = now + options_.lease_ttl;
+
+  if (where != kNoShard) {
+    Shard& ws = table_.shard(where);
+    auto it = ws.objects.find(e.key);
+    ObjectMeta& m = it->second;
+    if (m.state == ObjectState::kComplete && m.put_id == e.put_id && m.size == e.size &&
+        m.checksum == e.checksum && m.group_id == e.group_id) {
+      // Another replica of the same put (another store's, or this segment's other tier).
+      for (const Replica& r : m.replicas) {
+        if (r.segment == segment.id && r.tier == tier) return false;
+      }
+      m.replicas.push_back(std::move(replica));
+      m.lease_deadline = std::max(m.lease_deadline, hold);
+      m.held_until = std::max(m.held_until, hold);
+      return true;
+    }
+    // A newer put of the key (or one in progress) stays; a reported newer put replaces an older
+    // complete one, whose replicas are freed (their owners' indexes learn it through the feeds).
+    // (An older one recovered from another store moments ago was removed on the previous
+    // master, whose free that store had not learned yet.)
+    if (m.state != ObjectState::kComplete || m.put_id >= e.put_id) return false;
+    dropped.push_back(table_.EraseLocked(ws, it));
+    if (where != a && where != home) ks.redirects.erase(e.key);
+  }
+
+  ObjectMeta meta;
+  meta.size = e.size;
+  meta.checksum = e.checksum;
+  meta.put_id = e.put_id;
+  meta.state = ObjectState::kComplete;
+  meta.soft_pin = e.soft_pin;
+  meta.hard_pin = e.hard_pin;
+  meta.group_id = e.group_id;
+  meta.put_started = now;
+  meta.last_access = now;
+  meta.lease_deadline = hold;
+  meta.held_until = hold;
+  // To a policy that learns reuse it is a new object of this master (the previous master's
+  // counts are gone): referenced once, not known to be a tail chunk (no parent hint survives).
+  if (reuse_) reuse_->OnPut(home, HashKey(e.key), false, meta, now);
+  meta.replicas.push_back(std::move(replica));
+  if (!e.group_id.empty()) {
+    GroupMeta& g = hs.groups[e.group_id];
+    g.members.insert(e.key);
+    g.lease_deadline = std::max(g.lease_deadline, hold);
+  }
+  hs.objects.emplace(StoredKey(e.key), std::move(meta));
+  if (home != a) ks.redirects[e.key] = home;
+  return true;
+}
+
+}  // namespace tierkv

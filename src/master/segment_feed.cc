@@ -1,0 +1,177 @@
+#include "master/segment_feed.h"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+namespace tierkv {
+
+void SegmentFeed::Committed(IndexEntry entry) {
+  {
+    std::lock_guard lock(mu_);
+    if (!attached_) return;
+    open_.commits.push_back(std::move(entry));
+  }
+  cv_.notify_all();
+}
+
+void SegmentFeed::DiskAttached(IndexEntry entry) {
+  {
+    std::lock_guard lock(mu_);
+    if (!attached_) return;
+    open_.disk_attached.push_back(std::move(entry));
+  }
+  cv_.notify_all();
+}
+
+void SegmentFeed::DiskDropped(std::string key, const DiskLocation& location) {
+  {
+    std::lock_guard lock(mu_);
+    if (!attached_) return;
+    open_.disk_dropped.push_back(DiskDrop{std::move(key), location});
+  }
+  cv_.notify_all();
+}
+
+uint64_t SegmentFeed::OnFree(uint64_t offset, uint64_t /*size*/) {
+  uint64_t ticket;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return 0;  // unmounted: nobody will read the segment through this allocator
+    // The open batch's number: the range is reusable once that batch is acknowledged. Without a
+    // stream the event is not kept, but the next stream's first batch (seq >= this one) carries
+    // the reconciliation, which forgets the range, and its acknowledgment releases it.
+    if (open_.seq == 0) open_.seq = sent_ + 1;
+    ticket = open_.seq;
+    if (!attached_) return ticket;
+    open_.frees.push_back(offset);
+  }
+  cv_.notify_all();
+  return ticket;
+}
+
+uint64_t SegmentFeed::Attach() {
+  uint64_t generation;
+  {
+    std::lock_guard lock(mu_);
+    // A stream still attached was superseded: its batches in flight settle like a detach's.
+    acked_ = sent_;
+    const uint64_t seq = open_.seq;
+    open_ = IndexBatch();
+    open_.seq = seq;
+    attached_ = !closed_;
+    generation = ++generation_;
+  }
+  cv_.notify_all();
+  return generation;
+}
+
+void SegmentFeed::Prepend(uint64_t generation, IndexBatch delta) {
+  {
+    std::lock_guard lock(mu_);
+    if (!attached_ || generation != generation_) return;
+    auto front = [](auto& to, auto& from) {
+      from.insert(from.end(), std::make_move_iterator(to.begin()),
+                  std::make_move_iterator(to.end()));
+      to.swap(from);
+    };
+    front(open_.commits, delta.commits);
+    front(open_.disk_attached, delta.disk_attached);
+    front(open_.frees, delta.frees);
+    front(open_.disk_dropped, delta.disk_dropped);
+    // Even an empty reconciliation is sent: its acknowledgment releases what was quarantined
+    // while no stream was attached.
+    if (open_.seq == 0) open_.seq = sent_ + 1;
+  }
+  cv_.notify_all();
+}
+
+std::optional<IndexBatch> SegmentFeed::Next(uint64_t generation, Millis timeout) {
+  std::unique_lock lock(mu_);
+  auto gone = [&] { return !attached_ || closed_ || generation != generation_; };
+  const bool ready = cv_.wait_for(lock, timeout, [&] {
+    return gone() || ((!open_.empty() || open_.seq > sent_) && sent_ - acked_ < kWindow);
+  });
+  if (!ready || gone()) return std::nullopt;
+  if (open_.seq <= sent_) open_.seq = sent_ + 1;
+  IndexBatch out;
+  if (open_.events() <= kMaxEventsPerPart) {
+    out = std::move(open_);
+    open_ = IndexBatch();
+    sent_ = out.seq;
+  } else {
+    // A prefix in application order: commits, disk attaches, frees, disk drops.
+    out.seq = open_.seq;
+    out.more = true;
+    size_t budget = kMaxEventsPerPart;
+    auto take = [&budget](auto& from, auto& to) {
+      const size_t n = std::min(budget, from.size());
+      to.assign(std::make_move_iterator(from.begin()),
+                std::make_move_iterator(from.begin() + static_cast<std::ptrdiff_t>(n)));
+      from.erase(from.begin(), from.begin() + static_cast<std::ptrdiff_t>(n));
+      budget -= n;
+    };
+    take(open_.commits, out.commits);
+    take(open_.disk_attached, out.disk_attached);
+    take(open_.frees, out.frees);
+    take(open_.disk_dropped, out.disk_dropped);
+  }
+  lock.unlock();
+  if (!out.more) batches_sent_.fetch_add(1, std::memory_order_relaxed);
+  events_sent_.fetch_add(out.events(), std::memory_order_relaxed);
+  return out;
+}
+
+void SegmentFeed::Acked(uint64_t generation, uint64_t seq) {
+  {
+    std::lock_guard lock(mu_);
+    // Not this stream's, not a batch sent, or old news.
+    if (generation != generation_ || !attached_ || seq > sent_ || seq <= acked_) return;
+    acked_ = seq;
+  }
+  cv_.notify_all();
+  // Without the feed's lock: Release takes the allocator's, and frees take ours first.
+  if (auto allocator = allocator_.lock()) allocator->Release(seq);
+}
+
+void SegmentFeed::Detach(uint64_t generation) {
+  {
+    std::lock_guard lock(mu_);
+    if (generation != generation_) return;  // superseded: the newer stream stays
+    attached_ = false;
+    // What was sealed but not acknowledged may or may not have been applied: the next stream's
+    // reconciliation settles it. Its frees stay quarantined until then.
+    acked_ = sent_;
+    const uint64_t seq = open_.seq;
+    open_ = IndexBatch();
+    open_.seq = seq;
+  }
+  cv_.notify_all();
+}
+
+void SegmentFeed::Close() {
+  {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    attached_ = false;
+    open_ = IndexBatch();
+  }
+  cv_.notify_all();
+}
+
+bool SegmentFeed::attached() const {
+  std::lock_guard lock(mu_);
+  return attached_;
+}
+
+bool SegmentFeed::WaitAcked(Millis timeout) {
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return acked_ >= sent_ && open_.empty(); });
+}
+
+uint64_t SegmentFeed::acked_seq() const {
+  std::lock_guard lock(mu_);
+  return acked_;
+}
+
+}  // namespace tierkv
