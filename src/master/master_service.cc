@@ -10,6 +10,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "common/key.h"
@@ -187,11 +188,13 @@ std::vector<Result<PutStartResult>> MasterService::StartPuts(const std::vector<s
   }
   std::vector<Result<PutStartResult>> results;
   results.reserve(n);
-  std::unordered_set<std::string_view> seen;
+  std::unordered_map<std::string_view, uint64_t> seen;  // key -> size, of the batch so far
   const uint64_t largest = segments_.LargestCapacity();
   const SteadyTime now = options_.clock->Now();
   using RealClock = std::chrono::steady_clock;  // real time: acknowledgments come over the network
   const auto ack_deadline = RealClock::now() + options_.free_ack_wait;
+  // The parent hint matters only to a policy that learns reuse.
+  const std::vector<bool> tails = TailsOf(config.parent_keys, sizes);
   for (size_t i = 0; i < n; ++i) {
     const std::string& key = keys[i];
     const std::string& group = config.group_ids.empty() ? std::string() : config.group_ids[i];
@@ -199,7 +202,7 @@ std::vector<Result<PutStartResult>> MasterService::StartPuts(const std::vector<s
       results.emplace_back(st);
       continue;
     }
-    if (!seen.insert(key).second) {
+    if (!seen.emplace(key, sizes[i]).second) {
       results.emplace_back(ErrorCode::DUPLICATE_KEY, "key appears earlier in the batch: " + key);
       continue;
     }
@@ -224,10 +227,12 @@ std::vector<Result<PutStartResult>> MasterService::StartPuts(const std::vector<s
                                std::to_string(largest) + " bytes)");
       continue;
     }
-    // The parent hint matters only to a policy that learns reuse; it is a hint: a parent
-    // that is not stored (or not a valid key) just gives no tail.
-    const bool tail =
-        reuse_ && !config.parent_keys.empty() && IsTail(config.parent_keys[i], sizes[i]);
+    // A tail's parent is often the chunk before it in the same batch, not stored yet.
+    bool tail = tails[i];
+    if (reuse_ && !tail && !config.parent_keys.empty() && !config.parent_keys[i].empty()) {
+      auto parent = seen.find(config.parent_keys[i]);
+      tail = parent != seen.end() && sizes[i] < parent->second;
+    }
     auto start = [&] {
       return upsert ? UpsertStartOne(key, sizes[i], group, config, tail, now)
                     : PutStartOne(key, sizes[i], group, config, tail, now);
@@ -260,11 +265,18 @@ std::vector<Result<PutStartResult>> MasterService::StartPuts(const std::vector<s
   return results;
 }
 
-bool MasterService::IsTail(const std::string& parent, uint64_t size) {
-  if (parent.empty() || !ValidateKey(parent).ok()) return false;
-  uint64_t parent_size = 0;
-  table_.WithObject(parent, [&](uint32_t, Shard&, ObjectMeta& meta) { parent_size = meta.size; });
-  return size < parent_size;
+std::vector<bool> MasterService::TailsOf(const std::vector<std::string>& parents,
+                                         const std::vector<uint64_t>& sizes) {
+  std::vector<bool> tails(sizes.size(), false);
+  if (!reuse_ || parents.empty()) return tails;
+  // A parent that is not stored (or not a valid key: it cannot be) just gives no tail.
+  std::vector<bool> skip(parents.size());
+  for (size_t i = 0; i < parents.size(); ++i) skip[i] = parents[i].empty();
+  table_.ForEachKey(
+      parents, skip,
+      [&](size_t i, uint32_t, Shard&, ObjectMeta& meta) { tails[i] = sizes[i] < meta.size; },
+      [](size_t) {});
+  return tails;
 }
 
 Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64_t size,

@@ -238,8 +238,10 @@ class MasterService final : public MasterApi {
   Result<PutStartResult> PutStartOne(const std::string& key, uint64_t size,
                                      const std::string& group, const ReplicateConfig& config,
                                      bool tail, SteadyTime now);
-  // Whether a put of `size` bytes naming `parent` is a tail: smaller than its stored parent.
-  bool IsTail(const std::string& parent, uint64_t size);
+  // Per key of a batch: whether its put is a tail (smaller than its stored parent). All
+  // false without hints; the parents are looked up as one batch (one lock per shard).
+  std::vector<bool> TailsOf(const std::vector<std::string>& parents,
+                            const std::vector<uint64_t>& sizes);
   // UpsertStart's PutStartOne: a new pending version of an existing object, else a plain put.
   Result<PutStartResult> UpsertStartOne(const std::string& key, uint64_t size,
                                         const std::string& group, const ReplicateConfig& config,

@@ -194,6 +194,25 @@ TEST_F(ReusePolicyMasterTest, TailsGoFirstAndHintlessObjectsByAge) {
   EXPECT_FALSE(Stored("t0"));
 }
 
+TEST_F(ReusePolicyMasterTest, ATailWhoseParentIsEarlierInTheSameBatchIsATail) {
+  // A request's chunks come in one batch: the tail's parent is not stored yet when the batch
+  // starts. Aged 100 ms (x64 as a tail), it ranks behind the 100 old tails and before the
+  // oldest parent (~2 s, never read again); as a plain object it would rank after that parent.
+  ReplicateConfig c;
+  c.parent_keys = {"", "batch-parent"};
+  auto r = master_->PutStart({"batch-parent", "batch-tail"}, {kParent, kTail}, c);
+  ASSERT_TRUE(r[0].ok() && r[1].ok());
+  ASSERT_TRUE(
+      master_->PutEnd({"batch-parent", "batch-tail"}, {r[0]->put_id, r[1]->put_id}, {0, 0})[1]
+          .ok());
+  clock_.Advance(Millis(100));
+  EXPECT_GE(master_->EvictFromSegment(seg_, 101 * kTail), 101 * kTail);
+  EXPECT_FALSE(Stored("t99"));
+  EXPECT_FALSE(Stored("batch-tail"));
+  EXPECT_TRUE(Stored("p1"));
+  EXPECT_TRUE(Stored("batch-parent"));
+}
+
 TEST_F(ReusePolicyMasterTest, NeverEvictsLeasedPinnedOrPendingObjects) {
   ReplicateConfig hard = Hint("p2");
   hard.with_hard_pin = true;
