@@ -331,6 +331,10 @@ TEST(DistributedClientTest, MasterRestartStoresRemountAndRequestersCarryOn) {
   ASSERT_NE(client, nullptr);
   ASSERT_EQ(PutKey(*client, "before", 1), 0);
   ASSERT_EQ(GetKey(*client, "before", 1), kObject);  // the store's segment is mapped
+  // Recovery promises what was committed at least one heartbeat (1 s) before the kill: the
+  // commit reaches the store's index over its stream a round trip after PutEnd, which a kill
+  // right away can cut short (it did under ASan on a loaded machine).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
 
   master->Kill();
   auto restarted = StartMaster({}, port);
