@@ -1,6 +1,7 @@
 #include "conversions.h"
 
 #include <cstring>
+#include <string_view>
 
 namespace tierkv::binding {
 
@@ -81,46 +82,47 @@ py::object FastSequence(py::handle list, const std::string& what) {
   return py::reinterpret_steal<py::object>(fast);
 }
 
-}  // namespace
-
-std::vector<std::string> Strings(py::handle list, const char* what) {
+// A list of str, read as FastSequence.
+py::object StrSequence(py::handle list, const char* what) {
   if (PyUnicode_Check(list.ptr()) || !PySequence_Check(list.ptr())) {
     throw py::type_error(std::string(what) + " must be a list of str");
   }
-  const py::object fast = FastSequence(list, what);
+  return FastSequence(list, what);
+}
+
+// Item i of such a list: its UTF-8 bytes (cached by the str object), or a TypeError.
+std::string_view StrItem(PyObject* item, const char* what, Py_ssize_t i) {
+  Py_ssize_t len = 0;
+  const char* s = PyUnicode_Check(item) ? PyUnicode_AsUTF8AndSize(item, &len) : nullptr;
+  if (s == nullptr) {
+    PyErr_Clear();
+    throw py::type_error(std::string(what) + "[" + std::to_string(i) + "] must be a str");
+  }
+  return {s, static_cast<size_t>(len)};
+}
+
+}  // namespace
+
+std::vector<std::string> Strings(py::handle list, const char* what) {
+  const py::object fast = StrSequence(list, what);
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast.ptr());
   PyObject** items = PySequence_Fast_ITEMS(fast.ptr());
   std::vector<std::string> out;
   out.reserve(static_cast<size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
-    Py_ssize_t len = 0;
-    const char* s = PyUnicode_Check(items[i]) ? PyUnicode_AsUTF8AndSize(items[i], &len) : nullptr;
-    if (s == nullptr) {
-      PyErr_Clear();
-      throw py::type_error(std::string(what) + "[" + std::to_string(i) + "] must be a str");
-    }
-    out.emplace_back(s, static_cast<size_t>(len));
+    out.emplace_back(StrItem(items[i], what, i));
   }
   return out;
 }
 
 const std::vector<std::string>& ReusedStrings(py::handle list, const char* what) {
   thread_local std::vector<std::string> out;
-  if (PyUnicode_Check(list.ptr()) || !PySequence_Check(list.ptr())) {
-    throw py::type_error(std::string(what) + " must be a list of str");
-  }
-  const py::object fast = FastSequence(list, what);
+  const py::object fast = StrSequence(list, what);
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast.ptr());
   PyObject** items = PySequence_Fast_ITEMS(fast.ptr());
   out.resize(static_cast<size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
-    Py_ssize_t len = 0;
-    const char* s = PyUnicode_Check(items[i]) ? PyUnicode_AsUTF8AndSize(items[i], &len) : nullptr;
-    if (s == nullptr) {
-      PyErr_Clear();
-      throw py::type_error(std::string(what) + "[" + std::to_string(i) + "] must be a str");
-    }
-    out[static_cast<size_t>(i)].assign(s, static_cast<size_t>(len));
+    out[static_cast<size_t>(i)].assign(StrItem(items[i], what, i));
   }
   return out;
 }

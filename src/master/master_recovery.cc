@@ -21,18 +21,6 @@ bool SameLocation(const DiskLocation& a, const DiskLocation& b) {
          a.size == b.size;
 }
 
-IndexEntry EntryOf(const std::string& key, const ObjectMeta& meta) {
-  IndexEntry e;
-  e.key = key;
-  e.size = meta.size;
-  e.checksum = meta.checksum;
-  e.put_id = meta.put_id;
-  e.group_id = meta.group_id;
-  e.soft_pin = meta.soft_pin;
-  e.hard_pin = meta.hard_pin;
-  return e;
-}
-
 }  // namespace
 
 // What the owner reported on this link, to compare with the table at Finish.
@@ -131,7 +119,7 @@ Result<SegmentRecovery> MasterService::IndexLink::Finish() {
             reported_->memory.erase(it);
             continue;
           }
-          IndexEntry e = EntryOf(key.str, meta);
+          IndexEntry e = IndexEntryOf(key.str, meta);
           e.offset = r.allocation.offset();
           delta.commits.push_back(std::move(e));
         } else {
@@ -141,7 +129,7 @@ Result<SegmentRecovery> MasterService::IndexLink::Finish() {
             reported_->disk.erase(it);
             continue;
           }
-          IndexEntry e = EntryOf(key.str, meta);
+          IndexEntry e = IndexEntryOf(key.str, meta);
           e.disk = r.disk;
           delta.disk_attached.push_back(std::move(e));
         }

@@ -520,14 +520,7 @@ void MasterService::PublishCommit(const std::string& key, const ObjectMeta& meta
     // Only SegmentFeeds fence the master's allocators (SegmentRegistry::Mount).
     auto* feed = static_cast<SegmentFeed*>(r.allocation.owner()->fence());
     if (feed == nullptr) continue;
-    IndexEntry e;
-    e.key = key;
-    e.size = meta.size;
-    e.checksum = meta.checksum;
-    e.put_id = meta.put_id;
-    e.group_id = meta.group_id;
-    e.soft_pin = meta.soft_pin;
-    e.hard_pin = meta.hard_pin;
+    IndexEntry e = IndexEntryOf(key, meta);
     e.offset = r.allocation.offset();
     feed->Committed(std::move(e));
   }

@@ -201,14 +201,7 @@ Replica MasterService::MakeDiskReplica(SegmentId segment, const std::string& key
   Replica r{segment, ReplicaTier::kDisk, Allocation(), location};
   auto seg = segments_.Find(segment);
   if (!seg || !seg->feed) return r;
-  IndexEntry e;
-  e.key = key;
-  e.size = meta.size;
-  e.checksum = meta.checksum;
-  e.put_id = meta.put_id;
-  e.group_id = meta.group_id;
-  e.soft_pin = meta.soft_pin;
-  e.hard_pin = meta.hard_pin;
+  IndexEntry e = IndexEntryOf(key, meta);
   e.disk = location;
   seg->feed->DiskAttached(std::move(e));
   r.claim = std::make_unique<DiskClaim>(seg->feed, key, location);

@@ -10,6 +10,18 @@ namespace tierkv {
 
 uint64_t HashKey(std::string_view key) { return XXH3_64bits(key.data(), key.size()); }
 
+IndexEntry IndexEntryOf(std::string_view key, const ObjectMeta& meta) {
+  IndexEntry e;
+  e.key = std::string(key);
+  e.size = meta.size;
+  e.checksum = meta.checksum;
+  e.put_id = meta.put_id;
+  e.group_id = meta.group_id;
+  e.soft_pin = meta.soft_pin;
+  e.hard_pin = meta.hard_pin;
+  return e;
+}
+
 ObjectTable::ObjectTable(uint32_t num_shards) {
   shards_.reserve(std::max<uint32_t>(num_shards, 1));
   for (uint32_t i = 0; i < std::max<uint32_t>(num_shards, 1); ++i) {

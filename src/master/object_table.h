@@ -25,6 +25,7 @@
 
 #include "common/clock.h"
 #include "common/disk_location.h"
+#include "master/segment_index_types.h"
 #include "master/segment_registry.h"
 #include "tierkv/types.h"
 
@@ -138,6 +139,10 @@ struct ObjectMeta {
   // meanwhile. Null otherwise.
   std::unique_ptr<PendingVersion> next;
 };
+
+// The store-index entry of an object (what a store keeps to be recovered from), without its
+// replica's place (offset or disk location: the caller adds it).
+IndexEntry IndexEntryOf(std::string_view key, const ObjectMeta& meta);
 
 // The replicas of a version an upsert replaced while readers held a lease on it: kept
 // allocated until the lease ends (readers finish reading the old bytes), then freed by
