@@ -9,7 +9,8 @@ the ratios are medians of the pairs' ratios; every return code is checked and th
 spot-checked outside the timed loops.
 
 Metadata: batch_is_exist over 1024-key batches (90 % hits) of connector-shaped keys, against
-`tierkv bench metadata` with the same objects, batch and hit ratio.
+`tierkv bench metadata` with the same objects (64 Ki by default), batch and hit ratio, in
+--reps pairs of rounds (order alternating); the medians are reported.
 
 Output (docs/benchmarks.md): with --json, one JSON line per measurement and the summary line
 {"bench":"python", "get_gbps":..., "cpp_get_gbps":..., "get_ratio_vs_cpp":...,
@@ -197,7 +198,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tierkv", required=True, help="the tierkv executable (the C++ baselines)")
     p.add_argument("--json", action="store_true", help="JSON lines on stdout")
-    p.add_argument("--reps", type=int, default=3, help="data-path pairs; medians are reported")
+    p.add_argument("--reps", type=int, default=3,
+                   help="pairs of C++ and Python rounds (data path and batch_is_exist); medians "
+                   "are reported")
     p.add_argument("--working-set", type=parse_size, default=512 << 20)
     p.add_argument("--object-size", type=parse_size, default=2 << 20)
     p.add_argument("--pieces", type=int, default=4)
@@ -232,16 +235,29 @@ def main():
     data.store.close()
     del data
 
-    log("python bench: batch_is_exist ...")
-    exist, calls = python_exist(args)
-    meta = run_json([args.tierkv, "bench", "metadata", "--json", "--objects",
-                     str(args.exist_objects), "--batch", str(args.exist_batch), "--seconds",
-                     str(args.exist_seconds), "--reps", "1"])
-    cpp_exist = [x for x in meta if x.get("bench") == "metadata" and "target_keys_per_s" in x]
-    cpp_exist = cpp_exist[-1]["keys_per_s"] if cpp_exist else 0
-    out.append({"bench": "python", "op": "is_exist", "objects": args.exist_objects,
-                "batch": args.exist_batch, "calls": calls, "keys_per_s": round(exist),
-                "cpp_keys_per_s": cpp_exist})
+    log(f"python bench: batch_is_exist, {args.reps} pairs of C++ and Python rounds ...")
+    exist_rounds = []
+    for rep in range(args.reps):
+        def cpp_round():
+            meta = run_json([args.tierkv, "bench", "metadata", "--json", "--objects",
+                             str(args.exist_objects), "--batch", str(args.exist_batch),
+                             "--seconds", str(args.exist_seconds), "--reps", "1"])
+            rows = [x for x in meta if x.get("bench") == "metadata" and "target_keys_per_s" in x]
+            return rows[-1]["keys_per_s"] if rows else 0
+        if rep % 2 == 0:
+            cpp_keys = cpp_round()
+            py_keys, calls = python_exist(args)
+        else:
+            py_keys, calls = python_exist(args)
+            cpp_keys = cpp_round()
+        row = {"bench": "python", "op": "is_exist", "rep": rep, "objects": args.exist_objects,
+               "batch": args.exist_batch, "calls": calls, "keys_per_s": round(py_keys),
+               "cpp_keys_per_s": cpp_keys}
+        exist_rounds.append(row)
+        out.append(row)
+        log(f"  pair {rep + 1}: {py_keys:.3g} vs C++ {cpp_keys:.3g} keys/s")
+    exist = statistics.median(x["keys_per_s"] for x in exist_rounds)
+    cpp_exist = statistics.median(x["cpp_keys_per_s"] for x in exist_rounds)
 
     med = lambda key: statistics.median(x[key] for x in pairs)  # noqa: E731
     summary = {"bench": "python", "object_bytes": args.object_size, "batch": args.batch,

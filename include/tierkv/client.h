@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tierkv/config.h"
@@ -121,6 +123,11 @@ class Client {
   // Per key: 1 exists (readable), 0 does not (absent, or its put has not ended), or
   // INVALID_KEY / RPC_FAIL. Grants a read lease on what exists.
   virtual std::vector<int> BatchIsExist(const std::vector<std::string>& keys) = 0;
+  // BatchIsExist over borrowed key bytes (valid for the call), with the same answers; an
+  // embedded client looks them up without copying them. This default copies the keys.
+  virtual std::vector<int> BatchIsExistViews(std::span<const std::string_view> keys) {
+    return BatchIsExist(std::vector<std::string>(keys.begin(), keys.end()));
+  }
   // Per key: where its replicas are (tier, segment, offset), or INVALID_KEY, OBJECT_NOT_FOUND,
   // REPLICA_IS_NOT_READY, RPC_FAIL. Grants a read lease.
   virtual std::vector<Result<std::vector<ReplicaDesc>>> BatchGetReplicaDesc(

@@ -225,6 +225,8 @@ class DistributedStore {
   // 1 exists, 0 not, or an error.
   int IsExist(const std::string& key);
   std::vector<int> BatchIsExist(const std::vector<std::string>& keys);
+  // The same over borrowed key bytes (the Python binding's path: no copy of the keys).
+  std::vector<int> BatchIsExistViews(std::span<const std::string_view> keys);
   // The object's size, or an error.
   int64_t GetSize(const std::string& key);
   int Remove(const std::string& key, bool force = false);

@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tierkv/distributed_store.h"
@@ -59,10 +60,15 @@ class Buffers {
 // A list (or tuple, or other sequence) of str; a TypeError naming the first bad item.
 std::vector<std::string> Strings(py::handle list, const char* what);
 
-// batch_is_exist's keys, in a vector kept per thread: assigning into strings that keep their
-// capacity saves a malloc and a free per key on the engines' most frequent metadata call. The
-// vector is used only until the call returns, and no Python code runs on this thread meanwhile.
-const std::vector<std::string>& ReusedStrings(py::handle list, const char* what);
+// batch_is_exist's keys as views of the str objects' UTF-8 bytes, no copy: the engines' most
+// frequent metadata call. `holder` is a tuple of the keys: it keeps every str alive while the
+// GIL is released, even if another thread changes the caller's list. The views' vector is
+// kept per thread (no allocation per call) and used only until the call returns.
+struct KeyViews {
+  py::object holder;
+  const std::vector<std::string_view>* views;
+};
+KeyViews ReusedKeyViews(py::handle list, const char* what);
 
 // The items of a list (or other sequence, not a str or bytes).
 std::vector<py::object> Items(py::handle list, const std::string& what);

@@ -416,9 +416,9 @@ void BindStore(py::module_& m) {
       .def(
           "batch_is_exist",
           [](Store& s, py::object keys) {
-            const std::vector<std::string>& k = ReusedStrings(keys, "keys");
+            const KeyViews k = ReusedKeyViews(keys, "keys");
             py::gil_scoped_release release;
-            return s.BatchIsExist(k);
+            return s.BatchIsExistViews(*k.views);
           },
           py::arg("keys"))
       .def(

@@ -92,6 +92,10 @@ std::vector<int> ClientImpl::BatchIsExist(const std::vector<std::string>& keys) 
   return master_.Exists(keys);
 }
 
+std::vector<int> ClientImpl::BatchIsExistViews(std::span<const std::string_view> keys) {
+  return master_.ExistsViews(keys);
+}
+
 std::vector<Result<std::vector<ReplicaDesc>>> ClientImpl::BatchGetReplicaDesc(
     const std::vector<std::string>& keys) {
   auto replicas = master_.GetReplicas(keys);

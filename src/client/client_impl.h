@@ -76,6 +76,7 @@ class ClientImpl final : public Client {
       const std::vector<std::string>& keys,
       const std::function<void*(size_t index, uint64_t size)>& allocate) override;
   std::vector<int> BatchIsExist(const std::vector<std::string>& keys) override;
+  std::vector<int> BatchIsExistViews(std::span<const std::string_view> keys) override;
   std::vector<Result<std::vector<ReplicaDesc>>> BatchGetReplicaDesc(
       const std::vector<std::string>& keys) override;
   int Remove(const std::string& key, bool force = false) override;

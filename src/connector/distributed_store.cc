@@ -855,6 +855,12 @@ std::vector<int> DistributedStore::BatchIsExist(const std::vector<std::string>& 
   return client_->BatchIsExist(keys);
 }
 
+std::vector<int> DistributedStore::BatchIsExistViews(std::span<const std::string_view> keys) {
+  TIERKV_REQUIRE_CLIENT("batch_is_exist",
+                        std::vector<int>(keys.size(), Code(ErrorCode::INVALID_PARAMS)));
+  return client_->BatchIsExistViews(keys);
+}
+
 int64_t DistributedStore::GetSize(const std::string& key) {
   TIERKV_REQUIRE_CLIENT("get_size", Code(ErrorCode::INVALID_PARAMS));
   auto descs = client_->BatchGetReplicaDesc({key});

@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/clock.h"
@@ -49,6 +51,10 @@ class MasterApi {
 
   // --- Reads (grant read leases) ---
   virtual std::vector<int> Exists(const std::vector<std::string>& keys) = 0;
+  // Exists over borrowed key bytes; the same answers. This default copies the keys.
+  virtual std::vector<int> ExistsViews(std::span<const std::string_view> keys) {
+    return Exists(std::vector<std::string>(keys.begin(), keys.end()));
+  }
   virtual std::vector<Result<ObjectReplicas>> GetReplicas(const std::vector<std::string>& keys) = 0;
 
   // --- Removal ---

@@ -547,7 +547,8 @@ bool MasterService::IsLeased(Shard& shard, const ObjectMeta& meta, SteadyTime no
   return g != shard.groups.end() && g->second.lease_deadline > now;
 }
 
-std::vector<int> MasterService::Exists(const std::vector<std::string>& keys) {
+template <typename Keys>
+std::vector<int> MasterService::ExistsOf(const Keys& keys) {
   std::vector<int> out(keys.size(), 0);
   std::vector<bool> skip(keys.size(), false);
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -571,6 +572,14 @@ std::vector<int> MasterService::Exists(const std::vector<std::string>& keys) {
       [](size_t) {});
   lease_grants_.fetch_add(grants, std::memory_order_relaxed);
   return out;
+}
+
+std::vector<int> MasterService::Exists(const std::vector<std::string>& keys) {
+  return ExistsOf(keys);
+}
+
+std::vector<int> MasterService::ExistsViews(std::span<const std::string_view> keys) {
+  return ExistsOf(keys);
 }
 
 std::vector<Result<ObjectReplicas>> MasterService::GetReplicas(

@@ -194,6 +194,8 @@ class MasterService final : public MasterApi {
   // --- Reads; both grant a read lease (the whole group's for grouped keys) ---
   // Per key: 1 readable, 0 not (absent or pending), or INVALID_KEY.
   std::vector<int> Exists(const std::vector<std::string>& keys) override;
+  // No copy of the keys (the Python binding's batch_is_exist).
+  std::vector<int> ExistsViews(std::span<const std::string_view> keys) override;
   // Per key: replicas, or INVALID_KEY, OBJECT_NOT_FOUND, REPLICA_IS_NOT_READY.
   std::vector<Result<ObjectReplicas>> GetReplicas(const std::vector<std::string>& keys) override;
 
@@ -229,6 +231,9 @@ class MasterService final : public MasterApi {
   const EvictionPolicy& policy() const { return *policy_; }
 
  private:
+  // Exists over a vector of strings or a span of views.
+  template <typename Keys>
+  std::vector<int> ExistsOf(const Keys& keys);
   enum class EndKind { kEnd, kRevoke };
   Status EndPut(const std::string& key, uint64_t put_id, uint64_t checksum, EndKind kind);
   // PutStart and UpsertStart.

@@ -54,6 +54,13 @@ struct HashOnly {
   uint64_t hash;
 };
 
+// Matches the first slot whose control byte fits this hash, without reading the slot. Only
+// for prefetching: it names the slot a future key most likely sits in while only the control
+// bytes are in cache (a miss on a hash compare would stall the pipeline).
+struct SlotProbe {
+  uint64_t hash;
+};
+
 // Hash of keys and group ids: xxh3 (fast for ~100-byte KV keys), transparent
 // so lookups by string_view or HashedKey don't allocate or rehash.
 struct KeyHash {
@@ -62,6 +69,7 @@ struct KeyHash {
   size_t operator()(const HashedKey& k) const { return k.hash; }
   size_t operator()(const StoredKey& k) const { return k.hash; }
   size_t operator()(HashOnly k) const { return k.hash; }
+  size_t operator()(SlotProbe k) const { return k.hash; }
 };
 struct KeyEq {
   using is_transparent = void;
@@ -72,6 +80,7 @@ struct KeyEq {
     return a.hash == b.hash && a.key == b.str;
   }
   bool operator()(HashOnly a, const StoredKey& b) const { return a.hash == b.hash; }
+  bool operator()(SlotProbe, const StoredKey&) const { return true; }
   bool operator()(std::string_view a, const StoredKey& b) const { return a == b.str; }
   // Maps keyed by plain strings (groups, redirects).
   bool operator()(std::string_view a, std::string_view b) const { return a == b; }
@@ -108,30 +117,34 @@ struct PendingVersion {
   SteadyTime put_started{};
 };
 
+// Field order matters: the map's slot holds the key and this struct, and a lookup (exists,
+// lease, get) reads only the fields up to `replicas`, which sit next to the key so that it
+// touches two or three of the slot's cache lines instead of four or five.
 struct ObjectMeta {
+  ObjectState state = ObjectState::kPending;
+  bool soft_pin = false;
+  bool hard_pin = false;
+  bool demoting = false;  // a tier move is writing it to disk: not evicted again meanwhile
+  // Kept for eviction policies that learn reuse (ReuseTracker, src/master/reuse_policy.h): how
+  // often the object was referenced, whether it is a tail chunk, and until when further
+  // references count as the last one.
+  bool reuse_tail = false;
+  uint32_t reuse_references = 0;
+  SteadyTime reuse_until{};
+  SteadyTime lease_deadline{};  // ungrouped objects; groups lease in GroupMeta
+  SteadyTime last_access{};
+  std::string group_id;
   uint64_t size = 0;
   uint64_t checksum = 0;
-  uint64_t put_id = 0;  // PutEnd/PutRevoke must name the put that created it
-  ObjectState state = ObjectState::kPending;
-  bool demoting = false;   // a tier move is writing it to disk: not evicted again meanwhile
+  std::vector<Replica> replicas;
+  // Colder: puts, tier moves, recovery.
+  uint64_t put_id = 0;     // PutEnd/PutRevoke must name the put that created it
   uint32_t disk_hits = 0;  // reads served from disk since it was last in memory
   // A promotion (copy back from disk) in flight, 0 = none. Its memory range is held by the
   // master's promotion table, not here, so removing the object meanwhile cannot free a
   // range a requester is still writing.
   uint64_t promotion_id = 0;
-  bool soft_pin = false;
-  bool hard_pin = false;
-  std::string group_id;
-  std::vector<Replica> replicas;
   SteadyTime put_started{};
-  SteadyTime lease_deadline{};  // ungrouped objects; groups lease in GroupMeta
-  SteadyTime last_access{};
-  // Kept for eviction policies that learn reuse (ReuseTracker, src/master/reuse_policy.h): how
-  // often the object was referenced, whether it is a tail chunk, and until when further
-  // references count as the last one.
-  uint32_t reuse_references = 0;
-  bool reuse_tail = false;
-  SteadyTime reuse_until{};
   // Rebuilt from a store's index by restart recovery: not removed, even by a forced Remove,
   // before this (readers may still hold leases the previous master granted).
   SteadyTime held_until{};
@@ -204,9 +217,9 @@ class ObjectTable {
   // !skip[i] whose key exists, under its home shard's lock, and
   // missing(i) for the rest. Keys are grouped by shard (one lock per shard)
   // and probed with prefetching, so a batch overlaps its cache misses.
-  template <typename Fn, typename Missing>
-  void ForEachKey(const std::vector<std::string>& keys, const std::vector<bool>& skip, Fn&& fn,
-                  Missing&& missing);
+  // Keys: any random-access container of strings or string_views.
+  template <typename Keys, typename Fn, typename Missing>
+  void ForEachKey(const Keys& keys, const std::vector<bool>& skip, Fn&& fn, Missing&& missing);
 
   // Erases `key` from `shard` (which the caller has locked) and its group
   // membership; returns the ObjectMeta so the caller can drop it (freeing its
@@ -247,9 +260,9 @@ bool ObjectTable::WithObject(std::string_view key, Fn&& fn) {
   return true;
 }
 
-template <typename Fn, typename Missing>
-void ObjectTable::ForEachKey(const std::vector<std::string>& keys, const std::vector<bool>& skip,
-                             Fn&& fn, Missing&& missing) {
+template <typename Keys, typename Fn, typename Missing>
+void ObjectTable::ForEachKey(const Keys& keys, const std::vector<bool>& skip, Fn&& fn,
+                             Missing&& missing) {
   const size_t n = keys.size();
   const uint32_t num = num_shards();
   std::vector<uint64_t> hashes(n);
@@ -268,10 +281,11 @@ void ObjectTable::ForEachKey(const std::vector<std::string>& keys, const std::ve
     }
   }
   std::vector<std::pair<size_t, uint32_t>> redirected;  // (key index, home shard)
-  // Three-stage pipeline per shard, in blocks: prefetch the control bytes of
-  // block b+2; find (by hash only) the slots of block b+1 and prefetch their
-  // key bytes and metadata (the block's independent misses overlap); then look
-  // up block b with everything in cache.
+  // Four-stage pipeline per shard, in blocks of keys, each stage's misses overlapping within its
+  // block: prefetch the control bytes of block b+3; from them, prefetch the likely slot of each
+  // key of block b+2 (its stored hash, key string and metadata); in block b+1 find each key's
+  // slot by hash (now in cache) and prefetch its key bytes; then look up block b with
+  // everything in cache.
   constexpr uint32_t kBlock = 8;
   for (uint32_t s = 0; s < num; ++s) {
     const uint32_t begin = count[s], end = count[s + 1];
@@ -283,7 +297,19 @@ void ObjectTable::ForEachKey(const std::vector<std::string>& keys, const std::ve
         sh.objects.prefetch(HashOnly{hashes[order[j]]});
       }
     };
-    auto prefetch_entries = [&](uint32_t from) {
+    auto prefetch_slots = [&](uint32_t from) {
+      for (uint32_t j = from; j < std::min(end, from + kBlock); ++j) {
+        auto it = sh.objects.find(SlotProbe{hashes[order[j]]});
+        if (it != sh.objects.end()) {
+          // The key and the metadata a lookup reads (ObjectMeta's fields up to `replicas`).
+          const char* slot = reinterpret_cast<const char*>(&*it);
+          const char* hot_end = reinterpret_cast<const char*>(&it->second.replicas + 1);
+          for (const char* p = slot; p < hot_end; p += 64) __builtin_prefetch(p, 1);
+          __builtin_prefetch(hot_end - 1, 1);
+        }
+      }
+    };
+    auto prefetch_keys = [&](uint32_t from) {
       for (uint32_t j = from; j < std::min(end, from + kBlock); ++j) {
         auto it = sh.objects.find(HashOnly{hashes[order[j]]});
         if (it != sh.objects.end()) {
@@ -291,19 +317,20 @@ void ObjectTable::ForEachKey(const std::vector<std::string>& keys, const std::ve
           const size_t len = it->first.str.size();
           for (size_t off = 0; off < len && off < 256; off += 64) __builtin_prefetch(key + off);
           __builtin_prefetch(key + len - 1);
-          const char* meta = reinterpret_cast<const char*>(&it->second);
-          __builtin_prefetch(meta, 1);
-          __builtin_prefetch(meta + sizeof(ObjectMeta) - 1, 1);
         }
       }
     };
     prefetch_ctrl(begin);
     prefetch_ctrl(begin + kBlock);
-    prefetch_entries(begin);
+    prefetch_ctrl(begin + 2 * kBlock);
+    prefetch_slots(begin);
+    prefetch_slots(begin + kBlock);
+    prefetch_keys(begin);
     for (uint32_t j = begin; j < end; ++j) {
       if ((j - begin) % kBlock == 0) {
-        prefetch_ctrl(j + 2 * kBlock);
-        prefetch_entries(j + kBlock);
+        prefetch_ctrl(j + 3 * kBlock);
+        prefetch_slots(j + 2 * kBlock);
+        prefetch_keys(j + kBlock);
       }
       const size_t i = order[j];
       const HashedKey hk{keys[i], hashes[i]};

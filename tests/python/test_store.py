@@ -215,6 +215,32 @@ def test_exist_remove_regex_all(store, key):
     assert store.is_exist(key("last")) == 0
 
 
+def test_batch_is_exist_reads_keys_another_thread_replaces(store, key):
+    # The keys are read as views of the str objects while the GIL is released: the binding
+    # holds them, so another thread replacing the list's items (dropping the last reference of
+    # the old strs) cannot change the keys a call looks up.
+    assert store.put(key("kept-é"), b"1") == 0
+    keys = [key("kept-é")] + ["".join(["gone-", str(i)]) for i in range(1023)]
+    stop = threading.Event()
+
+    def replace():
+        n = 0
+        while not stop.is_set():
+            n += 1
+            for i in range(1, len(keys)):
+                keys[i] = "".join(["other-", str(n), "-", str(i)])
+
+    t = threading.Thread(target=replace)
+    t.start()
+    try:
+        for _ in range(200):
+            got = store.batch_is_exist(keys)
+            assert len(got) == 1024 and got[0] == 1 and set(got[1:]) <= {0}
+    finally:
+        stop.set()
+        t.join()
+
+
 def test_batch_is_exist_reuses_its_key_vector_safely(store, key):
     # batch_is_exist keeps its converted keys per thread between calls: batches that shrink,
     # grow, fail half-way or come as tuples must each be answered on their own keys only.

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/clock.h"
@@ -57,6 +58,22 @@ TEST_F(MasterLeaseTest, ExistsGrantsLeaseOfTtl) {
   clock_.Advance(Millis(2));  // ttl + 1 ms after the grant
   EXPECT_EQ(RemoveCode("k"), ErrorCode::OK);
   EXPECT_EQ(master_->Exists({"k"}), std::vector<int>{0});
+}
+
+TEST_F(MasterLeaseTest, ExistsOverViewsAnswersAndLeasesAsExists) {
+  Put("k");
+  auto pending = master_->PutStart({"pending"}, {1024}, {});
+  ASSERT_TRUE(pending[0].ok());
+  const std::string bytes = "k|pending|missing|";
+  const std::string_view views[] = {std::string_view(bytes).substr(0, 1),
+                                    std::string_view(bytes).substr(2, 7),
+                                    std::string_view(bytes).substr(10, 7), std::string_view()};
+  EXPECT_EQ(master_->ExistsViews(views),
+            (std::vector<int>{1, 0, 0, ToInt(ErrorCode::INVALID_KEY)}));
+  EXPECT_EQ(master_->Exists({"k", "pending", "missing", ""}),
+            (std::vector<int>{1, 0, 0, ToInt(ErrorCode::INVALID_KEY)}));
+  EXPECT_EQ(master_->Stats().lease_grants, 2u);
+  EXPECT_EQ(RemoveCode("k"), ErrorCode::OBJECT_HAS_LEASE);
 }
 
 TEST_F(MasterLeaseTest, GetReplicasGrantsLeaseAndReportsDeadline) {
