@@ -75,7 +75,7 @@ def parse_args():
     p.add_argument("--trace", default=os.path.join(os.path.dirname(os.path.dirname(HERE)),
                                                    "shared", "data", "traces",
                                                    "conversation_trace.jsonl"))
-    p.add_argument("--trace-requests", type=int, default=200)
+    p.add_argument("--trace-requests", type=int, default=500)
     p.add_argument("--tokens-per-hash", type=int, default=16)
     p.add_argument("--trace-block-size", type=int, default=16)
     p.add_argument("--trace-local-blocks", type=int, default=160,
@@ -435,8 +435,10 @@ def trace_replay(args, model, emit, Engine, tierkv):
     total = sum(len(r) for r in reqs)
     res = {"requests": len(reqs)}
     store = tierkv.DistributedStore()
+    # Room for every prompt's KV (the replay measures reuse, not the store's eviction).
+    seg = max(512 << 20, total * model.kv_bytes_per_token() * 5 // 4)
     rc = store.setup({"local_hostname": "localhost", "metadata_server": "P2PHANDSHAKE",
-                      "global_segment_size": 512 << 20, "local_buffer_size": 16 << 20,
+                      "global_segment_size": seg, "local_buffer_size": 16 << 20,
                       "protocol": "tcp", "master_server_addr": ""})
     if rc:
         raise SystemExit(f"setup: {tierkv.strerror(rc)}")
