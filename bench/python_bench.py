@@ -79,6 +79,15 @@ def cpp_embedded(args):
     return summary[-1]
 
 
+def cpp_metadata(args):
+    """One round of `tierkv bench metadata` with the exist workload's sizes: its keys/s."""
+    lines = run_json([args.tierkv, "bench", "metadata", "--json", "--objects",
+                      str(args.exist_objects), "--batch", str(args.exist_batch), "--seconds",
+                      str(args.exist_seconds), "--reps", "1"])
+    rows = [x for x in lines if x.get("bench") == "metadata" and "target_keys_per_s" in x]
+    return rows[-1]["keys_per_s"] if rows else 0
+
+
 class DataPath:
     """The Python side of the data-path pairs: one embedded store, built once."""
 
@@ -238,18 +247,12 @@ def main():
     log(f"python bench: batch_is_exist, {args.reps} pairs of C++ and Python rounds ...")
     exist_rounds = []
     for rep in range(args.reps):
-        def cpp_round():
-            meta = run_json([args.tierkv, "bench", "metadata", "--json", "--objects",
-                             str(args.exist_objects), "--batch", str(args.exist_batch),
-                             "--seconds", str(args.exist_seconds), "--reps", "1"])
-            rows = [x for x in meta if x.get("bench") == "metadata" and "target_keys_per_s" in x]
-            return rows[-1]["keys_per_s"] if rows else 0
         if rep % 2 == 0:
-            cpp_keys = cpp_round()
+            cpp_keys = cpp_metadata(args)
             py_keys, calls = python_exist(args)
         else:
             py_keys, calls = python_exist(args)
-            cpp_keys = cpp_round()
+            cpp_keys = cpp_metadata(args)
         row = {"bench": "python", "op": "is_exist", "rep": rep, "objects": args.exist_objects,
                "batch": args.exist_batch, "calls": calls, "keys_per_s": round(py_keys),
                "cpp_keys_per_s": cpp_keys}
