@@ -27,33 +27,49 @@ struct SizeResult {
   double get_ratio() const { return memcpy_gbps > 0 ? get_gbps / memcpy_gbps : 0; }
 };
 
-// Every rep of one object size: put, get and the memcpy baseline (each checked), then
+struct RepResult {
+  double put_gbps = 0, get_gbps = 0, memcpy_gbps = 0;
+};
+
+// One rep of one object size: put, get and the memcpy baseline (each checked), then
 // RemoveAll(force), which empties the store for the next rep (gets leave read leases behind).
+Result<RepResult> RunRep(Client& client, TransferWorkload& workload, int rep, int reps,
+                         Progress& progress) {
+  auto report = [&](const char* phase) {
+    if (!progress.enabled()) return;
+    progress.Update(FormatBytes(workload.object_bytes()) + " x " +
+                    std::to_string(workload.objects()) + ", rep " + std::to_string(rep + 1) +
+                    (reps > 0 ? "/" + std::to_string(reps) : std::string()) + ": " + phase);
+  };
+  RepResult r;
+  report("put");
+  Result<double> put = workload.Put(client);
+  if (!put.ok()) return put.status();
+  r.put_gbps = Gbps(workload.total_bytes(), *put);
+  report("get");
+  Result<double> get = workload.Get(client, rep);
+  if (!get.ok()) return get.status();
+  r.get_gbps = Gbps(workload.total_bytes(), *get);
+  // Baseline: the same bytes, src -> dst, same pieces, same order.
+  report("memcpy");
+  Result<double> copy = workload.Memcpy(rep);
+  if (!copy.ok()) return copy.status();
+  r.memcpy_gbps = Gbps(workload.total_bytes(), *copy);
+  report("remove");
+  if (Status s = workload.RemoveAll(client); !s.ok()) return s;
+  return r;
+}
+
+// Every rep of one object size; the medians.
 Result<SizeResult> RunSize(Client& client, TransferWorkload& workload, int reps,
                            Progress& progress) {
   std::vector<double> put_gbps, get_gbps, memcpy_gbps;
   for (int rep = 0; rep < reps; ++rep) {
-    auto report = [&](const char* phase) {
-      if (!progress.enabled()) return;
-      progress.Update(FormatBytes(workload.object_bytes()) + " x " +
-                      std::to_string(workload.objects()) + ", rep " + std::to_string(rep + 1) +
-                      "/" + std::to_string(reps) + ": " + phase);
-    };
-    report("put");
-    Result<double> put = workload.Put(client);
-    if (!put.ok()) return put.status();
-    put_gbps.push_back(Gbps(workload.total_bytes(), *put));
-    report("get");
-    Result<double> get = workload.Get(client, rep);
-    if (!get.ok()) return get.status();
-    get_gbps.push_back(Gbps(workload.total_bytes(), *get));
-    // Baseline: the same bytes, src -> dst, same pieces, same order.
-    report("memcpy");
-    Result<double> copy = workload.Memcpy(rep);
-    if (!copy.ok()) return copy.status();
-    memcpy_gbps.push_back(Gbps(workload.total_bytes(), *copy));
-    report("remove");
-    if (Status s = workload.RemoveAll(client); !s.ok()) return s;
+    Result<RepResult> r = RunRep(client, workload, rep, reps, progress);
+    if (!r.ok()) return r.status();
+    put_gbps.push_back(r->put_gbps);
+    get_gbps.push_back(r->get_gbps);
+    memcpy_gbps.push_back(r->memcpy_gbps);
   }
   SizeResult result;
   result.object_bytes = workload.object_bytes();
@@ -62,6 +78,30 @@ Result<SizeResult> RunSize(Client& client, TransferWorkload& workload, int reps,
   result.get_gbps = Median(get_gbps);
   result.memcpy_gbps = Median(memcpy_gbps);
   return result;
+}
+
+// --paired: one rep per line read on stdin, each rep's figures as a JSON line on stdout right
+// away, until end of input. Another bench (bench/python_bench.py) drives it to interleave its
+// own reps with these within milliseconds, both stores built once: a baseline measured seconds
+// apart, in a fresh process, moves with the machine's memory bandwidth more than the binding's
+// cost it is there to show.
+Status RunPaired(Client& client, TransferWorkload& workload, Progress& progress) {
+  JsonLine().Add("bench", "embedded").Add("op", "ready").Emit();
+  std::string line;
+  for (int rep = 0; std::getline(std::cin, line); ++rep) {
+    Result<RepResult> r = RunRep(client, workload, rep, 0, progress);
+    if (!r.ok()) return r.status();
+    JsonLine()
+        .Add("bench", "embedded")
+        .Add("op", "rep")
+        .Add("rep", rep)
+        .Add("object_bytes", workload.object_bytes())
+        .Add("put_gbps", Round3(r->put_gbps))
+        .Add("get_gbps", Round3(r->get_gbps))
+        .Add("memcpy_gbps", Round3(r->memcpy_gbps))
+        .Emit();
+  }
+  return Status::Ok();
 }
 
 void PrintHuman(std::ostream& out, const EmbeddedBenchOptions& options, const Config& config,
@@ -104,6 +144,9 @@ Status RunEmbeddedBench(const EmbeddedBenchOptions& options) {
       !status.ok()) {
     return status;
   }
+  if (options.paired && (!options.common.json || options.object_sizes.size() != 1)) {
+    return Status(ErrorCode::INVALID_PARAMS, "--paired needs --json and exactly one --sizes");
+  }
 
   Result<Config> loaded = LoadConfig(options.common.config_path);
   if (!loaded.ok()) return loaded.status();
@@ -131,6 +174,15 @@ Status RunEmbeddedBench(const EmbeddedBenchOptions& options) {
   std::unique_ptr<Client> client = std::move(created).value();
   if (Status s = client->RegisterBuffer(src->data(), src->size()); !s.ok()) return s;
   if (Status s = client->RegisterBuffer(dst->data(), dst->size()); !s.ok()) return s;
+
+  if (options.paired) {
+    TransferWorkload workload("embedded", options.object_sizes.front(),
+                              ObjectsFor(options.working_set_bytes, options.object_sizes.front()),
+                              options.batch, options.pieces, *src, *dst);
+    Status status = RunPaired(*client, workload, progress);
+    progress.Done();
+    return status;
+  }
 
   std::vector<SizeResult> results;
   for (uint64_t size : options.object_sizes) {

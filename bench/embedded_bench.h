@@ -7,7 +7,8 @@
 // with BatchGetIntoMultiBuffers into other registered buffers, in batches of
 // `batch` keys; every return code is checked and the bytes spot-checked outside
 // the timed region. Output: one JSON line per (op, size), then a summary line for
-// 2 MiB objects (see docs/benchmarks.md).
+// 2 MiB objects (see docs/benchmarks.md). With `paired`, another bench drives the reps
+// through stdin (see EmbeddedBenchOptions::paired).
 #pragma once
 
 #include <cstddef>
@@ -26,6 +27,9 @@ struct EmbeddedBenchOptions {
   std::vector<uint64_t> object_sizes = {256 * kKiB, 2 * kMiB, 8 * kMiB};
   size_t batch = 32;  // keys per batch call
   size_t pieces = 4;  // buffers per object (scatter on put, gather on get)
+  // One rep per line on stdin, a JSON line per rep ({"op":"rep", put/get/memcpy_gbps}) after
+  // a {"op":"ready"} line, until end of input; needs --json and one object size; no summary.
+  bool paired = false;
 };
 
 // Targets, printed as PASS/FAIL in the human summary (never the exit code).

@@ -3,10 +3,11 @@
 Data path: 2 MiB objects in 4 pieces, batches of 32, registered numpy buffers (2 MiB-aligned,
 like the C++ bench's), through
 DistributedStore.batch_put_from_multi_buffers / batch_get_into_multi_buffers (embedded mode),
-against `tierkv bench embedded` run with the same sizes, batch, pieces and working set. Each
-rep is a pair (one C++ rep in its own process, one Python rep here, the order alternating) and
-the ratios are medians of the pairs' ratios; every return code is checked and the bytes
-spot-checked outside the timed loops.
+against `tierkv bench embedded --paired` run with the same sizes, batch, pieces and working set
+in its own process, started once. Each of --data-reps pairs is one C++ rep and one Python rep
+back to back (the order alternating), and the ratios are medians of the pairs' ratios; every
+return code is checked and the bytes checked outside the timed loops, the same ranges as the
+C++ workload checks.
 
 Metadata: batch_is_exist over 1024-key batches (90 % hits) of connector-shaped keys, against
 `tierkv bench metadata` with the same objects (64 Ki by default), batch and hit ratio, in
@@ -69,14 +70,43 @@ def run_json(cmd):
     return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
 
 
-def cpp_embedded(args):
-    lines = run_json([args.tierkv, "bench", "embedded", "--json", "--sizes",
-                      str(args.object_size), "--batch", str(args.batch), "--pieces",
-                      str(args.pieces), "--working-set", str(args.working_set), "--reps", "1"])
-    summary = [x for x in lines if x.get("bench") == "embedded" and "get_ratio" in x]
-    if not summary:
-        raise SystemExit("python bench: no summary line from tierkv bench embedded")
-    return summary[-1]
+class CppEmbedded:
+    """`tierkv bench embedded --paired` with the same sizes, batch, pieces and working set, in its
+    own process, started once: each rep() runs one C++ rep (put, get, memcpy, remove) and returns
+    its JSON line. Both stores are built once and the reps of the two alternate within
+    milliseconds, so a pair sees the same memory bandwidth (a fresh process per C++ rep put
+    seconds between the two halves of a pair, and the machine's bandwidth moves that much)."""
+
+    def __init__(self, args):
+        self.proc = subprocess.Popen(
+            [args.tierkv, "bench", "embedded", "--json", "--paired", "--sizes",
+             str(args.object_size), "--batch", str(args.batch), "--pieces", str(args.pieces),
+             "--working-set", str(args.working_set)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._expect("ready")
+
+    def _expect(self, op):
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                rc = self.proc.wait()
+                raise SystemExit(f"python bench: tierkv bench embedded --paired ended ({rc}) "
+                                 "before its answer (its error is above)")
+            if line.startswith("{"):
+                row = json.loads(line)
+                if row.get("op") == op:
+                    return row
+
+    def rep(self):
+        self.proc.stdin.write("rep\n")
+        self.proc.stdin.flush()
+        return self._expect("rep")
+
+    def close(self):
+        self.proc.stdin.close()
+        rc = self.proc.wait()
+        if rc != 0:
+            raise SystemExit(f"python bench: tierkv bench embedded --paired exited {rc}")
 
 
 def cpp_metadata(args):
@@ -125,6 +155,25 @@ class DataPath:
             self.batches.append((keys, sp, dp, sz))
         self.bytes = total
 
+    def checked(self, rep):
+        """What the check after a get reads, as the C++ workload's: both 64-byte ends of every
+        object, and all of one object per batch (which one moves with `rep`)."""
+        size = self.args.object_size
+        for i in range(self.objects):
+            o = i * size
+            yield o, o + SPOT
+            yield o + size - SPOT, o + size
+        for b in range(len(self.batches)):
+            i = min(self.objects - 1, b * self.args.batch + rep % self.args.batch)
+            yield i * size, (i + 1) * size
+
+    def poison(self, rep):
+        """Overwrites what the check reads, so stale bytes never pass for a transfer; the C++
+        workload poisons the same ranges (not the whole buffer: that would leave the last L3's
+        worth of it dirty in cache in front of the timed gets)."""
+        for a, b in self.checked(rep):
+            self.dst[a:b] = 0xA5
+
     def rep(self, rep):
         store, size = self.store, self.args.object_size
         start = time.perf_counter()
@@ -134,7 +183,7 @@ class DataPath:
             bad = [(k, c) for k, c in zip(keys, codes) if c != 0]
             if bad:
                 raise SystemExit(f"python bench: put failed: {bad[:3]}")
-        self.dst.fill(0xA5)
+        self.poison(rep)
         start = time.perf_counter()
         gets = [store.batch_get_into_multi_buffers(k, dp, sz) for k, _, dp, sz in self.batches]
         get_s = time.perf_counter() - start
@@ -142,17 +191,9 @@ class DataPath:
             bad = [(k, c) for k, c in zip(keys, codes) if c != size]
             if bad:
                 raise SystemExit(f"python bench: get failed: {bad[:3]}")
-        # Both ends of every object, and all of one object per batch.
-        for i in range(self.objects):
-            o = i * size
-            for a, b in ((o, o + SPOT), (o + size - SPOT, o + size)):
-                if not np.array_equal(self.src[a:b], self.dst[a:b]):
-                    raise SystemExit(f"python bench: wrong bytes in object {i}")
-        for b in range(len(self.batches)):
-            i = min(self.objects - 1, b * self.args.batch + rep % self.args.batch)
-            o = i * size
-            if not np.array_equal(self.src[o:o + size], self.dst[o:o + size]):
-                raise SystemExit(f"python bench: wrong bytes in object {i}")
+        for a, b in self.checked(rep):
+            if not np.array_equal(self.src[a:b], self.dst[a:b]):
+                raise SystemExit(f"python bench: wrong bytes in object {a // size}")
         removed = store.remove_all(force=True)
         if removed != self.objects:
             raise SystemExit(f"python bench: remove_all removed {removed} of {self.objects}")
@@ -208,8 +249,12 @@ def main():
     p.add_argument("--tierkv", required=True, help="the tierkv executable (the C++ baselines)")
     p.add_argument("--json", action="store_true", help="JSON lines on stdout")
     p.add_argument("--reps", type=int, default=3,
-                   help="pairs of C++ and Python rounds (data path and batch_is_exist); medians "
-                   "are reported")
+                   help="pairs of C++ and Python batch_is_exist rounds; medians are reported")
+    # 31: one pair's ratio moves 0.7-1.5 with this VM's memory bandwidth from one tenth of a
+    # second to the next, even with the two halves back to back; the median of 31 stays within
+    # a few percent from run to run (docs/benchmarks.md "python"). A pair takes ~0.7 s.
+    p.add_argument("--data-reps", type=int, default=31,
+                   help="pairs of C++ and Python data-path reps; medians are reported")
     p.add_argument("--working-set", type=parse_size, default=512 << 20)
     p.add_argument("--object-size", type=parse_size, default=2 << 20)
     p.add_argument("--pieces", type=int, default=4)
@@ -218,29 +263,32 @@ def main():
     p.add_argument("--exist-batch", type=int, default=1024)
     p.add_argument("--exist-seconds", type=float, default=2.0)
     args = p.parse_args()
-    if args.reps < 1 or args.pieces < 1 or args.batch < 1 or args.object_size < 2 * SPOT:
-        p.error("--reps, --pieces and --batch must be >= 1, --object-size >= 128")
+    if (min(args.reps, args.data_reps, args.pieces, args.batch) < 1
+            or args.object_size < 2 * SPOT):
+        p.error("--reps, --data-reps, --pieces and --batch must be >= 1, --object-size >= 128")
 
     out = []
-    log(f"python bench: data path, {args.reps} pairs of C++ and Python reps ...")
+    log(f"python bench: data path, {args.data_reps} pairs of C++ and Python reps ...")
     data = DataPath(args)
+    partner = CppEmbedded(args)
     pairs = []
-    for rep in range(args.reps):
+    for rep in range(args.data_reps):
         if rep % 2 == 0:
-            cpp = cpp_embedded(args)
+            cpp = partner.rep()
             py_put, py_get = data.rep(rep)
         else:
             py_put, py_get = data.rep(rep)
-            cpp = cpp_embedded(args)
+            cpp = partner.rep()
         pair = {"bench": "python", "op": "pair", "rep": rep, "put_gbps": round(py_put, 3),
                 "get_gbps": round(py_get, 3), "cpp_put_gbps": cpp["put_gbps"],
-                "cpp_get_gbps": cpp["get_gbps"],
+                "cpp_get_gbps": cpp["get_gbps"], "cpp_memcpy_gbps": cpp["memcpy_gbps"],
                 "put_ratio_vs_cpp": round(py_put / cpp["put_gbps"], 3),
                 "get_ratio_vs_cpp": round(py_get / cpp["get_gbps"], 3)}
         pairs.append(pair)
         out.append(pair)
         log(f"  pair {rep + 1}: put {py_put:.2f} vs {cpp['put_gbps']:.2f} GB/s, "
             f"get {py_get:.2f} vs {cpp['get_gbps']:.2f} GB/s")
+    partner.close()
     data.store.close()
     del data
 
@@ -264,7 +312,7 @@ def main():
 
     med = lambda key: statistics.median(x[key] for x in pairs)  # noqa: E731
     summary = {"bench": "python", "object_bytes": args.object_size, "batch": args.batch,
-               "pieces": args.pieces, "reps": args.reps,
+               "pieces": args.pieces, "data_reps": args.data_reps, "reps": args.reps,
                "get_gbps": round(med("get_gbps"), 3), "put_gbps": round(med("put_gbps"), 3),
                "cpp_get_gbps": round(med("cpp_get_gbps"), 3),
                "cpp_put_gbps": round(med("cpp_put_gbps"), 3),

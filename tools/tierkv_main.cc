@@ -163,6 +163,11 @@ int main(int argc, char** argv) {
                    "Buffers per object (scatter on put, gather on get)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  embedded->add_flag(
+      "--paired", embedded_options.paired,
+      "Run one rep per line read on stdin, each printed as a JSON line at once, until "
+      "end of input (for a bench that interleaves its own reps; needs --json and one "
+      "--sizes)");
   embedded->callback([&] {
     embedded_options.working_set_bytes = SizeOf(working_set);
     embedded_options.object_sizes.clear();
