@@ -276,6 +276,14 @@ class DistributedStore {
   // Registered range containing [ptr, ptr+size): (start, size) of the registration.
   std::optional<std::pair<uintptr_t, uint64_t>> RegisteredRange(uintptr_t ptr, uint64_t size) const;
   void SetError(const std::string& message) const;
+  // The bytes calls: put/upsert of one key's parts, and of a batch (per-key values; the first
+  // failure's code). `call` names the Python call in errors.
+  int WriteParts(const char* call, const std::string& key,
+                 const std::vector<std::span<const uint8_t>>& parts,
+                 const StoreReplicateConfig& config, bool upsert);
+  int WriteBatch(const char* call, const std::vector<std::string>& keys,
+                 const std::vector<std::span<const uint8_t>>& values,
+                 const StoreReplicateConfig& config, bool upsert);
   std::vector<int> BatchPutTensorImpl(const std::vector<std::string>& keys,
                                       const std::vector<TensorView>& tensors,
                                       const StoreReplicateConfig& config, bool upsert);

@@ -591,32 +591,13 @@ int DistributedStore::Put(const std::string& key, std::span<const uint8_t> value
 int DistributedStore::PutParts(const std::string& key,
                                const std::vector<std::span<const uint8_t>>& parts,
                                const StoreReplicateConfig& config) {
-  TIERKV_REQUIRE_CLIENT("put", Code(ErrorCode::INVALID_PARAMS));
-  auto core = ToCore(config, 1, *client_, hostname_);
-  if (!core.ok()) {
-    SetError("put: " + core.status().message());
-    return Code(core.code());
-  }
-  return PutBytesImpl(*client_, *local_, {key}, {parts}, *core, /*upsert=*/false)[0];
+  return WriteParts("put", key, parts, config, /*upsert=*/false);
 }
 
 int DistributedStore::PutBatch(const std::vector<std::string>& keys,
                                const std::vector<std::span<const uint8_t>>& values,
                                const StoreReplicateConfig& config) {
-  TIERKV_REQUIRE_CLIENT("put_batch", Code(ErrorCode::INVALID_PARAMS));
-  if (keys.size() != values.size()) {
-    SetError("put_batch: " + std::to_string(keys.size()) + " keys but " +
-             std::to_string(values.size()) + " values");
-    return Code(ErrorCode::INVALID_PARAMS);
-  }
-  auto core = ToCore(config, keys.size(), *client_, hostname_);
-  if (!core.ok()) {
-    SetError("put_batch: " + core.status().message());
-    return Code(core.code());
-  }
-  std::vector<std::vector<std::span<const uint8_t>>> parts;
-  for (const auto& v : values) parts.push_back({v});
-  return FirstFailure(PutBytesImpl(*client_, *local_, keys, parts, *core, false));
+  return WriteBatch("put_batch", keys, values, config, /*upsert=*/false);
 }
 
 int DistributedStore::Upsert(const std::string& key, std::span<const uint8_t> value,
@@ -627,32 +608,45 @@ int DistributedStore::Upsert(const std::string& key, std::span<const uint8_t> va
 int DistributedStore::UpsertParts(const std::string& key,
                                   const std::vector<std::span<const uint8_t>>& parts,
                                   const StoreReplicateConfig& config) {
-  TIERKV_REQUIRE_CLIENT("upsert", Code(ErrorCode::INVALID_PARAMS));
-  auto core = ToCore(config, 1, *client_, hostname_);
-  if (!core.ok()) {
-    SetError("upsert: " + core.status().message());
-    return Code(core.code());
-  }
-  return PutBytesImpl(*client_, *local_, {key}, {parts}, *core, /*upsert=*/true)[0];
+  return WriteParts("upsert", key, parts, config, /*upsert=*/true);
 }
 
 int DistributedStore::UpsertBatch(const std::vector<std::string>& keys,
                                   const std::vector<std::span<const uint8_t>>& values,
                                   const StoreReplicateConfig& config) {
-  TIERKV_REQUIRE_CLIENT("upsert_batch", Code(ErrorCode::INVALID_PARAMS));
+  return WriteBatch("upsert_batch", keys, values, config, /*upsert=*/true);
+}
+
+int DistributedStore::WriteParts(const char* call, const std::string& key,
+                                 const std::vector<std::span<const uint8_t>>& parts,
+                                 const StoreReplicateConfig& config, bool upsert) {
+  TIERKV_REQUIRE_CLIENT(call, Code(ErrorCode::INVALID_PARAMS));
+  auto core = ToCore(config, 1, *client_, hostname_);
+  if (!core.ok()) {
+    SetError(std::string(call) + ": " + core.status().message());
+    return Code(core.code());
+  }
+  return PutBytesImpl(*client_, *local_, {key}, {parts}, *core, upsert)[0];
+}
+
+int DistributedStore::WriteBatch(const char* call, const std::vector<std::string>& keys,
+                                 const std::vector<std::span<const uint8_t>>& values,
+                                 const StoreReplicateConfig& config, bool upsert) {
+  TIERKV_REQUIRE_CLIENT(call, Code(ErrorCode::INVALID_PARAMS));
   if (keys.size() != values.size()) {
-    SetError("upsert_batch: " + std::to_string(keys.size()) + " keys but " +
+    SetError(std::string(call) + ": " + std::to_string(keys.size()) + " keys but " +
              std::to_string(values.size()) + " values");
     return Code(ErrorCode::INVALID_PARAMS);
   }
   auto core = ToCore(config, keys.size(), *client_, hostname_);
   if (!core.ok()) {
-    SetError("upsert_batch: " + core.status().message());
+    SetError(std::string(call) + ": " + core.status().message());
     return Code(core.code());
   }
   std::vector<std::vector<std::span<const uint8_t>>> parts;
+  parts.reserve(values.size());
   for (const auto& v : values) parts.push_back({v});
-  return FirstFailure(PutBytesImpl(*client_, *local_, keys, parts, *core, true));
+  return FirstFailure(PutBytesImpl(*client_, *local_, keys, parts, *core, upsert));
 }
 
 Result<std::shared_ptr<const BufferHandle>> DistributedStore::GetBuffer(const std::string& key) {
