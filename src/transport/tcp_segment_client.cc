@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "transport/staged_load.h"
 #include "transport/tcp_protocol.h"
 #include "transport/ucx_worker.h"
 #include "transport/unique_fd.h"
@@ -549,44 +550,24 @@ std::vector<Status> TcpSegmentClient::WriteBatch(const std::vector<WriteOp>& ops
 
 std::vector<Status> TcpSegmentClient::StageBatch(const std::vector<StageOp>& ops,
                                                  double usable_ratio) {
-  // The largest range whose staging need (align_up(length, 4096) + 8192) fits the usable part
-  // of the server's staging buffer.
-  const auto usable =
-      static_cast<uint64_t>(usable_ratio * static_cast<double>(impl_->staging_capacity));
   const uint64_t max_range =
-      usable > 8192 + 4096 ? std::min(kTcpMaxRequestBytes, (usable - 8192) & ~uint64_t{4095}) : 0;
+      MaxStagedRange(usable_ratio, impl_->staging_capacity, kTcpMaxRequestBytes);
   std::vector<std::vector<uint8_t>> descriptors(ops.size());
   std::vector<Impl::Pending> pendings;
   pendings.reserve(ops.size());
   std::lock_guard<std::mutex> lock(impl_->mu);
   for (size_t i = 0; i < ops.size(); ++i) {
-    UcxStageDescriptor d;
-    d.region = ops[i].location.region;
-    d.generation = ops[i].location.generation;
-    d.record_offset = ops[i].location.offset;
-    d.object_size = ops[i].location.size;
-    d.key = ops[i].key;
-    uint64_t total = 0;
-    for (const MutPiece& piece : ops[i].dst) total += piece.size;
-    Status bad;
-    if (d.key.empty() || d.key.size() > kUcxMaxNameLength) {
-      bad = Status(ErrorCode::INVALID_KEY,
-                   "tcp staged load: a key of " + std::to_string(d.key.size()) + " bytes");
-    } else if (total != d.object_size) {
-      bad = Status(ErrorCode::INVALID_PARAMS, "tcp staged load of " + d.key + ": " +
-                                                  std::to_string(total) + " bytes of buffer for " +
-                                                  std::to_string(d.object_size));
-    }
-    if (!bad.ok()) {
+    Result<std::vector<uint8_t>> descriptor = StageDescriptorFor(ops[i], "tcp");
+    if (!descriptor.ok()) {
       Impl::Pending refused;
       refused.op = UcxOp::kStage;
       refused.op_index = i;
       refused.completed = true;
-      refused.status = std::move(bad);
+      refused.status = descriptor.status();
       pendings.push_back(std::move(refused));
       continue;
     }
-    descriptors[i] = EncodeUcxStageDescriptor(d);
+    descriptors[i] = std::move(descriptor).value();
     const size_t first = pendings.size();
     impl_->AddOp(pendings, UcxOp::kStage, i, 0, ops[i].dst, ops[i].location.size, max_range);
     for (size_t k = first; k < pendings.size(); ++k) pendings[k].descriptor = &descriptors[i];
