@@ -6,8 +6,8 @@ DistributedStore.batch_put_from_multi_buffers / batch_get_into_multi_buffers (em
 against `tierkv bench embedded --paired` run with the same sizes, batch, pieces and working set
 in its own process, started once. Each of --data-reps pairs is one C++ rep and one Python rep
 back to back (the order alternating), and the ratios are medians of the pairs' ratios; every
-return code is checked and the bytes checked outside the timed loops, the same ranges as the
-C++ workload checks.
+return code is checked and the bytes checked outside the timed loops, ranges of the same kind
+and size as the C++ workload checks.
 
 Metadata: batch_is_exist over 1024-key batches (90 % hits) of connector-shaped keys, against
 `tierkv bench metadata` with the same objects (64 Ki by default), batch and hit ratio, in
@@ -156,8 +156,9 @@ class DataPath:
         self.bytes = total
 
     def checked(self, rep):
-        """What the check after a get reads, as the C++ workload's: both 64-byte ends of every
-        object, and all of one object per batch (which one moves with `rep`)."""
+        """What the check after a get reads, the same kind and size as the C++ workload's: both
+        64-byte ends of every object, and all of one object per batch (which one moves with
+        `rep`)."""
         size = self.args.object_size
         for i in range(self.objects):
             o = i * size
@@ -169,7 +170,7 @@ class DataPath:
 
     def poison(self, rep):
         """Overwrites what the check reads, so stale bytes never pass for a transfer; the C++
-        workload poisons the same ranges (not the whole buffer: that would leave the last L3's
+        workload poisons its checked ranges likewise (not the whole buffer: that would leave the last L3's
         worth of it dirty in cache in front of the timed gets)."""
         for a, b in self.checked(rep):
             self.dst[a:b] = 0xA5
