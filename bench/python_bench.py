@@ -170,8 +170,8 @@ class DataPath:
 
     def poison(self, rep):
         """Overwrites what the check reads, so stale bytes never pass for a transfer; the C++
-        workload poisons its checked ranges likewise (not the whole buffer: that would leave the last L3's
-        worth of it dirty in cache in front of the timed gets)."""
+        workload poisons its checked ranges likewise (not the whole buffer: that would leave the
+        last L3's worth of it dirty in cache in front of the timed gets)."""
         for a, b in self.checked(rep):
             self.dst[a:b] = 0xA5
 
