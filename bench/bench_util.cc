@@ -27,6 +27,12 @@ double Gbps(uint64_t bytes, double seconds) {
   return seconds > 0.0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
 }
 
+double Round3(double value) { return std::round(value * 1000.0) / 1000.0; }
+
+nlohmann::ordered_json OrNull(const std::optional<double>& value) {
+  return value ? nlohmann::ordered_json(Round3(*value)) : nlohmann::ordered_json(nullptr);
+}
+
 JsonLine::JsonLine()
     : json_(std::make_unique<nlohmann::ordered_json>(nlohmann::ordered_json::object())) {}
 JsonLine::~JsonLine() = default;

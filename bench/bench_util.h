@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +58,10 @@ class Stopwatch {
 double Median(std::vector<double> values);
 // Decimal gigabytes per second (1e9 bytes), as LIMITS.md and memcpy tools use.
 double Gbps(uint64_t bytes, double seconds);
+// A figure rounded to 3 decimals, as the JSON lines print them.
+double Round3(double value);
+// Round3 of the figure as a JSON number, or null when the figure does not exist.
+nlohmann::ordered_json OrNull(const std::optional<double>& value);
 
 // ---- Output -----------------------------------------------------------------
 

@@ -27,26 +27,22 @@
 #include "ssd/staging_area.h"
 #include "tierkv/config.h"
 #include "transfer/transfer_pool.h"
+#include "workload.h"
 
 namespace tierkv::bench {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint64_t kPatternSeed = 0x6469'736b'6265'6e63ull;  // "diskbenc"
-constexpr uint8_t kPoison = 0xA5;
-constexpr size_t kSpotBytes = 64;  // checked at each end of every object
+constexpr uint64_t kDiskPatternSeed = 0x6469'736b'6265'6e63ull;  // "diskbenc"
 constexpr size_t kFullCheckEvery = 32;
 constexpr uint32_t kFioWideQueueDepth = 32;  // the informational extra read job
-constexpr uint32_t kRingQueueDepth = 32;     // DeviceOptions::queue_depth (io_uring ring)
 // Timed loads per rep, each between a fio write and a fio read (see ClientRep).
 constexpr int kLoadRuns = 3;
-constexpr int64_t kTmpfsMagic = 0x01021994;
 // The segment holds the working set plus this share of it free below the eviction watermark,
 // so nothing is evicted (or demoted) before the timed demotion.
 constexpr double kSegmentHeadroom = 1.1;
 
-double Round3(double value) { return std::round(value * 1000.0) / 1000.0; }
 std::vector<double> Rounded(std::vector<double> values) {
   for (double& v : values) v = Round3(v);
   return values;
@@ -54,26 +50,26 @@ std::vector<double> Rounded(std::vector<double> values) {
 
 std::string ObjectKey(size_t index) { return "bench-disk@" + HexHash64(index); }
 
-Status Bad(std::string message) { return Status(ErrorCode::INVALID_PARAMS, std::move(message)); }
 uint64_t RoundUp(uint64_t value, uint64_t unit) { return (value + unit - 1) / unit * unit; }
 
 Status ValidateOptions(const DiskBenchOptions& o) {
-  if (o.common.reps < 1) return Bad("--reps must be >= 1");
-  if (o.dir.empty()) return Bad("--dir is empty");
-  if (o.batch < 1) return Bad("--batch must be >= 1");
-  if (o.object_bytes < 2 * kSpotBytes) return Bad("object size below 128 bytes");
+  if (o.common.reps < 1) return BadDiskOption("--reps must be >= 1");
+  if (o.dir.empty()) return BadDiskOption("--dir is empty");
+  if (o.batch < 1) return BadDiskOption("--batch must be >= 1");
+  if (o.object_bytes < 2 * kSpotBytes) return BadDiskOption("object size below 128 bytes");
   if (o.region_bytes % kBlockSize != 0 || o.region_bytes < 2 * kBlockSize) {
-    return Bad("region size must be a multiple of 4 KiB and >= 8 KiB");
+    return BadDiskOption("region size must be a multiple of 4 KiB and >= 8 KiB");
   }
   if (RecordSpan(ObjectKey(0).size(), o.object_bytes) > o.region_bytes - kBlockSize) {
-    return Bad("object of " + FormatBytes(o.object_bytes) + " does not fit a region of " +
-               FormatBytes(o.region_bytes));
+    return BadDiskOption("object of " + FormatBytes(o.object_bytes) + " does not fit a region of " +
+                         FormatBytes(o.region_bytes));
   }
   if (o.working_set_bytes < o.object_bytes) {
-    return Bad("--working-set must hold at least one " + FormatBytes(o.object_bytes) + " object");
+    return BadDiskOption("--working-set must hold at least one " + FormatBytes(o.object_bytes) +
+                         " object");
   }
   if (o.fio_mem != "auto" && o.fio_mem != "malloc" && o.fio_mem != "mmaphuge") {
-    return Bad("--fio-mem must be auto, malloc or mmaphuge");
+    return BadDiskOption("--fio-mem must be auto, malloc or mmaphuge");
   }
   return Status::Ok();
 }
@@ -162,7 +158,7 @@ uint32_t LoadQueueDepth(const DiskBenchOptions& o, bool direct, double usable_ra
 double Ratio(double value, double baseline) { return baseline > 0 ? value / baseline : 0; }
 
 // What one rep measured.
-struct RepResult {
+struct DiskRepResult {
   double demote_gbps = 0;
   double fio_read_wide_gbps = 0;                      // the informational qd32 read
   std::vector<double> fio_write_runs, fio_read_runs;  // each baseline run
@@ -209,8 +205,8 @@ class DiskRun {
   bool direct_io() const { return direct_io_; }
   const Setup& setup() const { return setup_; }
 
-  Result<RepResult> OneRep(int rep) {
-    RepResult result;
+  Result<DiskRepResult> OneRep(int rep) {
+    DiskRepResult result;
     Fio fio;
     fio.file = dir_ + "/fio.dat";
     struct Remover {
@@ -304,7 +300,7 @@ class DiskRun {
            std::to_string(st.evicted_objects) + " evicted";
   }
 
-  Status ClientRep(int rep, RepResult* result, Fio* fio) {
+  Status ClientRep(int rep, DiskRepResult* result, Fio* fio) {
     Report(rep, "starting the client (segment " + FormatBytes(g_.segment_bytes) + ", tier file " +
                     FormatBytes(g_.capacity) + ", staging " +
                     FormatBytes(config_.staging_buffer_size) + ")");
@@ -454,11 +450,11 @@ class DiskRun {
       Report(rep, "reserving " + std::to_string(needed) + " hugetlb pages for fio");
       fio->reservation = std::make_unique<HugetlbReservation>(needed);
       if (!fio->reservation->ok() && o_.fio_mem == "mmaphuge") {
-        return Bad("--fio-mem mmaphuge: fio needs " + std::to_string(needed) +
-                   " free hugetlb pages and they could not be reserved (" +
-                   std::to_string(ReadHugetlbPages().free) + " free; " + kNrHugepages +
-                   (access(kNrHugepages, W_OK) == 0 ? " raised, too few granted)"
-                                                    : " not writable: run as root)"));
+        return BadDiskOption("--fio-mem mmaphuge: fio needs " + std::to_string(needed) +
+                             " free hugetlb pages and they could not be reserved (" +
+                             std::to_string(ReadHugetlbPages().free) + " free; " + kNrHugepages +
+                             (access(kNrHugepages, W_OK) == 0 ? " raised, too few granted)"
+                                                              : " not writable: run as root)"));
       }
       setup_.fio_hugetlb_raised = fio->reservation->raised();
     }
@@ -490,7 +486,7 @@ class DiskRun {
   }
 
   // The baselines' runs, and the informational qd32 read (once).
-  Status FinishFio(int rep, Fio* fio, RepResult* result) {
+  Status FinishFio(int rep, Fio* fio, DiskRepResult* result) {
     result->fio_write_runs = fio->writes;
     result->fio_read_runs = fio->reads;
     Report(rep, "fio " + fio->wide.name + (fio->wide.huge_pages ? " (2 MiB pages)" : " (malloc)"));
@@ -588,7 +584,7 @@ Status RunDiskBench(const DiskBenchOptions& options) {
   if (!existed && !fs::create_directories(dir, ec)) {
     return Status(ErrorCode::FILE_OPEN_FAIL, "cannot create " + dir + ": " + ec.message());
   }
-  if (!fs::is_directory(dir, ec)) return Bad(dir + " is not a directory");
+  if (!fs::is_directory(dir, ec)) return BadDiskOption(dir + " is not a directory");
   struct DirRemover {
     std::string dir;
     bool created;
@@ -604,7 +600,8 @@ Status RunDiskBench(const DiskBenchOptions& options) {
   const int64_t fs_magic = static_cast<int64_t>(st.f_type);
   const char* fs_name = FsName(fs_magic);
   if (fs_magic == kTmpfsMagic && !options.allow_tmpfs) {
-    return Bad(dir + " is on tmpfs (memory, no O_DIRECT): pass --dir on a disk, or --allow-tmpfs");
+    return BadDiskOption(
+        dir + " is on tmpfs (memory, no O_DIRECT): pass --dir on a disk, or --allow-tmpfs");
   }
 
   Progress progress("disk", options.common.progress);
@@ -620,14 +617,14 @@ Status RunDiskBench(const DiskBenchOptions& options) {
   Result<AlignedBuffer> dst = AlignedBuffer::Allocate(geometry.value_bytes);
   if (!dst.ok()) return dst.status();
   for (size_t i = 0; i < geometry.objects; ++i) {
-    FillPattern(src->data() + i * options.object_bytes, options.object_bytes, kPatternSeed + i);
+    FillPattern(src->data() + i * options.object_bytes, options.object_bytes, kDiskPatternSeed + i);
   }
 
   const bool direct_io = ProbeDirectIo(dir);
   if (!direct_io && !options.allow_tmpfs) {
-    return Bad(dir +
-               " does not support O_DIRECT: pass --dir on a disk, or --allow-tmpfs to "
-               "measure buffered IO");
+    return BadDiskOption(dir +
+                         " does not support O_DIRECT: pass --dir on a disk, or --allow-tmpfs to "
+                         "measure buffered IO");
   }
   DiskRun run(options, config, geometry, dir, direct_io, *src, *dst, &progress);
   std::vector<double> demote, fio_wide;
@@ -635,7 +632,7 @@ Status RunDiskBench(const DiskBenchOptions& options) {
   std::vector<double> load_runs;                      // every timed load of every rep
   std::vector<double> demote_pairs, load_pairs;       // every paired ratio of every rep
   for (int rep = 0; rep < options.common.reps; ++rep) {
-    Result<RepResult> r = run.OneRep(rep);
+    Result<DiskRepResult> r = run.OneRep(rep);
     if (!r.ok()) {
       progress.Done();
       return r.status();

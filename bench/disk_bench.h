@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "bench_util.h"
 #include "tierkv/status.h"
@@ -48,6 +49,15 @@ struct DiskBenchOptions {
 };
 
 // Targets, printed as PASS/FAIL in the human summary (never the exit code).
+// statfs(2)'s f_type of tmpfs: the disk benches refuse it (no direct IO) unless told otherwise.
+inline constexpr int64_t kTmpfsMagic = 0x01021994;
+// DeviceOptions::queue_depth of the tier's io_uring ring in the disk benches.
+inline constexpr uint32_t kRingQueueDepth = 32;
+// INVALID_PARAMS with `message`: a bad option of a disk bench.
+inline Status BadDiskOption(std::string message) {
+  return Status(ErrorCode::INVALID_PARAMS, std::move(message));
+}
+
 inline constexpr double kLoadRatioTarget = 0.9;
 inline constexpr double kDemoteRatioTarget = 0.9;
 

@@ -15,11 +15,9 @@
 namespace tierkv::bench {
 namespace {
 
-constexpr uint64_t kPatternSeed = 0x7469'6572'6b76ull;  // "tierkv"
+constexpr uint64_t kEmbeddedPatternSeed = 0x7469'6572'6b76ull;  // "tierkv"
 
-double Round3(double value) { return std::round(value * 1000.0) / 1000.0; }
-
-struct SizeResult {
+struct EmbeddedSizeResult {
   uint64_t object_bytes = 0;
   size_t objects = 0;
   double put_gbps = 0, get_gbps = 0, memcpy_gbps = 0;
@@ -27,21 +25,21 @@ struct SizeResult {
   double get_ratio() const { return memcpy_gbps > 0 ? get_gbps / memcpy_gbps : 0; }
 };
 
-struct RepResult {
+struct EmbeddedRepResult {
   double put_gbps = 0, get_gbps = 0, memcpy_gbps = 0;
 };
 
 // One rep of one object size: put, get and the memcpy baseline (each checked), then
 // RemoveAll(force), which empties the store for the next rep (gets leave read leases behind).
-Result<RepResult> RunRep(Client& client, TransferWorkload& workload, int rep, int reps,
-                         Progress& progress) {
+Result<EmbeddedRepResult> RunRep(Client& client, TransferWorkload& workload, int rep, int reps,
+                                 Progress& progress) {
   auto report = [&](const char* phase) {
     if (!progress.enabled()) return;
     progress.Update(FormatBytes(workload.object_bytes()) + " x " +
                     std::to_string(workload.objects()) + ", rep " + std::to_string(rep + 1) +
                     (reps > 0 ? "/" + std::to_string(reps) : std::string()) + ": " + phase);
   };
-  RepResult r;
+  EmbeddedRepResult r;
   report("put");
   Result<double> put = workload.Put(client);
   if (!put.ok()) return put.status();
@@ -61,17 +59,17 @@ Result<RepResult> RunRep(Client& client, TransferWorkload& workload, int rep, in
 }
 
 // Every rep of one object size; the medians.
-Result<SizeResult> RunSize(Client& client, TransferWorkload& workload, int reps,
-                           Progress& progress) {
+Result<EmbeddedSizeResult> RunSize(Client& client, TransferWorkload& workload, int reps,
+                                   Progress& progress) {
   std::vector<double> put_gbps, get_gbps, memcpy_gbps;
   for (int rep = 0; rep < reps; ++rep) {
-    Result<RepResult> r = RunRep(client, workload, rep, reps, progress);
+    Result<EmbeddedRepResult> r = RunRep(client, workload, rep, reps, progress);
     if (!r.ok()) return r.status();
     put_gbps.push_back(r->put_gbps);
     get_gbps.push_back(r->get_gbps);
     memcpy_gbps.push_back(r->memcpy_gbps);
   }
-  SizeResult result;
+  EmbeddedSizeResult result;
   result.object_bytes = workload.object_bytes();
   result.objects = workload.objects();
   result.put_gbps = Median(put_gbps);
@@ -89,7 +87,7 @@ Status RunPaired(Client& client, TransferWorkload& workload, Progress& progress)
   JsonLine().Add("bench", "embedded").Add("op", "ready").Emit();
   std::string line;
   for (int rep = 0; std::getline(std::cin, line); ++rep) {
-    Result<RepResult> r = RunRep(client, workload, rep, 0, progress);
+    Result<EmbeddedRepResult> r = RunRep(client, workload, rep, 0, progress);
     if (!r.ok()) return r.status();
     JsonLine()
         .Add("bench", "embedded")
@@ -105,7 +103,7 @@ Status RunPaired(Client& client, TransferWorkload& workload, Progress& progress)
 }
 
 void PrintHuman(std::ostream& out, const EmbeddedBenchOptions& options, const Config& config,
-                const std::vector<SizeResult>& results, const SizeResult& summary) {
+                const std::vector<EmbeddedSizeResult>& results, const EmbeddedSizeResult& summary) {
   char line[256];
   out << "tierkv bench embedded: " << FormatBytes(options.working_set_bytes)
       << " working set per size, batch " << options.batch << ", " << options.pieces
@@ -117,7 +115,7 @@ void PrintHuman(std::ostream& out, const EmbeddedBenchOptions& options, const Co
                 "GB/s", "memcpy GB/s", "ratio");
   out << line;
   for (const char* op : {"put", "get"}) {
-    for (const SizeResult& r : results) {
+    for (const EmbeddedSizeResult& r : results) {
       const bool put = op[0] == 'p';
       std::snprintf(line, sizeof(line), "  %-4s %10s %8zu %9.2f %12.2f %7.2f\n", op,
                     FormatBytes(r.object_bytes).c_str(), r.objects, put ? r.put_gbps : r.get_gbps,
@@ -162,7 +160,8 @@ Status RunEmbeddedBench(const EmbeddedBenchOptions& options) {
   config.global_segment_size = std::max(config.global_segment_size, SegmentBytesFor(largest));
 
   Progress progress("embedded", options.common.progress);
-  Result<TransferBuffers> buffers = AllocateTransferBuffers(largest, kPatternSeed, progress);
+  Result<TransferBuffers> buffers =
+      AllocateTransferBuffers(largest, kEmbeddedPatternSeed, progress);
   if (!buffers.ok()) return buffers.status();
   AlignedBuffer* src = &buffers->src;
   AlignedBuffer* dst = &buffers->dst;
@@ -184,11 +183,11 @@ Status RunEmbeddedBench(const EmbeddedBenchOptions& options) {
     return status;
   }
 
-  std::vector<SizeResult> results;
+  std::vector<EmbeddedSizeResult> results;
   for (uint64_t size : options.object_sizes) {
     TransferWorkload workload("embedded", size, ObjectsFor(options.working_set_bytes, size),
                               options.batch, options.pieces, *src, *dst);
-    Result<SizeResult> result = RunSize(*client, workload, options.common.reps, progress);
+    Result<EmbeddedSizeResult> result = RunSize(*client, workload, options.common.reps, progress);
     if (!result.ok()) {
       progress.Done();
       return result.status();
@@ -197,7 +196,7 @@ Status RunEmbeddedBench(const EmbeddedBenchOptions& options) {
     if (options.common.json) {
       for (const char* op : {"put", "get"}) {
         const bool put = op[0] == 'p';
-        const SizeResult& r = *result;
+        const EmbeddedSizeResult& r = *result;
         JsonLine()
             .Add("bench", "embedded")
             .Add("op", op)
@@ -220,8 +219,8 @@ Status RunEmbeddedBench(const EmbeddedBenchOptions& options) {
   progress.Done();
 
   // The summary is for 2 MiB objects, or the first size when 2 MiB was not run.
-  SizeResult summary = results.front();
-  for (const SizeResult& r : results) {
+  EmbeddedSizeResult summary = results.front();
+  for (const EmbeddedSizeResult& r : results) {
     if (r.object_bytes == 2 * kMiB) summary = r;
   }
   if (options.common.json) {

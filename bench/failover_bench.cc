@@ -67,8 +67,6 @@ double Percentile(std::vector<double> values, double p) {
   return values[at];
 }
 
-double Round3(double v) { return std::round(v * 1000.0) / 1000.0; }
-
 // A child process running `tierkv bench failover-worker`; killed and reaped by the destructor.
 class Worker {
  public:

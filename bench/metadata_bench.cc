@@ -15,8 +15,7 @@
 namespace tierkv::bench {
 namespace {
 
-constexpr uint64_t kPatternSeed = 0x6d65'7461ull;  // "meta"
-constexpr size_t kPutBatch = 1024;
+constexpr uint64_t kMetadataPatternSeed = 0x6d65'7461ull;  // "meta"
 
 std::string KvKey(uint64_t id) { return MetadataKey(id); }
 using QueryBatch = MetadataQuery;
@@ -129,8 +128,8 @@ Result<PolicyRun> RunWithPolicy(const MetadataBenchOptions& options, Config conf
   std::vector<std::vector<void*>> ptrs;
   std::vector<std::vector<size_t>> sizes;
   ReplicateConfig put_config;
-  for (size_t first = 0; first < options.objects && failures.empty(); first += kPutBatch) {
-    const size_t end = std::min(options.objects, first + kPutBatch);
+  for (size_t first = 0; first < options.objects && failures.empty(); first += kMetadataPutBatch) {
+    const size_t end = std::min(options.objects, first + kMetadataPutBatch);
     keys.clear();
     ptrs.clear();
     sizes.clear();
@@ -264,7 +263,7 @@ Status RunMetadataBench(const MetadataBenchOptions& options) {
   Progress progress("metadata", options.common.progress);
   Result<AlignedBuffer> src = AlignedBuffer::Allocate(data_bytes);
   if (!src.ok()) return src.status();
-  FillPattern(src->data(), src->size(), kPatternSeed);
+  FillPattern(src->data(), src->size(), kMetadataPatternSeed);
 
   if (!options.compare_policy.empty()) return RunPolicyComparison(options, config, *src, progress);
 
@@ -279,8 +278,8 @@ Status RunMetadataBench(const MetadataBenchOptions& options) {
                   FormatBytes(options.object_bytes));
   FailureLog failures;
   double put_seconds = 0;
-  for (size_t first = 0; first < options.objects && failures.empty(); first += kPutBatch) {
-    const size_t end = std::min(options.objects, first + kPutBatch);
+  for (size_t first = 0; first < options.objects && failures.empty(); first += kMetadataPutBatch) {
+    const size_t end = std::min(options.objects, first + kMetadataPutBatch);
     std::vector<std::string> keys;
     std::vector<std::vector<void*>> ptrs;
     std::vector<std::vector<size_t>> sizes;
@@ -328,7 +327,7 @@ Status RunMetadataBench(const MetadataBenchOptions& options) {
         .Add("op", "put")
         .Add("objects", options.objects)
         .Add("object_bytes", options.object_bytes)
-        .Add("batch", kPutBatch)
+        .Add("batch", kMetadataPutBatch)
         .Add("keys_per_s", std::llround(put_keys_per_s))
         .Emit();
     JsonLine()
@@ -362,7 +361,7 @@ Status RunMetadataBench(const MetadataBenchOptions& options) {
                 hit_ratio * 100, options.common.reps, options.common.reps == 1 ? "" : "s",
                 total_batches, total_seconds);
   out << line;
-  std::snprintf(line, sizeof(line), "  put (batch %zu):        %12.0f keys/s\n", kPutBatch,
+  std::snprintf(line, sizeof(line), "  put (batch %zu):        %12.0f keys/s\n", kMetadataPutBatch,
                 put_keys_per_s);
   out << line;
   std::snprintf(line, sizeof(line),

@@ -41,6 +41,8 @@ struct MetadataBenchOptions {
 };
 
 // The throughput a policy may cost against LRU in the paired comparison: >= 0.90 of LRU's.
+// Keys per put batch when the metadata benches fill the table.
+inline constexpr size_t kMetadataPutBatch = 1024;
 inline constexpr double kPolicyCostRatioTarget = 0.90;
 
 inline constexpr double kKeysPerSecondTarget = 5e6;

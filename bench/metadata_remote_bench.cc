@@ -22,11 +22,7 @@
 #include "rpc/remote_master.h"
 
 namespace tierkv::bench {
-namespace {
-
-constexpr size_t kPutBatch = 1024;
-
-}  // namespace
+namespace {}  // namespace
 
 Status RunRemoteMetadataBench(const MetadataBenchOptions& options) {
   Progress progress("metadata", options.common.progress);
@@ -58,8 +54,8 @@ Status RunRemoteMetadataBench(const MetadataBenchOptions& options) {
   progress.Update("putting " + std::to_string(options.objects) + " objects (metadata)");
   FailureLog failures;
   double put_seconds = 0;
-  for (size_t first = 0; first < options.objects && failures.empty(); first += kPutBatch) {
-    const size_t end = std::min(options.objects, first + kPutBatch);
+  for (size_t first = 0; first < options.objects && failures.empty(); first += kMetadataPutBatch) {
+    const size_t end = std::min(options.objects, first + kMetadataPutBatch);
     std::vector<std::string> keys;
     std::vector<uint64_t> sizes;
     std::vector<uint64_t> checksums;
@@ -119,7 +115,7 @@ Status RunRemoteMetadataBench(const MetadataBenchOptions& options) {
         .Add("op", "put")
         .Add("objects", options.objects)
         .Add("object_bytes", options.object_bytes)
-        .Add("batch", kPutBatch)
+        .Add("batch", kMetadataPutBatch)
         .Add("keys_per_s", std::llround(put_keys_per_s))
         .Emit();
     JsonLine()
@@ -157,7 +153,7 @@ Status RunRemoteMetadataBench(const MetadataBenchOptions& options) {
                 total_batches, total_seconds);
   out << line;
   std::snprintf(line, sizeof(line), "  put (PutStart+PutEnd, batch %zu): %12.0f keys/s\n",
-                kPutBatch, put_keys_per_s);
+                kMetadataPutBatch, put_keys_per_s);
   out << line;
   std::snprintf(line, sizeof(line),
                 "  batch_is_exist:                    %12.0f keys/s (target >= %.0f: %s)\n",

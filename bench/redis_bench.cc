@@ -56,12 +56,6 @@ Status RunRedisBench(const RedisBenchOptions&) {
 
 namespace {
 
-double Rounded(double value) { return std::round(value * 1000.0) / 1000.0; }
-
-nlohmann::ordered_json OrNull(const std::optional<double>& value) {
-  return value ? nlohmann::ordered_json(Rounded(*value)) : nlohmann::ordered_json(nullptr);
-}
-
 // ---- Installing redis-server --------------------------------------------------------------
 
 // redis-server on PATH, or installed with apt-get (as root, else through `sudo -n`).
@@ -426,7 +420,7 @@ Result<double> TimedRedisGet(std::vector<Reader>& readers, TransferWorkload& wor
   return seconds;
 }
 
-struct SizeResult {
+struct RedisSizeResult {
   uint64_t object_bytes = 0;
   size_t objects = 0;
   double redis_gbps = 0, shm_get_gbps = 0, shm_put_gbps = 0, memcpy_gbps = 0;
@@ -447,7 +441,7 @@ std::string Figure(const std::optional<double>& value) {
 }
 
 void PrintHuman(std::ostream& out, const RedisBenchOptions& options, const std::string& version,
-                const std::vector<SizeResult>& results, const SizeResult& summary,
+                const std::vector<RedisSizeResult>& results, const RedisSizeResult& summary,
                 const std::string& tcp_status) {
   char line[320];
   out << "tierkv bench redis: redis-server " << version << " on 127.0.0.1 (no persistence), "
@@ -458,7 +452,7 @@ void PrintHuman(std::ostream& out, const RedisBenchOptions& options, const std::
   std::snprintf(line, sizeof(line), "  %10s %8s %11s %12s %12s %9s %9s\n", "object", "objects",
                 "redis GB/s", "tierkv shm", "tierkv tcp", "shm/redis", "tcp/redis");
   out << line;
-  for (const SizeResult& r : results) {
+  for (const RedisSizeResult& r : results) {
     std::snprintf(line, sizeof(line), "  %10s %8zu %11.2f %12.2f %12s %9.2f %9s\n",
                   FormatBytes(r.object_bytes).c_str(), r.objects, r.redis_gbps, r.shm_get_gbps,
                   Figure(r.tcp_get_gbps).c_str(), r.shm_ratio(), Figure(r.tcp_ratio()).c_str());
@@ -535,7 +529,7 @@ Status RunRedisBench(const RedisBenchOptions& options) {
   Client* const tcp = run.clients.tcp.get();
   const std::string tcp_status = run.clients.tcp_status;
 
-  std::vector<SizeResult> results;
+  std::vector<RedisSizeResult> results;
   const int reps = options.common.reps;
   for (uint64_t size : options.object_sizes) {
     TransferWorkload workload("redis", size, ObjectsFor(options.working_set_bytes, size),
@@ -571,7 +565,7 @@ Status RunRedisBench(const RedisBenchOptions& options) {
       return flushed.status();
     }
 
-    SizeResult r;
+    RedisSizeResult r;
     r.object_bytes = size;
     r.objects = n;
     r.redis_gbps = Median(redis_gbps);
@@ -589,11 +583,11 @@ Status RunRedisBench(const RedisBenchOptions& options) {
       line["batch"] = options.batch;
       line["connections"] = options.connections;
       line["reps"] = reps;
-      line["redis_gbps"] = Rounded(r.redis_gbps);
-      line["shm_get_gbps"] = Rounded(r.shm_get_gbps);
+      line["redis_gbps"] = Round3(r.redis_gbps);
+      line["shm_get_gbps"] = Round3(r.shm_get_gbps);
       line["tcp_get_gbps"] = OrNull(r.tcp_get_gbps);
-      line["memcpy_gbps"] = Rounded(r.memcpy_gbps);
-      line["shm_ratio_vs_redis"] = Rounded(r.shm_ratio());
+      line["memcpy_gbps"] = Round3(r.memcpy_gbps);
+      line["shm_ratio_vs_redis"] = Round3(r.shm_ratio());
       line["tcp_ratio_vs_redis"] = OrNull(r.tcp_ratio());
       std::cout << line.dump() << '\n' << std::flush;
     }
@@ -607,21 +601,21 @@ Status RunRedisBench(const RedisBenchOptions& options) {
   progress.Done();
   if (!cluster_stopped.ok()) return cluster_stopped;
 
-  SizeResult summary = results.front();
-  for (const SizeResult& r : results) {
+  RedisSizeResult summary = results.front();
+  for (const RedisSizeResult& r : results) {
     if (r.object_bytes == 2 * kMiB) summary = r;
   }
   if (options.common.json) {
     nlohmann::ordered_json line;
     line["bench"] = "redis";
     line["object_bytes"] = summary.object_bytes;
-    line["redis_gbps"] = Rounded(summary.redis_gbps);
-    line["shm_get_gbps"] = Rounded(summary.shm_get_gbps);
+    line["redis_gbps"] = Round3(summary.redis_gbps);
+    line["shm_get_gbps"] = Round3(summary.shm_get_gbps);
     line["tcp_get_gbps"] = OrNull(summary.tcp_get_gbps);
-    line["shm_ratio_vs_redis"] = Rounded(summary.shm_ratio());
+    line["shm_ratio_vs_redis"] = Round3(summary.shm_ratio());
     line["tcp_ratio_vs_redis"] = OrNull(summary.tcp_ratio());
-    line["memcpy_gbps"] = Rounded(summary.memcpy_gbps);
-    line["shm_put_gbps"] = Rounded(summary.shm_put_gbps);
+    line["memcpy_gbps"] = Round3(summary.memcpy_gbps);
+    line["shm_put_gbps"] = Round3(summary.shm_put_gbps);
     line["connections"] = options.connections;
     line["batch"] = options.batch;
     line["redis_version"] = version;

@@ -29,13 +29,6 @@
 namespace tierkv::bench {
 namespace {
 
-double Rounded(double value) { return std::round(value * 1000.0) / 1000.0; }
-
-// A JSON number, or null when the figure does not exist (a transport not built).
-nlohmann::ordered_json OrNull(const std::optional<double>& value) {
-  return value ? nlohmann::ordered_json(Rounded(*value)) : nlohmann::ordered_json(nullptr);
-}
-
 void EmitJson(const nlohmann::ordered_json& line) {
   std::cout << line.dump() << '\n' << std::flush;
 }
@@ -206,7 +199,7 @@ class TcpStream {
 // ---- The bench ----------------------------------------------------------------------------
 
 // Medians of one object size; nullopt where the transport could not run.
-struct SizeResult {
+struct RemoteSizeResult {
   uint64_t object_bytes = 0;
   size_t objects = 0;
   double shm_put_gbps = 0, shm_get_gbps = 0, memcpy_gbps = 0, tcp_raw_gbps = 0;
@@ -227,8 +220,8 @@ std::string Optional(const std::optional<double>& value, const char* format) {
 }
 
 void PrintHuman(std::ostream& out, const RemoteBenchOptions& options, const Config& config,
-                uint64_t segment_bytes, const std::vector<SizeResult>& results,
-                const SizeResult& summary, const std::string& tcp_status) {
+                uint64_t segment_bytes, const std::vector<RemoteSizeResult>& results,
+                const RemoteSizeResult& summary, const std::string& tcp_status) {
   char line[256];
   out << "tierkv bench remote: master + store processes on 127.0.0.1 (store segment "
       << FormatBytes(segment_bytes) << (options.small_pages ? ", 4 KiB pages" : "") << "), "
@@ -239,7 +232,7 @@ void PrintHuman(std::ostream& out, const RemoteBenchOptions& options, const Conf
   std::snprintf(line, sizeof(line), "  %-4s %-4s %10s %8s %9s %-9s %9s %7s\n", "tr", "op", "object",
                 "objects", "GB/s", "baseline", "GB/s", "ratio");
   out << line;
-  for (const SizeResult& r : results) {
+  for (const RemoteSizeResult& r : results) {
     for (const char* op : {"put", "get"}) {
       const bool put = op[0] == 'p';
       std::snprintf(line, sizeof(line), "  %-4s %-4s %10s %8zu %9.2f %-9s %9.2f %7.2f\n", "shm", op,
@@ -308,7 +301,7 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
   Client* const tcp = run.clients.tcp.get();
   const std::string tcp_status = run.clients.tcp_status;
 
-  std::vector<SizeResult> results;
+  std::vector<RemoteSizeResult> results;
   const int reps = options.common.reps;
   for (uint64_t size : options.object_sizes) {
     TransferWorkload workload("remote", size, ObjectsFor(options.working_set_bytes, size),
@@ -332,7 +325,7 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
       if (!raw.ok()) return raw.status();
       raw_gbps.push_back(Gbps(workload.total_bytes(), *raw));
     }
-    SizeResult r;
+    RemoteSizeResult r;
     r.object_bytes = size;
     r.objects = workload.objects();
     r.shm_put_gbps = Median(shm_put);
@@ -364,7 +357,7 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
           line["checksum"] = base.verify_checksum;
           line["gbps"] = OrNull(gbps);
           line["baseline"] = shm_row ? "memcpy" : "tcp_raw";
-          line["baseline_gbps"] = Rounded(shm_row ? r.memcpy_gbps : r.tcp_raw_gbps);
+          line["baseline_gbps"] = Round3(shm_row ? r.memcpy_gbps : r.tcp_raw_gbps);
           line["ratio"] =
               OrNull(shm_row ? std::optional<double>(put ? r.shm_put_ratio() : r.shm_get_ratio())
                              : r.tcp_ratio(gbps));
@@ -383,23 +376,23 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
   if (!stream_stopped.ok()) return stream_stopped;
 
   // The summary is for 2 MiB objects, or the first size when 2 MiB was not run.
-  SizeResult summary = results.front();
-  for (const SizeResult& r : results) {
+  RemoteSizeResult summary = results.front();
+  for (const RemoteSizeResult& r : results) {
     if (r.object_bytes == 2 * kMiB) summary = r;
   }
   if (options.common.json) {
     nlohmann::ordered_json line;
     line["bench"] = "remote";
     line["object_bytes"] = summary.object_bytes;
-    line["shm_get_ratio"] = Rounded(summary.shm_get_ratio());
+    line["shm_get_ratio"] = Round3(summary.shm_get_ratio());
     line["tcp_get_ratio"] = OrNull(summary.tcp_ratio(summary.tcp_get_gbps));
-    line["shm_get_gbps"] = Rounded(summary.shm_get_gbps);
+    line["shm_get_gbps"] = Round3(summary.shm_get_gbps);
     line["tcp_get_gbps"] = OrNull(summary.tcp_get_gbps);
-    line["memcpy_gbps"] = Rounded(summary.memcpy_gbps);
-    line["tcp_raw_gbps"] = Rounded(summary.tcp_raw_gbps);
-    line["shm_put_ratio"] = Rounded(summary.shm_put_ratio());
+    line["memcpy_gbps"] = Round3(summary.memcpy_gbps);
+    line["tcp_raw_gbps"] = Round3(summary.tcp_raw_gbps);
+    line["shm_put_ratio"] = Round3(summary.shm_put_ratio());
     line["tcp_put_ratio"] = OrNull(summary.tcp_ratio(summary.tcp_put_gbps));
-    line["shm_put_gbps"] = Rounded(summary.shm_put_gbps);
+    line["shm_put_gbps"] = Round3(summary.shm_put_gbps);
     line["tcp_put_gbps"] = OrNull(summary.tcp_put_gbps);
     line["tcp_status"] = tcp_status.empty() ? "OK" : tcp_status;
     line["shm_get_target"] = kShmGetRatioTarget;

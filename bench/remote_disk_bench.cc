@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "disk_bench.h"
 #include "fio_runner.h"
 #include "local_cluster.h"
 #include "ssd/record_format.h"
@@ -27,32 +28,29 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint64_t kPatternSeed = 0x7264'6973'6b62'656eull;  // "rdiskben"
-constexpr int64_t kTmpfsMagic = 0x01021994;
-constexpr uint32_t kRingQueueDepth = 32;  // the store's io_uring ring (DeviceOptions)
+constexpr uint64_t kRemoteDiskPatternSeed = 0x7264'6973'6b62'656eull;  // "rdiskben"
 // The workload's name: its keys are "bench-disk-remote@size:...".
 constexpr const char* kName = "disk-remote";
 
-Status Bad(std::string message) { return Status(ErrorCode::INVALID_PARAMS, std::move(message)); }
-double Round3(double value) { return std::round(value * 1000.0) / 1000.0; }
-
 Status Validate(const RemoteDiskBenchOptions& o) {
-  if (o.common.reps < 1 || o.common.reps > 100) return Bad("--reps must be 1..100");
+  if (o.common.reps < 1 || o.common.reps > 100) return BadDiskOption("--reps must be 1..100");
   if (o.object_bytes == 0 || o.working_set_bytes < 4 * o.object_bytes) {
-    return Bad("--working-set must hold at least 4 objects of " + FormatBytes(o.object_bytes));
+    return BadDiskOption("--working-set must hold at least 4 objects of " +
+                         FormatBytes(o.object_bytes));
   }
   if (o.segment_bytes < o.batch * o.object_bytes * 2) {
-    return Bad("--segment-size must hold two put batches (" +
-               FormatBytes(o.batch * o.object_bytes * 2) + ")");
+    return BadDiskOption("--segment-size must hold two put batches (" +
+                         FormatBytes(o.batch * o.object_bytes * 2) + ")");
   }
   if (o.segment_bytes >= o.working_set_bytes) {
-    return Bad("--segment-size must be smaller than --working-set, or nothing is demoted");
+    return BadDiskOption(
+        "--segment-size must be smaller than --working-set, or nothing is demoted");
   }
-  if (o.batch == 0 || o.batch > 4096) return Bad("--batch must be 1..4096");
+  if (o.batch == 0 || o.batch > 4096) return BadDiskOption("--batch must be 1..4096");
   if (o.fio_mem != "auto" && o.fio_mem != "malloc" && o.fio_mem != "mmaphuge") {
-    return Bad("--fio-mem must be auto, malloc or mmaphuge");
+    return BadDiskOption("--fio-mem must be auto, malloc or mmaphuge");
   }
-  if (o.dir.empty()) return Bad("--dir is empty");
+  if (o.dir.empty()) return BadDiskOption("--dir is empty");
   return Status::Ok();
 }
 
@@ -115,7 +113,7 @@ Status RunRemoteDiskBench(const RemoteDiskBenchOptions& options) {
   struct statfs st {};
   if (statfs(o.dir.c_str(), &st) != 0 || static_cast<int64_t>(st.f_type) == kTmpfsMagic ||
       !ProbeDirectIo(o.dir)) {
-    return Bad(o.dir + " is not on a disk with O_DIRECT (tmpfs?): pass --dir on a disk");
+    return BadDiskOption(o.dir + " is not on a disk with O_DIRECT (tmpfs?): pass --dir on a disk");
   }
 
   // The store: an SSD tier with room for everything (nothing leaves the disk), io_uring.
@@ -124,7 +122,7 @@ Status RunRemoteDiskBench(const RemoteDiskBenchOptions& options) {
                            "@size:" + std::to_string(o.object_bytes) + "@" + HexHash64(0);
   const uint64_t span = RecordSpan(key0.size(), o.object_bytes);
   const uint64_t per_region = (o.region_bytes - kFirstRecordOffset) / span;
-  if (per_region == 0) return Bad("--region-size holds no object");
+  if (per_region == 0) return BadDiskOption("--region-size holds no object");
   const uint64_t regions = (objects + per_region - 1) / per_region + 2;
   const std::string config_path = o.dir + "/store.json";
   {
@@ -139,7 +137,8 @@ Status RunRemoteDiskBench(const RemoteDiskBenchOptions& options) {
 
   Progress progress("disk-remote", o.common.progress);
   if (Status s = EnsureFio(&progress); !s.ok()) return s;
-  Result<TransferBuffers> buffers = AllocateTransferBuffers(value_bytes, kPatternSeed, progress);
+  Result<TransferBuffers> buffers =
+      AllocateTransferBuffers(value_bytes, kRemoteDiskPatternSeed, progress);
   if (!buffers.ok()) return buffers.status();
 
   std::vector<Result3> reps;
@@ -213,7 +212,7 @@ Status RunRemoteDiskBench(const RemoteDiskBenchOptions& options) {
       reservation = std::make_unique<HugetlbReservation>(
           std::max(HugetlbPagesFor(read), HugetlbPagesFor(write)));
       if (!reservation->ok() && o.fio_mem == "mmaphuge") {
-        return Bad("--fio-mem mmaphuge: not enough free hugetlb pages for fio");
+        return BadDiskOption("--fio-mem mmaphuge: not enough free hugetlb pages for fio");
       }
     }
     r.fio_huge_pages = reservation != nullptr && reservation->ok();

@@ -411,7 +411,6 @@ struct CapacityRuns {
 };
 
 double Round4(double v) { return std::round(v * 10000) / 10000; }
-double Round3(double v) { return std::round(v * 1000) / 1000; }
 
 void EmitSim(const TraceBenchOptions& o, const CapacityRuns& cr, const char* policy,
              const CacheSimResult& s) {

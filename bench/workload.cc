@@ -12,8 +12,6 @@
 namespace tierkv::bench {
 namespace {
 
-constexpr uint8_t kPoison = 0xA5;
-constexpr size_t kSpotBytes = 64;               // checked at each end of every object
 constexpr uint64_t kSegmentMargin = 64 * kMiB;  // on top of 2x the working set
 
 // The untimed check of one batch op: every batch call returned one code per key, and `judge`

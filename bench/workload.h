@@ -20,6 +20,10 @@ class Client;
 namespace tierkv::bench {
 
 // Seed of the source pattern; the raw TCP child fills its buffer with the same one.
+// Destinations are poisoned with kPoison before a get; kSpotBytes are checked at each end of
+// every object.
+inline constexpr uint8_t kPoison = 0xA5;
+inline constexpr size_t kSpotBytes = 64;
 inline constexpr uint64_t kRemotePatternSeed = 0x7265'6d6f'7465ull;  // "remote"
 
 // Objects of one size in a working set: at least one.

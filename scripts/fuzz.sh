@@ -5,6 +5,8 @@
 #   bash scripts/fuzz.sh                 every target, 20 s each
 #   FUZZ_SECONDS=60 bash scripts/fuzz.sh req_Exists resp_Batch
 #   FUZZ_JOBS=1 ...                      targets run FUZZ_JOBS at a time (default: nproc)
+#   FUZZ_STEP=build / FUZZ_STEP=run      only build the targets / only run them (default: both)
+#   FUZZ_UNITY=ON                        a unity build (CMAKE_UNITY_BUILD; scripts/test.sh)
 #
 # Each corpus starts from the target's seeds (valid messages written by the target itself) and
 # is kept in build-fuzz/corpus/<target>/ between runs. A crash leaves its input in
@@ -17,15 +19,33 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 seconds=${FUZZ_SECONDS:-20}
 jobs=${FUZZ_JOBS:-$(nproc)}
 dir=build-fuzz
+step=${FUZZ_STEP:-all}
+case "$step" in
+  all | build | run) ;;
+  *)
+    echo "fuzz.sh: FUZZ_STEP must be all, build or run (got '$step')" >&2
+    exit 2
+    ;;
+esac
 
 # -O1 -g1 (like scripts/test.sh's sanitizer builds), assertions on; every object file gets
 # fuzzer coverage instrumentation (fuzzer-no-link), the targets link libFuzzer's main.
-cmake -G Ninja -S . -B "$dir" \
-  -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
-  -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link \
-  -DTIERKV_SANITIZE=address -DTIERKV_FUZZ=ON -DTIERKV_BUILD_TESTS=OFF >/dev/null
-cmake --build "$dir" -j"$(nproc)" --target fuzz_all
+if [[ "$step" != run ]]; then
+  cmake -G Ninja -S . -B "$dir" \
+    -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
+    -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link -DCMAKE_UNITY_BUILD="${FUZZ_UNITY:-OFF}" \
+    -DTIERKV_SANITIZE=address -DTIERKV_FUZZ=ON -DTIERKV_BUILD_TESTS=OFF >/dev/null
+  cmake --build "$dir" -j"$(nproc)" --target fuzz_all
+fi
+if [[ "$step" == build ]]; then
+  echo "fuzz.sh: built $(grep -c . "$dir/fuzz/targets.txt") target(s) in $dir/fuzz/"
+  exit 0
+fi
+if [[ ! -f "$dir/fuzz/targets.txt" ]]; then
+  echo "fuzz.sh: $dir/ holds no built targets: run with FUZZ_STEP=build (or all) first" >&2
+  exit 1
+fi
 
 if (($# > 0)); then
   targets=("$@")

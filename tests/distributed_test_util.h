@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -28,6 +29,12 @@ namespace tierkv::dist_test {
 using test_util::Pattern;
 
 using SteadyClock = std::chrono::steady_clock;
+
+// The tierkv binary under test: TIERKV_TEST_BINARY when set (another build's), else this build's.
+inline std::string TestBinary() {
+  const char* other = std::getenv("TIERKV_TEST_BINARY");
+  return other != nullptr && other[0] != '\0' ? std::string(other) : std::string(TIERKV_BINARY);
+}
 inline constexpr size_t kObject = 256 * 1024;
 
 // `metrics`: serve /metrics on a free port (metrics_port() says which); else none.

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "exit_codes.h"
 #include "metrics/ha_collector.h"
 #include "metrics/metrics_registry.h"
 #include "metrics/metrics_server.h"
@@ -21,9 +22,6 @@
 
 namespace tierkv::cli {
 namespace {
-
-constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
 
 // Defaults: those of the config keys the flags stand for (tierkv/config.h).
 struct MasterFlags {

@@ -9,15 +9,13 @@
 #include <string>
 
 #include "common/clock.h"
+#include "exit_codes.h"
 #include "metrics/master_collector.h"
 #include "rpc/etcd_client.h"
 #include "rpc/remote_master.h"
 
 namespace tierkv::cli {
 namespace {
-
-constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
 
 struct StatFlags {
   std::string master;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "exit_codes.h"
 #include "metrics/metrics_registry.h"
 #include "metrics/metrics_server.h"
 #include "metrics/store_collector.h"
@@ -18,9 +19,6 @@
 
 namespace tierkv::cli {
 namespace {
-
-constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
 
 struct StoreFlags {
   std::string master;

@@ -30,6 +30,7 @@
 #include "common/logging.h"
 #include "disk_bench.h"
 #include "embedded_bench.h"
+#include "exit_codes.h"
 #include "failover_bench.h"
 #include "master_command.h"
 #include "metadata_bench.h"
@@ -48,8 +49,8 @@
 
 namespace {
 
-constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
+using tierkv::cli::kExitFailed;
+using tierkv::cli::kExitUsage;
 
 // Accepts what tierkv::ParseSize accepts ("512MiB", "2MB", "4096").
 const CLI::Validator kSizeValidator(

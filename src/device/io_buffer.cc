@@ -14,6 +14,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/align.h"
 #include "common/proc_files.h"
 
 // Kernel 5.14+; older headers lack it (the kernel then answers EINVAL).
@@ -23,8 +24,6 @@
 
 namespace tierkv {
 namespace {
-
-uint64_t RoundUp(uint64_t value, uint64_t align) { return (value + align - 1) & ~(align - 1); }
 
 Status SyscallError(const char* call, uint64_t size, int err) {
   return Status(ErrorCode::INTERNAL_ERROR, std::string("IoBuffer of ") + std::to_string(size) +

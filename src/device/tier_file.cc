@@ -16,7 +16,9 @@
 #include <string>
 #include <utility>
 
+#include "common/byte_io.h"
 #include "common/checksum.h"
+#include "common/errno_text.h"
 
 namespace tierkv {
 namespace {
@@ -26,36 +28,26 @@ constexpr uint32_t kLabelMagic = 0x46544B54;  // "TKTF", little-endian
 constexpr uint16_t kLabelVersion = 1;
 constexpr uint16_t kLabelLength = 64;
 
-void Put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, sizeof(v)); }
-void Put32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, sizeof(v)); }
-void Put64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, sizeof(v)); }
-template <typename T>
-T Get(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
 // Fills `block` (kLabelBytes) with the label of a tier file of `capacity` data bytes.
 void EncodeLabel(uint8_t* block, uint64_t capacity) {
   std::memset(block, 0, TierFile::kLabelBytes);
-  Put32(block + 0, kLabelMagic);
-  Put16(block + 4, kLabelVersion);
-  Put16(block + 6, kLabelLength);
-  Put64(block + 8, capacity);
-  Put32(block + 16, static_cast<uint32_t>(geteuid()));
+  StoreAt<uint32_t>(block, 0, kLabelMagic);
+  StoreAt<uint16_t>(block, 4, kLabelVersion);
+  StoreAt<uint16_t>(block, 6, kLabelLength);
+  StoreAt<uint64_t>(block, 8, capacity);
+  StoreAt<uint32_t>(block, 16, static_cast<uint32_t>(geteuid()));
   // 20..55 reserved (zero)
-  Put64(block + 56, Checksum(block, 56));
+  StoreAt<uint64_t>(block, 56, Checksum(block, 56));
 }
 
 // The capacity a label names, or -1 when `block` is no valid label.
 int64_t DecodeLabel(const uint8_t* block) {
-  if (Get<uint32_t>(block) != kLabelMagic || Get<uint16_t>(block + 4) != kLabelVersion ||
-      Get<uint16_t>(block + 6) != kLabelLength ||
-      Get<uint64_t>(block + 56) != Checksum(block, 56)) {
+  if (LoadAt<uint32_t>(block, 0) != kLabelMagic || LoadAt<uint16_t>(block, 4) != kLabelVersion ||
+      LoadAt<uint16_t>(block, 6) != kLabelLength ||
+      LoadAt<uint64_t>(block, 56) != Checksum(block, 56)) {
     return -1;
   }
-  const uint64_t capacity = Get<uint64_t>(block + 8);
+  const uint64_t capacity = LoadAt<uint64_t>(block, 8);
   if (capacity == 0 || capacity % TierFile::kAlignment != 0 ||
       capacity > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     return -1;
@@ -74,8 +66,6 @@ std::string KindOf(const struct stat& st) {
   if (S_ISSOCK(st.st_mode)) return "a socket";
   return "a file of an unknown kind";
 }
-
-std::string ErrnoText(int err) { return std::strerror(err); }
 
 Status OpenFail(const std::string& path, const std::string& what) {
   return Status(ErrorCode::FILE_OPEN_FAIL, "tier file " + path + ": " + what);

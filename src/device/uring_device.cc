@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "common/errno_text.h"
 #include "device/posix_device.h"
 
 namespace tierkv {
@@ -22,8 +23,6 @@ constexpr uint32_t kMaxQueueDepth = 4096;
 constexpr uint32_t kMaxRings = 64;
 // EAGAIN/EBUSY from submit with nothing in flight to reap: retries before giving up.
 constexpr int kMaxBusyRetries = 1000;
-
-std::string ErrnoText(int err) { return std::strerror(err); }
 
 // One kernel IO: a request, or a 1 GiB piece of one.
 struct Piece {

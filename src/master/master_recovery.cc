@@ -14,8 +14,6 @@
 namespace tierkv {
 namespace {
 
-constexpr uint32_t kNoShard = UINT32_MAX;
-
 bool SameLocation(const DiskLocation& a, const DiskLocation& b) {
   return a.region == b.region && a.generation == b.generation && a.offset == b.offset &&
          a.size == b.size;

@@ -19,7 +19,6 @@
 namespace tierkv {
 namespace {
 
-constexpr uint32_t kNoShard = UINT32_MAX;
 constexpr int kMaxEvictionRounds = 16;
 
 // Erases, shard by shard, every object for which pred(shard, key, meta) holds,

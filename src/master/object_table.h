@@ -176,6 +176,9 @@ template <typename V>
 using KeyMap = absl::flat_hash_map<std::string, V, KeyHash, KeyEq>;
 using ObjectMap = absl::flat_hash_map<StoredKey, ObjectMeta, KeyHash, KeyEq>;
 
+// A shard index that names no shard ("not found", "none seen yet").
+inline constexpr uint32_t kNoShard = UINT32_MAX;
+
 struct Shard {
   std::mutex mu;
   ObjectMap objects;           // guarded by mu

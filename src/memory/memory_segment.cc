@@ -15,6 +15,8 @@
 #include <string>
 #include <utility>
 
+#include "common/align.h"
+#include "common/errno_text.h"
 #include "common/proc_files.h"
 
 // Kernel 5.14+; older headers lack it (the kernel then answers EINVAL).
@@ -35,10 +37,6 @@ uint64_t SmallPageSize() {
   const long page = sysconf(_SC_PAGESIZE);
   return page > 0 ? static_cast<uint64_t>(page) : 4096;
 }
-
-uint64_t RoundUp(uint64_t value, uint64_t align) { return (value + align - 1) & ~(align - 1); }
-
-std::string ErrnoText(int err) { return std::strerror(err); }
 
 Status SyscallError(const char* call, int err) {
   return Status(ErrorCode::INTERNAL_ERROR, std::string(call) + " failed: " + ErrnoText(err));

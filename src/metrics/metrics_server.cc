@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/errno_text.h"
+
 namespace tierkv {
 namespace {
 
@@ -101,8 +103,6 @@ void LogFromMhd(void* /*cls*/, const char* format, va_list args) {
   // Clients that time out or hang up are the normal case under a slow-client storm: debug.
   spdlog::debug("metrics HTTP server: {}", line);
 }
-
-std::string ErrnoText(int err) { return std::strerror(err); }
 
 }  // namespace
 

@@ -17,20 +17,15 @@
 #include <thread>
 #include <vector>
 
+#include "common/errno_text.h"
 #include "rpc/etcd_client.h"
 
 namespace tierkv {
-namespace {
-
-Status Errno(const std::string& what) {
-  return Status(ErrorCode::INTERNAL_ERROR, what + ": " + std::strerror(errno));
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Result<int> FreeLocalPort() {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Errno("socket");
+  if (fd < 0) return ErrnoStatus("socket");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -38,7 +33,7 @@ Result<int> FreeLocalPort() {
   socklen_t len = sizeof(addr);
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const Status st = Errno("bind 127.0.0.1:0");
+    const Status st = ErrnoStatus("bind 127.0.0.1:0");
     close(fd);
     return st;
   }
@@ -104,11 +99,11 @@ Result<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(const EtcdProcessOptions
   argv.push_back(nullptr);
   const std::string log = (dir / "etcd.log").string();
   const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (log_fd < 0) return Errno("open " + log);
+  if (log_fd < 0) return ErrnoStatus("open " + log);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
-    const Status st = Errno("fork");
+    const Status st = ErrnoStatus("fork");
     close(log_fd);
     return st;
   }

@@ -15,6 +15,8 @@
 #include <string_view>
 #include <thread>
 
+#include "common/errno_text.h"
+
 extern char** environ;
 
 namespace tierkv {
@@ -34,10 +36,6 @@ bool ParseAddress(const std::string& address, std::string* host, int* port) {
   *host = address.substr(0, colon);
   if (host->size() > 2 && host->front() == '[') *host = host->substr(1, host->size() - 2);
   return true;
-}
-
-Status Errno(const std::string& what) {
-  return Status(ErrorCode::INTERNAL_ERROR, what + ": " + std::strerror(errno));
 }
 
 std::string DescribeExit(int status) {
@@ -82,11 +80,11 @@ Result<std::unique_ptr<MasterProcess>> MasterProcess::Start(const MasterProcessO
   envp.push_back(nullptr);
 
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return Errno("pipe2");
+  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus("pipe2");
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
-    const Status st = Errno("fork");
+    const Status st = ErrnoStatus("fork");
     close(fds[0]);
     close(fds[1]);
     return st;
@@ -159,7 +157,7 @@ Result<std::unique_ptr<MasterProcess>> MasterProcess::Start(const MasterProcessO
     pollfd p{child->stdout_fd_, POLLIN, 0};
     const int ready = poll(&p, 1, static_cast<int>(left.count()));
     if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) return Errno("poll");
+    if (ready < 0) return ErrnoStatus("poll");
     if (ready == 0) continue;
     char chunk[512];
     const ssize_t n = read(child->stdout_fd_, chunk, sizeof(chunk));

@@ -15,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include "common/unique_fd.h"
 #include "ssd/record_format.h"
 
 namespace tierkv {
@@ -49,23 +50,8 @@ Status Validate(const SsdTierOptions& o) {
   return Status::Ok();
 }
 
-// An fd this tier opened itself (the page-cache read fd); closed on destruction.
-class OwnedFd {
- public:
-  explicit OwnedFd(int fd) : fd_(fd) {}
-  ~OwnedFd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  OwnedFd(const OwnedFd&) = delete;
-  OwnedFd& operator=(const OwnedFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // A second, buffered fd on the very file `file` has open (not whatever its path names now).
-Result<std::unique_ptr<OwnedFd>> OpenBufferedReadFd(const TierFile& file) {
+Result<UniqueFd> OpenBufferedReadFd(const TierFile& file) {
   struct stat ours {};
   if (fstat(file.fd(), &ours) != 0) {
     return Status(ErrorCode::FILE_OPEN_FAIL,
@@ -81,7 +67,7 @@ Result<std::unique_ptr<OwnedFd>> OpenBufferedReadFd(const TierFile& file) {
         ErrorCode::FILE_OPEN_FAIL,
         "tier file " + file.path() + ": cannot open for page-cache reads: " + std::strerror(errno));
   }
-  auto owned = std::make_unique<OwnedFd>(fd);
+  UniqueFd owned(fd);
   struct stat named {};
   if (fstat(fd, &named) != 0 || named.st_dev != ours.st_dev || named.st_ino != ours.st_ino) {
     return Status(ErrorCode::FILE_OPEN_FAIL,
@@ -124,7 +110,7 @@ struct SsdTier::Impl {
   // Declared in the order they are built; destroyed in reverse, so the log goes before the
   // devices it borrows, and the devices before the fds they borrow.
   std::vector<TierFile> files;
-  std::vector<std::unique_ptr<OwnedFd>> read_fds;
+  std::vector<UniqueFd> read_fds;
   std::vector<std::unique_ptr<Device>> devices;
   std::vector<std::unique_ptr<Device>> read_devices;
   std::unique_ptr<RegionLog> log;
@@ -200,8 +186,8 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options,
     auto fd = OpenBufferedReadFd(file);
     if (!fd.ok()) return fd.status();
     impl->read_fds.push_back(std::move(fd).value());
-    auto reader = impl->Wrap(OpenDevice(impl->read_fds.back()->get(), file.capacity(),
-                                        file.alignment(), options.device));
+    auto reader = impl->Wrap(
+        OpenDevice(impl->read_fds.back().get(), file.capacity(), file.alignment(), options.device));
     if (!reader.ok()) return reader.status();
     impl->read_devices.push_back(std::move(reader).value());
     read_devices.push_back(impl->read_devices.back().get());

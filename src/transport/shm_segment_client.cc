@@ -17,6 +17,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/errno_text.h"
 #include "transport/shm_protocol.h"
 
 namespace tierkv::transport {
@@ -60,8 +61,6 @@ constexpr std::chrono::milliseconds kConnectRetry{2};
 // Enough room for a few descriptors: extras (a confused server) are closed, not leaked.
 constexpr size_t kMaxReceivedFds = 4;
 
-std::string Reason(int error) { return std::strerror(error); }
-
 class MapError {
  public:
   MapError(const std::string& path, const std::string& name)
@@ -70,7 +69,7 @@ class MapError {
     return Status(code, prefix_ + what);
   }
   Status System(const char* call, int error) const {
-    return Status(ErrorCode::TRANSFER_FAIL, prefix_ + call + ": " + Reason(error));
+    return Status(ErrorCode::TRANSFER_FAIL, prefix_ + call + ": " + ErrnoText(error));
   }
 
  private:
@@ -248,7 +247,7 @@ Status ShmSegmentMapper::StartWatcherLocked() {
   if (waker_ != nullptr) return Status::Ok();
   UniqueFd fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!fd.valid()) {
-    return Status(ErrorCode::INTERNAL_ERROR, "shm segment mapper: eventfd: " + Reason(errno));
+    return Status(ErrorCode::INTERNAL_ERROR, "shm segment mapper: eventfd: " + ErrnoText(errno));
   }
   auto waker = std::make_shared<ShmWaker>(std::move(fd));
   try {
@@ -342,7 +341,7 @@ Result<std::shared_ptr<MappedSegment>> ShmSegmentMapper::Map(const std::string& 
       ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, raw->memfd.get(), 0);
   if (base == MAP_FAILED) {
     return error(ErrorCode::INTERNAL_ERROR,
-                 "mmap of " + std::to_string(size) + " bytes: " + Reason(errno));
+                 "mmap of " + std::to_string(size) + " bytes: " + ErrnoText(errno));
   }
   raw->memfd.Reset();  // the mapping keeps the memory
 
@@ -383,7 +382,8 @@ void ShmSegmentMapper::Watch() {
     const int ready = ::poll(fds.data(), fds.size(), -1);
     if (ready < 0) {
       if (errno == EINTR) continue;
-      spdlog::error("shm segment mapper: poll: {}; segments are no longer watched", Reason(errno));
+      spdlog::error("shm segment mapper: poll: {}; segments are no longer watched",
+                    ErrnoText(errno));
       std::lock_guard<std::mutex> lock(mu_);
       for (Watched& entry : watched_) {
         entry.link->MarkDead();

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "tierkv/status.h"
-#include "transport/unique_fd.h"
 
 namespace tierkv::transport {
 

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/errno_text.h"
 #include "transport/ipc_path.h"
 #include "transport/shm_protocol.h"
 
@@ -29,16 +30,14 @@ using Clock = std::chrono::steady_clock;
 
 // After accept fails for lack of descriptors or memory, the listener rests this long (the
 // pending peer stays in the backlog) instead of spinning on a readable listener.
-constexpr std::chrono::milliseconds kAcceptBackoff{100};
-
-std::string Reason(int error) { return std::strerror(error); }
+constexpr std::chrono::milliseconds kShmAcceptBackoff{100};
 
 Status PathError(ErrorCode code, const std::string& path, const std::string& what) {
   return Status(code, "shm segment server \"" + path + "\": " + what);
 }
 
 Status SystemError(ErrorCode code, const std::string& path, const char* call, int error) {
-  return PathError(code, path, std::string(call) + ": " + Reason(error));
+  return PathError(code, path, std::string(call) + ": " + ErrnoText(error));
 }
 
 std::string FileKind(mode_t mode) {
@@ -50,7 +49,7 @@ std::string FileKind(mode_t mode) {
   return "not a socket";
 }
 
-sockaddr_un SocketAddress(const std::string& path) {
+sockaddr_un UnixSocketAddress(const std::string& path) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
@@ -72,7 +71,7 @@ Status RemoveStaleSocket(const std::string& path) {
   }
   UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!probe.valid()) return SystemError(ErrorCode::INTERNAL_ERROR, path, "socket", errno);
-  const sockaddr_un address = SocketAddress(path);
+  const sockaddr_un address = UnixSocketAddress(path);
   int rc;
   do {
     rc = ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address));
@@ -187,7 +186,7 @@ Result<std::unique_ptr<ShmSegmentServer>> ShmSegmentServer::Start(
 
   UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!listener.valid()) return SystemError(ErrorCode::INTERNAL_ERROR, path, "socket", errno);
-  const sockaddr_un address = SocketAddress(path);
+  const sockaddr_un address = UnixSocketAddress(path);
   if (::bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
     return SystemError(ErrorCode::FILE_OPEN_FAIL, path, "bind", errno);
   }
@@ -298,7 +297,7 @@ void ShmSegmentServer::Run() {
     } while (sent < 0 && errno == EINTR);
     if (sent != static_cast<ssize_t>(bytes.size())) {
       spdlog::warn("shm segment server \"{}\": reply to pid {} failed: {}", path_, conn.pid,
-                   sent < 0 ? Reason(errno) : "short send");
+                   sent < 0 ? ErrnoText(errno) : "short send");
       return false;
     }
     return true;
@@ -316,7 +315,7 @@ void ShmSegmentServer::Run() {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;  // more later
       if (n <= 0) {
         spdlog::debug("shm segment server \"{}\": pid {} left during the handshake ({})", path_,
-                      conn.pid, n == 0 ? "EOF" : Reason(errno));
+                      conn.pid, n == 0 ? "EOF" : ErrnoText(errno));
         return false;
       }
       if (conn.request.size() == kShmRequestHeaderSize && conn.needed == kShmRequestHeaderSize) {
@@ -359,15 +358,15 @@ void ShmSegmentServer::Run() {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;
         if (errno == EINTR || errno == ECONNABORTED) continue;
         spdlog::warn("shm segment server \"{}\": accept: {}; pausing accepts for {} ms", path_,
-                     Reason(errno), kAcceptBackoff.count());
-        listener_rests_until = now + kAcceptBackoff;
+                     ErrnoText(errno), kShmAcceptBackoff.count());
+        listener_rests_until = now + kShmAcceptBackoff;
         return;
       }
       ucred cred{};
       socklen_t length = sizeof(cred);
       if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) {
         spdlog::warn("shm segment server \"{}\": SO_PEERCRED: {}; closing the connection", path_,
-                     Reason(errno));
+                     ErrnoText(errno));
         continue;
       }
       if (cred.uid != our_uid) {
@@ -411,7 +410,7 @@ void ShmSegmentServer::Run() {
     }
     const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) {
-      spdlog::error("shm segment server \"{}\": poll: {}; stopping", path_, Reason(errno));
+      spdlog::error("shm segment server \"{}\": poll: {}; stopping", path_, ErrnoText(errno));
       break;
     }
     if (ready > 0 && fds[0].revents != 0) break;  // Stop()

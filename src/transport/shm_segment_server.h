@@ -24,9 +24,9 @@
 #include <string>
 #include <thread>
 
+#include "common/unique_fd.h"
 #include "memory/memory_segment.h"
 #include "tierkv/status.h"
-#include "transport/unique_fd.h"
 
 namespace tierkv::transport {
 

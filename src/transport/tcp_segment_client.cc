@@ -17,45 +17,19 @@
 #include <type_traits>
 #include <utility>
 
+#include "common/errno_text.h"
+#include "common/unique_fd.h"
+#include "transport/piece_slice.h"
 #include "transport/staged_load.h"
 #include "transport/tcp_protocol.h"
 #include "transport/ucx_worker.h"
-#include "transport/unique_fd.h"
 
 namespace tierkv::transport {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Requests in flight per batch, and the bytes they may move at once (at least one request is
-// always in flight, however large).
-constexpr size_t kMaxInFlight = 128;
-constexpr uint64_t kMaxInFlightBytes = uint64_t{64} << 20;
 constexpr int kMaxIov = 64;
-
-std::string Errno(int err) { return std::strerror(err); }
-
-int MillisUntil(Clock::time_point deadline) {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<int64_t>(left, 0, std::numeric_limits<int>::max()));
-}
-
-// Bytes [from, from + length) of the concatenation of `pieces`, as pieces.
-template <typename Piece>
-std::vector<Piece> Slice(const std::vector<Piece>& pieces, uint64_t from, uint64_t length) {
-  using Byte = std::conditional_t<std::is_same_v<Piece, ConstPiece>, const uint8_t, uint8_t>;
-  std::vector<Piece> out;
-  uint64_t begin = 0;
-  for (const Piece& piece : pieces) {
-    const uint64_t end = begin + piece.size;
-    const uint64_t lo = std::max(begin, from);
-    const uint64_t hi = std::min(end, from + length);
-    if (lo < hi) out.push_back(Piece{static_cast<Byte*>(piece.ptr) + (lo - begin), hi - lo});
-    begin = end;
-    if (begin >= from + length) break;
-  }
-  return out;
-}
 
 // Fills `iov` with the pieces from byte `skip` on (at most `max` entries); returns the count.
 template <typename Piece>
@@ -223,7 +197,7 @@ void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
     if (n < 0) {
       if (errno == EINTR) return true;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
-      Fail("sending a request failed: " + Errno(errno));
+      Fail("sending a request failed: " + ErrnoText(errno));
       return false;
     }
     send_pos += static_cast<uint64_t>(n);
@@ -310,7 +284,7 @@ void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
     if (n < 0) {
       if (errno == EINTR) return true;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
-      Fail("receiving failed: " + Errno(errno));
+      Fail("receiving failed: " + ErrnoText(errno));
       return false;
     }
     last_event = Clock::now();
@@ -458,14 +432,14 @@ Result<std::unique_ptr<TcpSegmentClient>> TcpSegmentClient::Connect(
   impl->fd =
       UniqueFd(::socket(remote->storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!impl->fd.valid())
-    return Status(ErrorCode::INTERNAL_ERROR, prefix + "socket: " + Errno(errno));
+    return Status(ErrorCode::INTERNAL_ERROR, prefix + "socket: " + ErrnoText(errno));
   const int one = 1;
   setsockopt(impl->fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   setsockopt(impl->fd.get(), SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
   const auto deadline = Clock::now() + timeout;
   if (::connect(impl->fd.get(), remote->get(), remote->length) != 0) {
     if (errno != EINPROGRESS) {
-      return Status(ErrorCode::TRANSFER_FAIL, prefix + "connect: " + Errno(errno) +
+      return Status(ErrorCode::TRANSFER_FAIL, prefix + "connect: " + ErrnoText(errno) +
                                                   " (is a tierkv store serving tcp there?)");
     }
     pollfd p{impl->fd.get(), POLLOUT, 0};
@@ -481,8 +455,8 @@ Result<std::unique_ptr<TcpSegmentClient>> TcpSegmentClient::Connect(
     socklen_t len = sizeof(err);
     getsockopt(impl->fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) {
-      return Status(ErrorCode::TRANSFER_FAIL,
-                    prefix + "connect: " + Errno(err) + " (is a tierkv store serving tcp there?)");
+      return Status(ErrorCode::TRANSFER_FAIL, prefix + "connect: " + ErrnoText(err) +
+                                                  " (is a tierkv store serving tcp there?)");
     }
   }
   std::lock_guard<std::mutex> lock(impl->mu);
@@ -521,7 +495,7 @@ bool TcpSegmentClient::alive() const {
   } else if (n > 0) {
     impl_->Fail("protocol error: bytes from the server while no request was in flight");
   } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-    impl_->Fail("the connection failed: " + Errno(errno));
+    impl_->Fail("the connection failed: " + ErrnoText(errno));
   }
   return impl_->alive.load(std::memory_order_acquire);
 }

@@ -18,10 +18,11 @@
 #include <utility>
 #include <vector>
 
+#include "common/errno_text.h"
+#include "common/unique_fd.h"
 #include "transport/stage_source.h"
 #include "transport/tcp_protocol.h"
 #include "transport/ucx_worker.h"
-#include "transport/unique_fd.h"
 
 namespace tierkv::transport {
 namespace {
@@ -29,20 +30,18 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // While a connection waits for its hello, the loop wakes at least this often.
-constexpr int kHousekeepingMs = 50;
+constexpr int kTcpHousekeepingMs = 50;
 // A connection with this many replies queued (a requester that sends faster than it reads) is
 // not read from until they drain.
 constexpr size_t kMaxQueuedReplies = 512;
 // Bytes read from one connection per event before the loop turns to the others.
 constexpr size_t kReadBudget = size_t{4} << 20;
 // After accept fails for lack of descriptors, the listener rests this long.
-constexpr std::chrono::milliseconds kAcceptBackoff{100};
+constexpr std::chrono::milliseconds kTcpAcceptBackoff{100};
 // Connections dropped to make room for new ones per wake-up of the listener, at most.
 constexpr int kMaxDropsPerAccept = 256;
 // Protocol violations logged per second; the rest are counted in one line.
 constexpr int kRejectLogsPerSecond = 10;
-
-std::string Errno(int err) { return std::strerror(err); }
 
 const char* OpName(UcxOp op) {
   switch (op) {
@@ -232,7 +231,7 @@ struct TcpSegmentServer::Loop {
           }
           return true;
         }
-        Close(c, "sending: " + Errno(errno), false);
+        Close(c, "sending: " + ErrnoText(errno), false);
         return false;
       }
       size_t done = static_cast<size_t>(n);
@@ -274,7 +273,7 @@ struct TcpSegmentServer::Loop {
       }
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-      Close(c, "receiving: " + Errno(errno), false);
+      Close(c, "receiving: " + ErrnoText(errno), false);
       return -1;
     }
   }
@@ -493,8 +492,8 @@ struct TcpSegmentServer::Loop {
             continue;
           }
           spdlog::warn("tcp segment server {}: accept: {}; pausing accepts for {} ms", address,
-                       Errno(err), kAcceptBackoff.count());
-          accept_paused_until = Clock::now() + kAcceptBackoff;
+                       ErrnoText(err), kTcpAcceptBackoff.count());
+          accept_paused_until = Clock::now() + kTcpAcceptBackoff;
           epoll_event ev{};
           ev.events = 0;
           ev.data.fd = listener.get();
@@ -502,7 +501,7 @@ struct TcpSegmentServer::Loop {
           return;
         }
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
-          spdlog::warn("tcp segment server {}: accept: {}", address, Errno(errno));
+          spdlog::warn("tcp segment server {}: accept: {}", address, ErrnoText(errno));
         }
         return;
       }
@@ -532,7 +531,7 @@ struct TcpSegmentServer::Loop {
       ev.events = EPOLLIN | EPOLLRDHUP;
       ev.data.fd = fd;
       if (epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
-        spdlog::warn("tcp segment server {}: epoll_ctl: {}", address, Errno(errno));
+        spdlog::warn("tcp segment server {}: epoll_ctl: {}", address, ErrnoText(errno));
         continue;
       }
       by_serial[c->serial] = c.get();
@@ -581,11 +580,11 @@ struct TcpSegmentServer::Loop {
     std::vector<epoll_event> events(64);
     while (!stopping.load(std::memory_order_acquire)) {
       const int timeout =
-          Handshaking() || accept_paused_until != Clock::time_point{} ? kHousekeepingMs : -1;
+          Handshaking() || accept_paused_until != Clock::time_point{} ? kTcpHousekeepingMs : -1;
       const int n =
           epoll_wait(epoll.get(), events.data(), static_cast<int>(events.size()), timeout);
       if (n < 0 && errno != EINTR) {
-        spdlog::error("tcp segment server {}: epoll_wait: {}", address, Errno(errno));
+        spdlog::error("tcp segment server {}: epoll_wait: {}", address, ErrnoText(errno));
         break;
       }
       for (int i = 0; i < n; ++i) {
@@ -656,7 +655,7 @@ Result<std::unique_ptr<TcpSegmentServer>> TcpSegmentServer::Start(
   loop->listener =
       UniqueFd(::socket(at->storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!loop->listener.valid()) {
-    return R(ErrorCode::INTERNAL_ERROR, "tcp segment server: socket: " + Errno(errno));
+    return R(ErrorCode::INTERNAL_ERROR, "tcp segment server: socket: " + ErrnoText(errno));
   }
   const int one = 1;
   setsockopt(loop->listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -666,25 +665,25 @@ Result<std::unique_ptr<TcpSegmentServer>> TcpSegmentServer::Start(
   if (::bind(loop->listener.get(), at->get(), at->length) != 0 ||
       ::listen(loop->listener.get(), SOMAXCONN) != 0) {
     return R(ErrorCode::TRANSFER_FAIL,
-             "tcp segment server: cannot listen on " + wanted + ": " + Errno(errno));
+             "tcp segment server: cannot listen on " + wanted + ": " + ErrnoText(errno));
   }
   sockaddr_storage bound{};
   socklen_t length = sizeof(bound);
   if (getsockname(loop->listener.get(), reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
-    return R(ErrorCode::INTERNAL_ERROR, "tcp segment server: getsockname: " + Errno(errno));
+    return R(ErrorCode::INTERNAL_ERROR, "tcp segment server: getsockname: " + ErrnoText(errno));
   }
   loop->address = FormatHostPort(host, PortOf(bound));
   loop->epoll = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   loop->wake = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!loop->epoll.valid() || !loop->wake.valid()) {
-    return R(ErrorCode::INTERNAL_ERROR, "tcp segment server: epoll/eventfd: " + Errno(errno));
+    return R(ErrorCode::INTERNAL_ERROR, "tcp segment server: epoll/eventfd: " + ErrnoText(errno));
   }
   for (int fd : {loop->listener.get(), loop->wake.get()}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
     if (epoll_ctl(loop->epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
-      return R(ErrorCode::INTERNAL_ERROR, "tcp segment server: epoll_ctl: " + Errno(errno));
+      return R(ErrorCode::INTERNAL_ERROR, "tcp segment server: epoll_ctl: " + ErrnoText(errno));
     }
   }
   std::unique_ptr<TcpSegmentServer> server(new TcpSegmentServer());

@@ -4,55 +4,45 @@
 #include <cstring>
 #include <string>
 
+#include "common/byte_io.h"
+
 namespace tierkv::transport {
 namespace {
 
 static_assert(std::endian::native == std::endian::little,
               "the UCX transport's wire format is little-endian; big-endian hosts need byte swaps");
 
-template <typename T>
-void Put(UcxHeader& out, size_t offset, T value) {
-  std::memcpy(out.data() + offset, &value, sizeof(value));
-}
-
-template <typename T>
-T Get(const uint8_t* data, size_t offset) {
-  T value;
-  std::memcpy(&value, data + offset, sizeof(value));
-  return value;
-}
-
-Status Invalid(const char* what, const std::string& detail) {
+Status UcxInvalid(const char* what, const std::string& detail) {
   return Status(ErrorCode::INVALID_PARAMS, std::string("ucx ") + what + ": " + detail);
 }
 
 // Checks the size, magic and version shared by both headers and reads the op.
 Result<UcxOp> DecodeCommon(const char* what, const void* data, size_t size) {
   if (size != kUcxHeaderSize) {
-    return Invalid(what, "header of " + std::to_string(size) + " bytes, expected " +
-                             std::to_string(kUcxHeaderSize));
+    return UcxInvalid(what, "header of " + std::to_string(size) + " bytes, expected " +
+                                std::to_string(kUcxHeaderSize));
   }
   const auto* bytes = static_cast<const uint8_t*>(data);
   if (std::memcmp(bytes, kUcxMagic, sizeof(kUcxMagic)) != 0) {
-    return Invalid(what, "wrong magic (not TKVU)");
+    return UcxInvalid(what, "wrong magic (not TKVU)");
   }
-  const auto version = Get<uint16_t>(bytes, 4);
+  const auto version = LoadAt<uint16_t>(bytes, 4);
   if (version != kUcxProtocolVersion) {
-    return Invalid(what, "version " + std::to_string(version) + ", this side speaks " +
-                             std::to_string(kUcxProtocolVersion));
+    return UcxInvalid(what, "version " + std::to_string(version) + ", this side speaks " +
+                                std::to_string(kUcxProtocolVersion));
   }
-  const auto op = Get<uint16_t>(bytes, 6);
+  const auto op = LoadAt<uint16_t>(bytes, 6);
   if (op < static_cast<uint16_t>(UcxOp::kHello) || op > static_cast<uint16_t>(UcxOp::kStage))
-    return Invalid(what, "unknown op " + std::to_string(op));
+    return UcxInvalid(what, "unknown op " + std::to_string(op));
   return static_cast<UcxOp>(op);
 }
 
 UcxHeader Common(uint16_t version, UcxOp op, uint64_t id) {
   UcxHeader out{};
   std::memcpy(out.data(), kUcxMagic, sizeof(kUcxMagic));
-  Put<uint16_t>(out, 4, version);
-  Put<uint16_t>(out, 6, static_cast<uint16_t>(op));
-  Put<uint64_t>(out, 8, id);
+  StoreAt<uint16_t>(out.data(), 4, version);
+  StoreAt<uint16_t>(out.data(), 6, static_cast<uint16_t>(op));
+  StoreAt<uint64_t>(out.data(), 8, id);
   return out;
 }
 
@@ -60,16 +50,16 @@ UcxHeader Common(uint16_t version, UcxOp op, uint64_t id) {
 
 UcxHeader EncodeUcxRequest(const UcxRequest& request) {
   UcxHeader out = Common(request.version, request.op, request.id);
-  Put<uint64_t>(out, 16, request.offset);
-  Put<uint64_t>(out, 24, request.length);
+  StoreAt<uint64_t>(out.data(), 16, request.offset);
+  StoreAt<uint64_t>(out.data(), 24, request.length);
   return out;
 }
 
 UcxHeader EncodeUcxReply(const UcxReply& reply) {
   UcxHeader out = Common(reply.version, reply.op, reply.id);
-  Put<int32_t>(out, 16, reply.status);
-  Put<uint32_t>(out, 20, reply.aux);
-  Put<uint64_t>(out, 24, reply.value);
+  StoreAt<int32_t>(out.data(), 16, reply.status);
+  StoreAt<uint32_t>(out.data(), 20, reply.aux);
+  StoreAt<uint64_t>(out.data(), 24, reply.value);
   return out;
 }
 
@@ -78,11 +68,11 @@ Result<UcxRequest> DecodeUcxRequest(const void* data, size_t size) {
   if (!op.ok()) return op.status();
   const auto* bytes = static_cast<const uint8_t*>(data);
   UcxRequest request;
-  request.version = Get<uint16_t>(bytes, 4);
+  request.version = LoadAt<uint16_t>(bytes, 4);
   request.op = *op;
-  request.id = Get<uint64_t>(bytes, 8);
-  request.offset = Get<uint64_t>(bytes, 16);
-  request.length = Get<uint64_t>(bytes, 24);
+  request.id = LoadAt<uint64_t>(bytes, 8);
+  request.offset = LoadAt<uint64_t>(bytes, 16);
+  request.length = LoadAt<uint64_t>(bytes, 24);
   return request;
 }
 
@@ -91,12 +81,12 @@ Result<UcxReply> DecodeUcxReply(const void* data, size_t size) {
   if (!op.ok()) return op.status();
   const auto* bytes = static_cast<const uint8_t*>(data);
   UcxReply reply;
-  reply.version = Get<uint16_t>(bytes, 4);
+  reply.version = LoadAt<uint16_t>(bytes, 4);
   reply.op = *op;
-  reply.id = Get<uint64_t>(bytes, 8);
-  reply.status = Get<int32_t>(bytes, 16);
-  reply.aux = Get<uint32_t>(bytes, 20);
-  reply.value = Get<uint64_t>(bytes, 24);
+  reply.id = LoadAt<uint64_t>(bytes, 8);
+  reply.status = LoadAt<int32_t>(bytes, 16);
+  reply.aux = LoadAt<uint32_t>(bytes, 20);
+  reply.value = LoadAt<uint64_t>(bytes, 24);
   return reply;
 }
 
@@ -116,24 +106,25 @@ std::vector<uint8_t> EncodeUcxStageDescriptor(const UcxStageDescriptor& d) {
 
 Result<UcxStageDescriptor> DecodeUcxStageDescriptor(const void* data, size_t size) {
   if (size < kUcxStageDescriptorHeader) {
-    return Invalid("stage descriptor", std::to_string(size) + " bytes, at least " +
-                                           std::to_string(kUcxStageDescriptorHeader) + " needed");
+    return UcxInvalid("stage descriptor", std::to_string(size) + " bytes, at least " +
+                                              std::to_string(kUcxStageDescriptorHeader) +
+                                              " needed");
   }
   const auto* bytes = static_cast<const uint8_t*>(data);
-  const auto key_length = Get<uint32_t>(bytes, 4);
+  const auto key_length = LoadAt<uint32_t>(bytes, 4);
   if (key_length == 0 || key_length > kUcxMaxNameLength) {
-    return Invalid("stage descriptor", "key length " + std::to_string(key_length) + " outside 1.." +
-                                           std::to_string(kUcxMaxNameLength));
+    return UcxInvalid("stage descriptor", "key length " + std::to_string(key_length) +
+                                              " outside 1.." + std::to_string(kUcxMaxNameLength));
   }
   if (size != kUcxStageDescriptorHeader + key_length) {
-    return Invalid("stage descriptor",
-                   std::to_string(size) + " bytes for a key of " + std::to_string(key_length));
+    return UcxInvalid("stage descriptor",
+                      std::to_string(size) + " bytes for a key of " + std::to_string(key_length));
   }
   UcxStageDescriptor d;
-  d.region = Get<uint32_t>(bytes, 0);
-  d.generation = Get<uint64_t>(bytes, 8);
-  d.record_offset = Get<uint64_t>(bytes, 16);
-  d.object_size = Get<uint64_t>(bytes, 24);
+  d.region = LoadAt<uint32_t>(bytes, 0);
+  d.generation = LoadAt<uint64_t>(bytes, 8);
+  d.record_offset = LoadAt<uint64_t>(bytes, 16);
+  d.object_size = LoadAt<uint64_t>(bytes, 24);
   d.key.assign(reinterpret_cast<const char*>(bytes + kUcxStageDescriptorHeader), key_length);
   return d;
 }

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "transport/piece_slice.h"
 #include "transport/staged_load.h"
 #include "transport/ucx_protocol.h"
 #include "transport/ucx_worker.h"
@@ -18,10 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Requests in flight per batch, and the bytes they may move at once (at least one request is
-// always in flight, however large). 128 x 256 KiB ranges moved ~10% faster than 32 over loopback.
-constexpr size_t kMaxInFlight = 128;
-constexpr uint64_t kMaxInFlightBytes = uint64_t{64} << 20;
 // Larger ranges go as several requests of at most this many bytes, so that a long transfer
 // shows progress well within any io_timeout and shares the window with others.
 constexpr uint64_t kMaxRequestBytes = uint64_t{16} << 20;
@@ -37,28 +34,6 @@ constexpr uint64_t kBounceBytes = uint64_t{2} << 20;
 constexpr size_t kMaxBounceChunks = 8;
 // How long closing the endpoint may take before the client gives up on a clean close.
 constexpr int kCloseGraceMs = 1000;
-
-int MillisUntil(Clock::time_point deadline) {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<int64_t>(left, 0, std::numeric_limits<int>::max()));
-}
-
-// Bytes [from, from + length) of the concatenation of `pieces`, as pieces.
-template <typename Piece>
-std::vector<Piece> Slice(const std::vector<Piece>& pieces, uint64_t from, uint64_t length) {
-  using Byte = std::conditional_t<std::is_same_v<Piece, ConstPiece>, const uint8_t, uint8_t>;
-  std::vector<Piece> out;
-  uint64_t begin = 0;
-  for (const Piece& piece : pieces) {
-    const uint64_t end = begin + piece.size;
-    const uint64_t lo = std::max(begin, from);
-    const uint64_t hi = std::min(end, from + length);
-    if (lo < hi) out.push_back(Piece{static_cast<Byte*>(piece.ptr) + (lo - begin), hi - lo});
-    begin = end;
-    if (begin >= from + length) break;
-  }
-  return out;
-}
 
 }  // namespace
 

@@ -26,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kShutdownGrace{1000};
 // While anything waits on a clock (a handshake deadline, a closing endpoint) the loop wakes at
 // least this often.
-constexpr int kHousekeepingMs = 50;
+constexpr int kUcxHousekeepingMs = 50;
 // Connections beyond this are rejected at the listener.
 constexpr size_t kMaxConnections = 4096;
 
@@ -497,7 +497,7 @@ void UcxSegmentServer::Loop::Shutdown() {
     CloseMarked();
     Reap();
     if (connections.empty() || Clock::now() >= deadline) break;
-    worker->ProgressOrWait(0, kHousekeepingMs);
+    worker->ProgressOrWait(0, kUcxHousekeepingMs);
   }
   if (!connections.empty()) {
     spdlog::warn("ucx segment server {}: {} endpoints still closing after {} ms; releasing UCX",
@@ -598,7 +598,7 @@ UcxSegmentServer::~UcxSegmentServer() { Stop(); }
 void UcxSegmentServer::Run() {
   Loop& loop = *loop_;
   while (!stopping_.load(std::memory_order_acquire)) {
-    const int timeout = loop.Waiting() ? kHousekeepingMs : -1;
+    const int timeout = loop.Waiting() ? kUcxHousekeepingMs : -1;
     loop.worker->ProgressOrWait(static_cast<int>(loop.options.spin.count()), timeout, wake_.get());
     uint64_t wakes = 0;  // drained, or the next wait would not block
     while (::read(wake_.get(), &wakes, sizeof(wakes)) < 0 && errno == EINTR) {

@@ -30,12 +30,12 @@
 #include <string>
 #include <thread>
 
+#include "common/unique_fd.h"
 #include "memory/memory_segment.h"
 #include "tierkv/status.h"
 #include "transport/network_segment.h"
 #include "transport/stage_source.h"
 #include "transport/ucx_options.h"
-#include "transport/unique_fd.h"
 
 namespace tierkv::transport {
 

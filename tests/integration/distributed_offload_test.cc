@@ -17,14 +17,13 @@
 #include "device_test_util.h"
 #include "distributed_test_util.h"
 #include "http_test_util.h"
+#include "size_units.h"
 
 namespace tierkv {
 namespace {
 
 using namespace dist_test;  // NOLINT: the shared helpers
 using test_util::ScratchDir;
-
-constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 // A store config with an SSD tier in `dir`: a 48 MiB tier file in `region` regions.
 std::string WriteStoreConfig(const ScratchDir& dir, const std::string& extra = "",

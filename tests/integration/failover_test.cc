@@ -36,14 +36,9 @@ using namespace std::chrono_literals;
 
 constexpr size_t kValue = 128 * 1024;
 
-std::string Binary() {
-  const char* other = std::getenv("TIERKV_TEST_BINARY");
-  return other != nullptr && *other != '\0' ? other : TIERKV_BINARY;
-}
-
 std::unique_ptr<MasterProcess> Master(std::vector<std::string> args) {
   MasterProcessOptions o;
-  o.binary = Binary();
+  o.binary = dist_test::TestBinary();
   o.args = {"--host", "127.0.0.1", "--metrics-port", "-1", "--client-ttl-ms", "3000"};
   o.args.insert(o.args.end(), args.begin(), args.end());
   auto started = MasterProcess::Start(o);
@@ -55,7 +50,7 @@ std::unique_ptr<MasterProcess> Store(const std::string& master, const std::strin
                                      std::vector<std::string> extra = {},
                                      std::vector<std::pair<std::string, std::string>> env = {}) {
   MasterProcessOptions o;
-  o.binary = Binary();
+  o.binary = dist_test::TestBinary();
   o.command = "store";
   o.args = {"--master", master, "--segment-size", size, "--small-pages", "--metrics-port", "-1"};
   o.args.insert(o.args.end(), extra.begin(), extra.end());

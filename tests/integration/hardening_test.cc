@@ -42,11 +42,6 @@ using dist_test::Requester;
 using dist_test::RequesterConfig;
 using dist_test::StartMaster;
 
-std::string Binary() {
-  const char* other = std::getenv("TIERKV_TEST_BINARY");
-  return other != nullptr && other[0] != '\0' ? std::string(other) : std::string(TIERKV_BINARY);
-}
-
 struct Exit {
   int code = -1;       // exit status, or -1 when killed / timed out
   std::string output;  // stdout and stderr together
@@ -65,7 +60,7 @@ Exit RunToExit(const std::vector<std::string>& args,
     dup2(out_fd, 1);
     dup2(out_fd, 2);
     for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
-    std::vector<std::string> argv_strings = {Binary()};
+    std::vector<std::string> argv_strings = {dist_test::TestBinary()};
     argv_strings.insert(argv_strings.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (std::string& s : argv_strings) argv.push_back(s.data());
@@ -218,7 +213,7 @@ TEST(HardeningTest, StoreRemovesSocketsOfDeadStoresAtStartup) {
   auto master = StartMaster();
   ASSERT_NE(master, nullptr);
   MasterProcessOptions options;
-  options.binary = Binary();
+  options.binary = dist_test::TestBinary();
   options.command = "store";
   options.args = {"--master", master->address(), "--segment-size",
                   "8MiB",     "--small-pages",   "--metrics-port",
@@ -246,7 +241,7 @@ TEST(HardeningTest, StoreRemovesSocketsOfDeadStoresAtStartup) {
 std::unique_ptr<MasterProcess> StartStoreOf(const MasterProcess& master, bool metrics,
                                             std::vector<std::string> extra = {}) {
   MasterProcessOptions options;
-  options.binary = Binary();
+  options.binary = dist_test::TestBinary();
   options.command = "store";
   options.args = {"--master",      master.address(), "--segment-size",    "32MiB",
                   "--small-pages", "--metrics-port", metrics ? "0" : "-1"};

@@ -20,8 +20,10 @@
 #include <vector>
 
 #include "http_test_util.h"
+#include "net_test_util.h"
 #include "rpc/master_process.h"
 #include "rpc/remote_master.h"
+#include "size_units.h"
 #include "tierkv/status.h"
 #include "tierkv/types.h"
 
@@ -32,13 +34,14 @@
 namespace tierkv {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using test_util::FreePort;
+
+using SteadyClock = std::chrono::steady_clock;
 using http_test::HttpGet;
 using http_test::Sample;
-constexpr uint64_t kMiB = 1 << 20;
 
-std::unique_ptr<MasterProcess> StartMaster(std::vector<std::string> extra = {"--metrics-port",
-                                                                             "0"}) {
+std::unique_ptr<MasterProcess> StartMasterWithMetrics(std::vector<std::string> extra = {
+                                                          "--metrics-port", "0"}) {
   MasterProcessOptions options;
   options.binary = TIERKV_BINARY;
   options.args = {"--host", "127.0.0.1", "--port", "0"};
@@ -54,7 +57,7 @@ std::unique_ptr<MasterProcess> StartMaster(std::vector<std::string> extra = {"--
   return std::move(started).value();
 }
 
-std::unique_ptr<RemoteMaster> ConnectTo(const MasterProcess& master) {
+std::unique_ptr<RemoteMaster> ConnectToMaster(const MasterProcess& master) {
   RemoteMasterOptions options;
   options.heartbeat_interval = Millis(100);
   options.rpc_timeout = Millis(3000);
@@ -97,7 +100,7 @@ RunResult RunTierkv(const std::vector<std::string>& args, Millis timeout = Milli
   int out_pipe[2];
   int err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return run;
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   const pid_t pid = fork();
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -114,7 +117,7 @@ RunResult RunTierkv(const std::vector<std::string>& args, Millis timeout = Milli
   bool err_open = true;
   bool killed = false;
   while (out_open || err_open) {
-    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now()).count();
+    const auto left = std::chrono::duration_cast<Millis>(deadline - SteadyClock::now()).count();
     if (left <= 0) {
       kill(pid, SIGKILL);
       killed = true;
@@ -137,7 +140,7 @@ RunResult RunTierkv(const std::vector<std::string>& args, Millis timeout = Milli
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  run.took = std::chrono::duration_cast<Millis>(Clock::now() - start);
+  run.took = std::chrono::duration_cast<Millis>(SteadyClock::now() - start);
   close(out_pipe[0]);
   close(err_pipe[0]);
   if (!killed && WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
@@ -166,19 +169,6 @@ class SilentListener {
   int port_ = 0;
 };
 
-// A port nothing listens on (bound, read back, closed).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 std::string Metrics(const MasterProcess& master) {
   http_test::HttpResponse response = HttpGet(master.metrics_port(), "/metrics");
   EXPECT_EQ(response.status, 200) << response.headers;
@@ -186,7 +176,7 @@ std::string Metrics(const MasterProcess& master) {
 }
 
 TEST(MasterMetricsTest, MetricsAndHealthFollowTheMaster) {
-  auto master = StartMaster();
+  auto master = StartMasterWithMetrics();
   ASSERT_NE(master, nullptr);
   ASSERT_GT(master->metrics_port(), 0);
   EXPECT_NE(master->metrics_port(), master->port());
@@ -201,7 +191,7 @@ TEST(MasterMetricsTest, MetricsAndHealthFollowTheMaster) {
   EXPECT_EQ(Sample(text, "tierkv_master_clients"), 0.0);
   EXPECT_EQ(Sample(text, "tierkv_master_rpc_duration_seconds_count{method=\"PutStart\"}"), 0.0);
 
-  auto client = ConnectTo(*master);
+  auto client = ConnectToMaster(*master);
   ASSERT_NE(client, nullptr);
   Result<SegmentId> mounted = client->MountSegment("metrics-seg", 16 * kMiB);
   ASSERT_TRUE(mounted.ok()) << mounted.status().ToString();
@@ -253,9 +243,9 @@ TEST(MasterMetricsTest, MetricsAndHealthFollowTheMaster) {
 }
 
 TEST(MasterMetricsTest, StatShowsTheNumbers) {
-  auto master = StartMaster();
+  auto master = StartMasterWithMetrics();
   ASSERT_NE(master, nullptr);
-  auto client = ConnectTo(*master);
+  auto client = ConnectToMaster(*master);
   ASSERT_NE(client, nullptr);
 
   // Before any get: the hit rate is n/a (text) and null (JSON).
@@ -360,10 +350,10 @@ TEST(MasterMetricsTest, MetricsPortInUseIsAClearErrorAndExitStatus1) {
 }
 
 TEST(MasterMetricsTest, MetricsPortMinusOneServesNone) {
-  auto master = StartMaster({"--metrics-port", "-1"});
+  auto master = StartMasterWithMetrics({"--metrics-port", "-1"});
   ASSERT_NE(master, nullptr);
   EXPECT_EQ(master->metrics_port(), 0);
-  auto client = ConnectTo(*master);  // the master works as before
+  auto client = ConnectToMaster(*master);  // the master works as before
   ASSERT_NE(client, nullptr);
   Result<MasterProcessStats> stats = client->ProcessStats();
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();

@@ -23,7 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include "net_test_util.h"
 #include "rpc/remote_master.h"
+#include "size_units.h"
 #include "tierkv/status.h"
 #include "tierkv/types.h"
 
@@ -34,10 +36,11 @@
 namespace tierkv {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-constexpr uint64_t kMiB = 1 << 20;
+using test_util::FreePort;
 
-std::unique_ptr<MasterProcess> StartMaster(int port = 0, std::vector<std::string> extra = {}) {
+using SteadyClock = std::chrono::steady_clock;
+
+std::unique_ptr<MasterProcess> StartMasterAt(int port = 0, std::vector<std::string> extra = {}) {
   MasterProcessOptions options;
   options.binary = TIERKV_BINARY;
   // No metrics server (tests run in parallel; master_metrics_test.cc covers it).
@@ -49,8 +52,9 @@ std::unique_ptr<MasterProcess> StartMaster(int port = 0, std::vector<std::string
   return std::move(started).value();
 }
 
-std::unique_ptr<RemoteMaster> ConnectTo(const MasterProcess& master, Millis heartbeat = Millis(100),
-                                        const std::string& host = "test-host") {
+std::unique_ptr<RemoteMaster> ConnectToMaster(const MasterProcess& master,
+                                              Millis heartbeat = Millis(100),
+                                              const std::string& host = "test-host") {
   RemoteMasterOptions options;
   options.heartbeat_interval = heartbeat;
   options.rpc_timeout = Millis(3000);
@@ -64,8 +68,8 @@ std::unique_ptr<RemoteMaster> ConnectTo(const MasterProcess& master, Millis hear
 
 // Polls `done` every 20 ms until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& done, Millis timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
+  const auto deadline = SteadyClock::now() + timeout;
+  while (SteadyClock::now() < deadline) {
     if (done()) return true;
     std::this_thread::sleep_for(Millis(20));
   }
@@ -95,20 +99,6 @@ void PutObjects(RemoteMaster& master, const std::vector<std::string>& keys, uint
   }
 }
 
-// A port nothing listens on (bound, read back, closed).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // Sends `bytes` to 127.0.0.1:port on a raw TCP connection and reads until the peer closes or
 // 2 s pass. Returns true if the connection could be made.
 bool SendRaw(int port, const std::string& bytes) {
@@ -122,9 +112,9 @@ bool SendRaw(int port, const std::string& bytes) {
     return false;
   }
   (void)send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  const auto deadline = Clock::now() + Millis(2000);
+  const auto deadline = SteadyClock::now() + Millis(2000);
   char buf[4096];
-  while (Clock::now() < deadline) {
+  while (SteadyClock::now() < deadline) {
     pollfd p{fd, POLLIN, 0};
     if (poll(&p, 1, 100) <= 0) continue;
     if (read(fd, buf, sizeof(buf)) <= 0) break;  // closed by the master
@@ -139,11 +129,11 @@ bool StillRunning(const MasterProcess& master) {
 }
 
 TEST(MasterProcessTest, PutGetRoundTrip) {
-  auto master = StartMaster();
+  auto master = StartMasterAt();
   ASSERT_NE(master, nullptr);
   EXPECT_EQ(master->host(), "127.0.0.1");
   EXPECT_GT(master->port(), 0);
-  auto client = ConnectTo(*master);
+  auto client = ConnectToMaster(*master);
   ASSERT_NE(client, nullptr);
   EXPECT_NE(client->client_id(), 0u);
 
@@ -155,7 +145,7 @@ TEST(MasterProcessTest, PutGetRoundTrip) {
   std::vector<int> exists = client->Exists({keys[0], "missing", keys[2], ""});
   EXPECT_EQ(exists, (std::vector<int>{1, 0, 1, ToInt(ErrorCode::INVALID_KEY)}));
 
-  const auto before = Clock::now();
+  const auto before = SteadyClock::now();
   std::vector<Result<ObjectReplicas>> replicas = client->GetReplicas({keys[1], "missing"});
   ASSERT_EQ(replicas.size(), 2u);
   ASSERT_TRUE(replicas[0].ok()) << replicas[0].status().ToString();
@@ -166,7 +156,7 @@ TEST(MasterProcessTest, PutGetRoundTrip) {
   EXPECT_EQ(replicas[0]->replicas[0].tier, ReplicaTier::kMemory);
   // The default 10 s lease, counted from before the request.
   EXPECT_GT(replicas[0]->lease_deadline, before + Millis(8000));
-  EXPECT_LE(replicas[0]->lease_deadline, Clock::now() + Millis(10000));
+  EXPECT_LE(replicas[0]->lease_deadline, SteadyClock::now() + Millis(10000));
   EXPECT_EQ(replicas[1].code(), ErrorCode::OBJECT_NOT_FOUND);
 
   // Leased (GetReplicas above): remove needs force.
@@ -198,9 +188,9 @@ TEST(MasterProcessTest, PutGetRoundTrip) {
 }
 
 TEST(MasterProcessTest, BadRequestsGetErrorsNotCrashes) {
-  auto master = StartMaster();
+  auto master = StartMasterAt();
   ASSERT_NE(master, nullptr);
-  auto client = ConnectTo(*master);
+  auto client = ConnectToMaster(*master);
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(client->MountSegment("seg", 16 * kMiB).ok());
 
@@ -252,10 +242,10 @@ TEST(MasterProcessTest, BadRequestsGetErrorsNotCrashes) {
 }
 
 TEST(MasterProcessTest, TwoClientsSeeEachOthersObjects) {
-  auto master = StartMaster();
+  auto master = StartMasterAt();
   ASSERT_NE(master, nullptr);
-  auto a = ConnectTo(*master, Millis(100), "host-a");
-  auto b = ConnectTo(*master, Millis(100), "host-b");
+  auto a = ConnectToMaster(*master, Millis(100), "host-a");
+  auto b = ConnectToMaster(*master, Millis(100), "host-b");
   ASSERT_TRUE(a && b);
   EXPECT_NE(a->client_id(), b->client_id());
 
@@ -290,15 +280,15 @@ TEST(MasterProcessTest, TwoClientsSeeEachOthersObjects) {
 
 TEST(MasterProcessTest, SilentClientExpiresAndItsObjectsGo) {
   constexpr int kTtlMs = 1500;  // 15 heartbeats of the live client: robust on a loaded box
-  auto master = StartMaster(0, {"--client-ttl-ms", std::to_string(kTtlMs)});
+  auto master = StartMasterAt(0, {"--client-ttl-ms", std::to_string(kTtlMs)});
   ASSERT_NE(master, nullptr);
-  auto live = ConnectTo(*master, Millis(100), "live-host");
-  auto silent = ConnectTo(*master, Millis(0), "silent-host");  // never heartbeats
+  auto live = ConnectToMaster(*master, Millis(100), "live-host");
+  auto silent = ConnectToMaster(*master, Millis(0), "silent-host");  // never heartbeats
   ASSERT_TRUE(live && silent);
   ASSERT_TRUE(live->MountSegment("live-seg", 16 * kMiB).ok());
   Result<SegmentId> silent_seg = silent->MountSegment("silent-seg", 16 * kMiB);
   ASSERT_TRUE(silent_seg.ok());
-  const auto mounted = Clock::now();
+  const auto mounted = SteadyClock::now();
   PutObjects(*live, {"live-1", "live-2"}, 100, "live-seg");
   PutObjects(*silent, {"silent-1", "silent-2"}, 100, "silent-seg");
   ASSERT_EQ(live->Exists({"silent-1", "silent-2"}), (std::vector<int>{1, 1}));
@@ -310,7 +300,7 @@ TEST(MasterProcessTest, SilentClientExpiresAndItsObjectsGo) {
       },
       Millis(5000)))
       << "the silent client's objects are still there";
-  EXPECT_GE(Clock::now() - mounted, Millis(kTtlMs - 100));  // not before the TTL
+  EXPECT_GE(SteadyClock::now() - mounted, Millis(kTtlMs - 100));  // not before the TTL
   EXPECT_EQ(live->GetReplicas({"silent-2"})[0].code(), ErrorCode::OBJECT_NOT_FOUND);
   EXPECT_EQ(live->Exists({"live-1", "live-2"}), (std::vector<int>{1, 1}));  // heartbeating
   Result<MasterProcessStats> stats = live->ProcessStats();
@@ -331,9 +321,9 @@ TEST(MasterProcessTest, SilentClientExpiresAndItsObjectsGo) {
 // A TTL shorter than the configured heartbeat interval: the client learns the TTL when it
 // registers and beats 3 times per TTL, so it is never expired while alive.
 TEST(MasterProcessTest, ShortTtlShortensTheHeartbeat) {
-  auto master = StartMaster(0, {"--client-ttl-ms", "600"});
+  auto master = StartMasterAt(0, {"--client-ttl-ms", "600"});
   ASSERT_NE(master, nullptr);
-  auto client = ConnectTo(*master, Millis(1000), "short-ttl-host");  // 1 s > 600 ms TTL
+  auto client = ConnectToMaster(*master, Millis(1000), "short-ttl-host");  // 1 s > 600 ms TTL
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(client->MountSegment("short-ttl-seg", 16 * kMiB).ok());
   std::this_thread::sleep_for(Millis(2500));  // 4 TTLs
@@ -345,10 +335,10 @@ TEST(MasterProcessTest, ShortTtlShortensTheHeartbeat) {
 }
 
 TEST(MasterProcessTest, MasterRestartReRegistersAndRemounts) {
-  auto master = StartMaster();
+  auto master = StartMasterAt();
   ASSERT_NE(master, nullptr);
   const int port = master->port();
-  auto client = ConnectTo(*master, Millis(100));
+  auto client = ConnectToMaster(*master, Millis(100));
   ASSERT_NE(client, nullptr);
   Result<SegmentId> segment = client->MountSegment("restart-seg", 16 * kMiB);
   ASSERT_TRUE(segment.ok());
@@ -363,7 +353,7 @@ TEST(MasterProcessTest, MasterRestartReRegistersAndRemounts) {
   EXPECT_NE(put_down[0].message().find(master->address()), std::string::npos)
       << put_down[0].ToString();
 
-  master = StartMaster(port);  // same port, empty metadata
+  master = StartMasterAt(port);  // same port, empty metadata
   ASSERT_NE(master, nullptr);
   ASSERT_TRUE(
       WaitFor([&] { return client->registrations() >= 2 && client->connected(); }, Millis(10000)))
@@ -401,9 +391,9 @@ TEST(MasterProcessTest, WrongAddressFailsClearlyWithinTheConnectTimeout) {
                                               "no-such-host.invalid:50051",
                                               "127.0.0.1:" + std::to_string(ntohs(addr.sin_port))};
   for (const std::string& address : addresses) {
-    const auto start = Clock::now();
+    const auto start = SteadyClock::now();
     Result<std::unique_ptr<RemoteMaster>> connected = RemoteMaster::Connect(address, timeout);
-    const auto took = Clock::now() - start;
+    const auto took = SteadyClock::now() - start;
     ASSERT_FALSE(connected.ok()) << address;
     EXPECT_EQ(connected.code(), ErrorCode::RPC_FAIL) << connected.status().ToString();
     const std::string& message = connected.status().message();
@@ -417,7 +407,7 @@ TEST(MasterProcessTest, WrongAddressFailsClearlyWithinTheConnectTimeout) {
 }
 
 TEST(MasterProcessTest, SecondMasterOnTheSamePortIsRefused) {
-  auto master = StartMaster();
+  auto master = StartMasterAt();
   ASSERT_NE(master, nullptr);
   MasterProcessOptions options;
   options.binary = TIERKV_BINARY;
@@ -431,7 +421,7 @@ TEST(MasterProcessTest, SecondMasterOnTheSamePortIsRefused) {
 }
 
 TEST(MasterProcessTest, GarbageOnTheGrpcPortDoesNotKillTheMaster) {
-  auto master = StartMaster();
+  auto master = StartMasterAt();
   ASSERT_NE(master, nullptr);
   std::mt19937_64 rng(7);
   std::string random(8192, '\0');
@@ -480,7 +470,7 @@ TEST(MasterProcessTest, GarbageOnTheGrpcPortDoesNotKillTheMaster) {
     ASSERT_TRUE(StillRunning(*master)) << method;
   }
 
-  auto client = ConnectTo(*master);
+  auto client = ConnectToMaster(*master);
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(client->MountSegment("after-garbage", 16 * kMiB).ok());
   PutObjects(*client, {"still-works"}, 10);

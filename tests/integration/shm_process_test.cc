@@ -31,8 +31,8 @@ using testing::Millis;
 using testing::ReapedChild;
 using testing::WaitUntil;
 
-constexpr uint64_t kSegmentSize = uint64_t{4} << 20;
-constexpr const char* kSegmentName = "child-segment";
+constexpr uint64_t kChildSegmentSize = uint64_t{4} << 20;
+constexpr const char* kChildSegmentName = "child-segment";
 constexpr const char* kSocketName = "child.sock";
 constexpr Millis kTimeout{2000};
 
@@ -40,7 +40,8 @@ constexpr Millis kTimeout{2000};
 // writes 'R' (or 'E') to `ready_fd`, then serves until `control_fd` reads EOF, and exits.
 [[noreturn]] void ServeInChild(int ready_fd, int control_fd) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  auto segment = MemorySegment::Create(kSegmentName, kSegmentSize, PagePolicy::kSmallPages);
+  auto segment =
+      MemorySegment::Create(kChildSegmentName, kChildSegmentSize, PagePolicy::kSmallPages);
   if (!segment.ok()) {
     (void)!::write(ready_fd, "E", 1);
     ::_exit(1);
@@ -105,10 +106,10 @@ class ShmProcessTest : public ::testing::Test {
 TEST_F(ShmProcessTest, ParentMapsTheChildsSegmentAndSurvivesItsSigkill) {
   ASSERT_TRUE(StartChild());
   ShmSegmentMapper mapper;
-  auto mapped = mapper.Map(IpcPath(kSocketName), kSegmentName, kTimeout);
+  auto mapped = mapper.Map(IpcPath(kSocketName), kChildSegmentName, kTimeout);
   ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
   std::shared_ptr<MappedSegment> seg = *mapped;
-  ASSERT_EQ(seg->size(), kSegmentSize);
+  ASSERT_EQ(seg->size(), kChildSegmentSize);
   for (uint64_t i = 0; i < seg->size(); ++i) ASSERT_EQ(seg->base()[i], PatternByte(i, 3)) << i;
   EXPECT_TRUE(seg->alive());
 
@@ -127,9 +128,10 @@ TEST_F(ShmProcessTest, ParentMapsTheChildsSegmentAndSurvivesItsSigkill) {
 
   // The dead child left its socket file; a new server replaces it, and a map now fails cleanly
   // or reaches the new server (never the dead one).
-  auto fresh = mapper.Map(IpcPath(kSocketName), kSegmentName, Millis(500));
+  auto fresh = mapper.Map(IpcPath(kSocketName), kChildSegmentName, Millis(500));
   EXPECT_EQ(fresh.code(), ErrorCode::TRANSFER_FAIL) << fresh.status().ToString();
-  auto replacement = MemorySegment::Create("replacement", kSegmentSize, PagePolicy::kSmallPages);
+  auto replacement =
+      MemorySegment::Create("replacement", kChildSegmentSize, PagePolicy::kSmallPages);
   ASSERT_TRUE(replacement.ok());
   auto server = ShmSegmentServer::Start(kSocketName, std::move(*replacement));
   ASSERT_TRUE(server.ok()) << server.status().ToString();
@@ -140,7 +142,7 @@ TEST_F(ShmProcessTest, ParentMapsTheChildsSegmentAndSurvivesItsSigkill) {
 TEST_F(ShmProcessTest, ACleanStopIsSeenAsWell) {
   ASSERT_TRUE(StartChild());
   ShmSegmentMapper mapper;
-  auto mapped = mapper.Map(IpcPath(kSocketName), kSegmentName, kTimeout);
+  auto mapped = mapper.Map(IpcPath(kSocketName), kChildSegmentName, kTimeout);
   ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
   control_.Reset();  // the child stops its server and exits
   EXPECT_TRUE(WaitUntil([&] { return !(*mapped)->alive(); }, Millis(1000)));
@@ -158,7 +160,8 @@ constexpr int kReachedSocket = 12;   // a plain uid-65534 process reached the 07
 
 TEST_F(ShmProcessTest, AnotherUidIsRefused) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as another uid";
-  auto segment = MemorySegment::Create(kSegmentName, kSegmentSize, PagePolicy::kSmallPages);
+  auto segment =
+      MemorySegment::Create(kChildSegmentName, kChildSegmentSize, PagePolicy::kSmallPages);
   ASSERT_TRUE(segment.ok());
   auto server = ShmSegmentServer::Start(kSocketName, std::move(*segment));
   ASSERT_TRUE(server.ok()) << server.status().ToString();
@@ -179,12 +182,12 @@ TEST_F(ShmProcessTest, AnotherUidIsRefused) {
     UniqueFd raw = testing::RawConnect(path);
     if (!raw.valid()) ::_exit(kCannotDropPrivileges);
     // The send may already fail (EPIPE) if the server closed first: refused either way.
-    (void)testing::SendBytes(raw.get(), EncodeShmRequest(kSegmentName));
+    (void)testing::SendBytes(raw.get(), EncodeShmRequest(kChildSegmentName));
     testing::Received received = testing::ReadUntilEof(raw.get(), Millis(3000));
     if (!received.eof || !received.bytes.empty() || received.fds != 0) ::_exit(kServerAnswered);
     // The client refuses a server of another uid (root's, here) on its own.
     ShmSegmentMapper mapper;
-    auto mapped = mapper.Map(path, kSegmentName, kTimeout);
+    auto mapped = mapper.Map(path, kChildSegmentName, kTimeout);
     if (mapped.ok() || mapped.status().message().find("runs as uid 0") == std::string::npos) {
       ::_exit(kClientAccepted);
     }
@@ -205,7 +208,7 @@ TEST_F(ShmProcessTest, AnotherUidIsRefused) {
   // The server goes on serving its own uid.
   EXPECT_TRUE(WaitUntil([&] { return (*server)->open_connections() == 0; }));
   ShmSegmentMapper mapper;
-  auto mapped = mapper.Map(path, kSegmentName, kTimeout);
+  auto mapped = mapper.Map(path, kChildSegmentName, kTimeout);
   EXPECT_TRUE(mapped.ok()) << mapped.status().ToString();
 }
 

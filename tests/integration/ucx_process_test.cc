@@ -20,11 +20,11 @@
 #include <thread>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "memory/memory_segment.h"
 #include "pattern_test_util.h"
 #include "transport/ucx_segment_client.h"
 #include "transport/ucx_segment_server.h"
-#include "transport/unique_fd.h"
 #include "transport_test_util.h"
 
 namespace tierkv::transport {
@@ -33,10 +33,10 @@ namespace {
 using test_util::PatternByte;
 using testing::Millis;
 using testing::ReapedChild;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
-constexpr uint64_t kSegmentSize = uint64_t{32} << 20;
-constexpr const char* kSegmentName = "child-segment";
+constexpr uint64_t kChildSegmentSize = uint64_t{32} << 20;
+constexpr const char* kChildSegmentName = "child-segment";
 constexpr Millis kTimeout{5000};
 
 // The descriptor on which the re-executed child reports "READY <address>\n" (or "ERROR ...").
@@ -57,7 +57,8 @@ void Report(int fd, const std::string& text) {
 // its address on kReportFd, and serves until stdin reaches EOF (or the parent dies).
 int ServeChild() {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  auto segment = MemorySegment::Create(kSegmentName, kSegmentSize, PagePolicy::kSmallPages);
+  auto segment =
+      MemorySegment::Create(kChildSegmentName, kChildSegmentSize, PagePolicy::kSmallPages);
   if (!segment.ok()) {
     Report(kReportFd, "ERROR " + segment.status().ToString() + "\n");
     return 1;
@@ -113,8 +114,8 @@ class ServerChild {
     }
     // Read "READY <address>\n" within the timeout.
     std::string line;
-    const auto deadline = Clock::now() + Millis(10000);
-    while (line.find('\n') == std::string::npos && Clock::now() < deadline) {
+    const auto deadline = SteadyClock::now() + Millis(10000);
+    while (line.find('\n') == std::string::npos && SteadyClock::now() < deadline) {
       pollfd pfd{child->output_.get(), POLLIN, 0};
       if (::poll(&pfd, 1, 100) <= 0) continue;
       char chunk[256];
@@ -169,13 +170,13 @@ bool MatchesChildPattern(const std::vector<uint8_t>& bytes, uint64_t offset) {
 TEST(UcxProcessTest, ReadsFromAnotherProcessAreByteExact) {
   auto child = ServerChild::Start();
   ASSERT_NE(child, nullptr);
-  auto client = UcxSegmentClient::Connect(child->address(), kSegmentName, kTimeout);
+  auto client = UcxSegmentClient::Connect(child->address(), kChildSegmentName, kTimeout);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
-  EXPECT_EQ((*client)->size(), kSegmentSize);
+  EXPECT_EQ((*client)->size(), kChildSegmentSize);
   std::vector<std::vector<uint8_t>> buffers;
   std::vector<UcxSegmentClient::ReadOp> reads;
   const std::vector<std::pair<uint64_t, uint64_t>> ranges = {
-      {0, 2 << 20}, {(2 << 20) + 1, 256 << 10}, {12345, 777}, {kSegmentSize - 3, 3}};
+      {0, 2 << 20}, {(2 << 20) + 1, 256 << 10}, {12345, 777}, {kChildSegmentSize - 3, 3}};
   for (const auto& [offset, size] : ranges) buffers.emplace_back(size);
   for (size_t i = 0; i < ranges.size(); ++i) {
     reads.push_back({ranges[i].first, {{buffers[i].data(), buffers[i].size()}}});
@@ -197,18 +198,18 @@ TEST(UcxProcessTest, ReadsFromAnotherProcessAreByteExact) {
 TEST(UcxProcessTest, AKilledServerFailsCallsCleanly) {
   auto child = ServerChild::Start();
   ASSERT_NE(child, nullptr);
-  auto client = UcxSegmentClient::Connect(child->address(), kSegmentName, kTimeout);
+  auto client = UcxSegmentClient::Connect(child->address(), kChildSegmentName, kTimeout);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   std::vector<uint8_t> buffer(2 << 20);
   ASSERT_TRUE((*client)->ReadBatch({{0, {{buffer.data(), buffer.size()}}}})[0].ok());
   child->Kill();
 
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   std::vector<Status> read = (*client)->ReadBatch({{0, {{buffer.data(), buffer.size()}}}});
   ASSERT_FALSE(read[0].ok());
   EXPECT_EQ(read[0].code(), ErrorCode::TRANSFER_FAIL) << read[0].ToString();
   EXPECT_NE(read[0].message().find(child->address()), std::string::npos) << read[0].ToString();
-  EXPECT_LT(Clock::now() - start, Millis(5000)) << "should not wait for the io timeout";
+  EXPECT_LT(SteadyClock::now() - start, Millis(5000)) << "should not wait for the io timeout";
   EXPECT_FALSE((*client)->alive());
   EXPECT_FALSE((*client)->WriteBatch({{0, {{buffer.data(), 8}}}})[0].ok());
 }
@@ -216,17 +217,17 @@ TEST(UcxProcessTest, AKilledServerFailsCallsCleanly) {
 TEST(UcxProcessTest, AServerKilledMidBatchFailsTheBatchNotTheProcess) {
   auto child = ServerChild::Start();
   ASSERT_NE(child, nullptr);
-  auto client = UcxSegmentClient::Connect(child->address(), kSegmentName, kTimeout);
+  auto client = UcxSegmentClient::Connect(child->address(), kChildSegmentName, kTimeout);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   constexpr uint64_t kChunk = 2 << 20;
-  std::vector<uint8_t> pool(kSegmentSize);
+  std::vector<uint8_t> pool(kChildSegmentSize);
   std::atomic<bool> failed{false};
   std::atomic<bool> started{false};
   std::thread reader([&] {
-    const auto until = Clock::now() + Millis(20000);
-    while (!failed && Clock::now() < until) {
+    const auto until = SteadyClock::now() + Millis(20000);
+    while (!failed && SteadyClock::now() < until) {
       std::vector<UcxSegmentClient::ReadOp> reads;
-      for (uint64_t slot = 0; slot < kSegmentSize / kChunk; ++slot) {
+      for (uint64_t slot = 0; slot < kChildSegmentSize / kChunk; ++slot) {
         reads.push_back({slot * kChunk, {{pool.data() + slot * kChunk, kChunk}}});
       }
       started = true;
@@ -240,11 +241,11 @@ TEST(UcxProcessTest, AServerKilledMidBatchFailsTheBatchNotTheProcess) {
   });
   while (!started) std::this_thread::sleep_for(Millis(1));
   std::this_thread::sleep_for(Millis(50));
-  const auto killed = Clock::now();
+  const auto killed = SteadyClock::now();
   child->Kill();
   reader.join();
   EXPECT_TRUE(failed.load());
-  EXPECT_LT(Clock::now() - killed, Millis(5000));
+  EXPECT_LT(SteadyClock::now() - killed, Millis(5000));
   EXPECT_FALSE((*client)->alive());
 }
 
@@ -253,15 +254,15 @@ TEST(UcxProcessTest, AStoppedServerTimesOutWithinTheIoTimeout) {
   ASSERT_NE(child, nullptr);
   UcxTransportOptions options;
   options.io_timeout = Millis(500);
-  auto client = UcxSegmentClient::Connect(child->address(), kSegmentName, kTimeout, options);
+  auto client = UcxSegmentClient::Connect(child->address(), kChildSegmentName, kTimeout, options);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   std::vector<uint8_t> buffer(2 << 20);
   ASSERT_TRUE((*client)->ReadBatch({{0, {{buffer.data(), buffer.size()}}}})[0].ok());
 
   ASSERT_TRUE(child->Pause());
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   std::vector<Status> read = (*client)->ReadBatch({{0, {{buffer.data(), buffer.size()}}}});
-  const auto elapsed = Clock::now() - start;
+  const auto elapsed = SteadyClock::now() - start;
   child->Resume();
   ASSERT_FALSE(read[0].ok());
   EXPECT_EQ(read[0].code(), ErrorCode::TRANSFER_FAIL) << read[0].ToString();
@@ -275,9 +276,9 @@ TEST(UcxProcessTest, ConnectTimesOutOnAStoppedServer) {
   auto child = ServerChild::Start();
   ASSERT_NE(child, nullptr);
   ASSERT_TRUE(child->Pause());
-  const auto start = Clock::now();
-  auto client = UcxSegmentClient::Connect(child->address(), kSegmentName, Millis(400));
-  const auto elapsed = Clock::now() - start;
+  const auto start = SteadyClock::now();
+  auto client = UcxSegmentClient::Connect(child->address(), kChildSegmentName, Millis(400));
+  const auto elapsed = SteadyClock::now() - start;
   child->Resume();
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), ErrorCode::TRANSFER_FAIL) << client.status().ToString();

@@ -17,11 +17,11 @@ namespace {
 
 // Every third key has whole 4 KiB blocks of at least kAlignedValueMin bytes: read into an
 // aligned buffer it takes the direct path (SsdTier::ReadDirect), the others are staged.
-size_t SizeOf(int n) {
+size_t OffloadSizeOf(int n) {
   if (n % 3 == 0) return (16 + static_cast<size_t>(n % 13)) * 4096;
   return 8192 + static_cast<size_t>(n % 29) * 9000;
 }
-void Fill(int n, uint8_t* out, size_t size) {
+void OffloadFill(int n, uint8_t* out, size_t size) {
   uint64_t x = static_cast<uint64_t>(n) * 0x9E3779B97F4A7C15ull + 7;
   for (size_t i = 0; i < size; i += 8) {
     x ^= x << 13;
@@ -70,10 +70,10 @@ TEST(ClientOffloadStress, ReadsRacingDemotionAndRegionReuseAreExactOrClean) {
       for (int op = 0; op < kOps; ++op) {
         const int n = static_cast<int>(rng() % kKeys);
         const std::string key = "stress-" + std::to_string(n);
-        const size_t size = SizeOf(n);
+        const size_t size = OffloadSizeOf(n);
         const unsigned what = rng() % 10;
         if (what < 4) {
-          Fill(n, src.data(), size);
+          OffloadFill(n, src.data(), size);
           (void)cl.Put(key, src.data(), size);
         } else if (what == 8) {
           std::vector<std::string> keys;
@@ -83,14 +83,14 @@ TEST(ClientOffloadStress, ReadsRacingDemotionAndRegionReuseAreExactOrClean) {
             const int m = (n / 3 * 3 + 3 * k) % kKeys;  // keys with whole 4 KiB blocks
             keys.push_back("stress-" + std::to_string(m));
             ptrs.push_back({slots + k * kSlot});
-            sizes.push_back({SizeOf(m)});  // batch gets take exact sizes
+            sizes.push_back({OffloadSizeOf(m)});  // batch gets take exact sizes
           }
           const std::vector<int64_t> got = cl.BatchGetIntoMultiBuffers(keys, ptrs, sizes);
           for (int k = 0; k < 3; ++k) {
             const int m = (n / 3 * 3 + 3 * k) % kKeys;
-            if (got[k] == static_cast<int64_t>(SizeOf(m))) {
-              Fill(m, expect.data(), SizeOf(m));
-              if (std::memcmp(slots + k * kSlot, expect.data(), SizeOf(m)) == 0) {
+            if (got[k] == static_cast<int64_t>(OffloadSizeOf(m))) {
+              OffloadFill(m, expect.data(), OffloadSizeOf(m));
+              if (std::memcmp(slots + k * kSlot, expect.data(), OffloadSizeOf(m)) == 0) {
                 ++exact;
               } else {
                 ++wrong;
@@ -104,7 +104,7 @@ TEST(ClientOffloadStress, ReadsRacingDemotionAndRegionReuseAreExactOrClean) {
         } else if (what < 9) {
           const int64_t got = cl.Get(key, dst, 1 << 20);
           if (got == static_cast<int64_t>(size)) {
-            Fill(n, expect.data(), size);
+            OffloadFill(n, expect.data(), size);
             if (std::memcmp(dst, expect.data(), size) == 0) {
               ++exact;
             } else {

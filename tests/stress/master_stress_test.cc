@@ -29,11 +29,11 @@
 namespace tierkv {
 namespace {
 
-constexpr int kKeys = 96;
+constexpr int kStressKeys = 96;
 constexpr int kGroups = 12;
 constexpr uint64_t kMaxSize = 48 << 10;
 constexpr uint64_t kAlign = 64;
-constexpr Millis kTtl{40};
+constexpr Millis kStressTtl{40};
 constexpr Millis kPutTimeout{100};
 
 std::string KeyName(int n) {
@@ -75,7 +75,7 @@ bool OneOf(ErrorCode c, std::initializer_list<ErrorCode> codes) {
 void Worker(MasterService& m, ManualClock& clock, int seed, int ops, Errors& errors,
             std::atomic<uint64_t>& puts_ok) {
   std::mt19937 rng(seed);
-  auto key_of = [&] { return KeyName(static_cast<int>(rng() % kKeys)); };
+  auto key_of = [&] { return KeyName(static_cast<int>(rng() % kStressKeys)); };
   for (int op = 0; op < ops; ++op) {
     const int kind = static_cast<int>(rng() % 100);
     if (kind < 40) {  // put a batch: ended, revoked or abandoned
@@ -185,7 +185,7 @@ void RacingOperationsKeepSpaceAccountingExact(const char* policy) {
   MasterOptions opts;
   opts.clock = &clock;
   opts.shards = 16;
-  opts.lease_ttl = kTtl;
+  opts.lease_ttl = kStressTtl;
   opts.put_timeout = kPutTimeout;
   auto made = MakeEvictionPolicy(policy);
   ASSERT_TRUE(made.ok());
@@ -234,7 +234,7 @@ void RacingOperationsKeepSpaceAccountingExact(const char* policy) {
   EXPECT_GT(m.Stats().evicted_objects, 0u);
 
   // Quiesced: every pending put is abandoned by now; reclaim them all.
-  clock.Advance(kPutTimeout + kTtl + Millis(1));
+  clock.Advance(kPutTimeout + kStressTtl + Millis(1));
   m.ReclaimAbandonedPuts();
   MasterStats st = m.Stats();
   EXPECT_EQ(st.pending_objects, 0u);
@@ -243,7 +243,7 @@ void RacingOperationsKeepSpaceAccountingExact(const char* policy) {
   // on it, and no live replica is on an unmounted segment.
   std::map<SegmentId, uint64_t> expect;
   uint64_t live = 0;
-  for (int n = 0; n < kKeys; ++n) {
+  for (int n = 0; n < kStressKeys; ++n) {
     const std::string key = KeyName(n);
     auto r = m.GetReplicas({key});
     if (!r[0].ok()) {
@@ -271,7 +271,7 @@ void RacingOperationsKeepSpaceAccountingExact(const char* policy) {
   EXPECT_EQ(st.objects, 0u);
   EXPECT_EQ(st.groups, 0u);
   std::vector<std::string> keys;
-  for (int n = 0; n < kKeys; ++n) keys.push_back(KeyName(n));
+  for (int n = 0; n < kStressKeys; ++n) keys.push_back(KeyName(n));
   auto r = m.PutStart(keys, std::vector<uint64_t>(keys.size(), 64), {});
   std::vector<uint64_t> ids;
   for (size_t i = 0; i < keys.size(); ++i) {

@@ -18,6 +18,7 @@
 #include "device_test_util.h"
 #include "memory/memory_segment.h"
 #include "rpc/tier_moves.h"
+#include "size_units.h"
 #include "ssd/ssd_tier.h"
 #include "store/tier_stager.h"
 #include "transport/tcp_segment_client.h"
@@ -27,8 +28,6 @@
 
 namespace tierkv {
 namespace {
-
-constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 std::string Value(int n) {
   std::string s(16384 + static_cast<size_t>(n % 13) * 7000, '\0');

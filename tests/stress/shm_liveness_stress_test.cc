@@ -17,13 +17,14 @@
 namespace tierkv::transport {
 namespace {
 
-constexpr uint64_t kSegmentSize = uint64_t{1} << 20;
-constexpr const char* kSegmentName = "store-0/dram";
+constexpr uint64_t kLivenessSegmentSize = uint64_t{1} << 20;
+constexpr const char* kLivenessSegmentName = "store-0/dram";
 constexpr std::chrono::milliseconds kTimeout{5000};
 
 TEST(ShmLivenessStress, ReadersRacingHangUpsDropsAndTheMappersEnd) {
   testing::ScratchIpcDir scratch;
-  auto memory = MemorySegment::Create(kSegmentName, kSegmentSize, PagePolicy::kSmallPages);
+  auto memory =
+      MemorySegment::Create(kLivenessSegmentName, kLivenessSegmentSize, PagePolicy::kSmallPages);
   ASSERT_TRUE(memory.ok()) << memory.status().ToString();
   std::shared_ptr<MemorySegment> segment = std::move(*memory);
 
@@ -34,7 +35,7 @@ TEST(ShmLivenessStress, ReadersRacingHangUpsDropsAndTheMappersEnd) {
     auto mapper = std::make_unique<ShmSegmentMapper>();
     std::vector<std::shared_ptr<MappedSegment>> segments;
     for (int i = 0; i < 16; ++i) {
-      auto mapped = mapper->Map(server->path(), kSegmentName, kTimeout);
+      auto mapped = mapper->Map(server->path(), kLivenessSegmentName, kTimeout);
       ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
       segments.push_back(*mapped);
     }

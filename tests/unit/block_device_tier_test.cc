@@ -22,7 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint64_t kRegion = 1 << 20;
+constexpr uint64_t kBlockRegion = 1 << 20;
 constexpr uint64_t kDeviceBytes = 16 << 20;
 
 std::string Shell(const std::string& command, int* status) {
@@ -72,7 +72,7 @@ class BlockDeviceTierTest : public ::testing::Test {
     o.paths = {device_};
     o.block_devices = true;
     o.capacity_per_path = 0;  // not used for a device
-    o.region_size = kRegion;
+    o.region_size = kBlockRegion;
     o.want_huge_pages = false;
     o.staging.capacity = 4 << 20;
     o.staging.want_huge_pages = false;
@@ -108,7 +108,7 @@ TEST_F(BlockDeviceTierTest, TierFileOpensTheDeviceWholeWithODirectAndNeverRemove
   EXPECT_TRUE(fs::is_block_file(device_));
   // Without offload_block_devices, the same path is refused rather than replaced.
   TierFileOptions fo;
-  fo.capacity = kRegion;
+  fo.capacity = kBlockRegion;
   Result<TierFile> as_file = TierFile::Create(device_, fo);
   EXPECT_EQ(as_file.code(), ErrorCode::FILE_OPEN_FAIL);
   EXPECT_NE(as_file.status().message().find("is a block device"), std::string::npos);

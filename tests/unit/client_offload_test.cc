@@ -19,6 +19,7 @@
 #include "device/faulty_device.h"
 #include "device_test_util.h"
 #include "pattern_test_util.h"
+#include "size_units.h"
 #include "ssd/record_format.h"
 #include "ssd/ssd_tier.h"
 
@@ -26,8 +27,6 @@ namespace tierkv {
 namespace {
 
 using test_util::PatternBytes;
-
-constexpr uint64_t kKiB = 1024, kMiB = 1024 * 1024;
 
 std::string Key(int i) { return "tierkv:model@chunk-" + std::to_string(i); }
 

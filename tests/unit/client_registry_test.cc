@@ -13,12 +13,12 @@
 namespace tierkv {
 namespace {
 
-constexpr Millis kTtl{1000};
+constexpr Millis kRegistryTtl{1000};
 
 class ClientRegistryTest : public ::testing::Test {
  protected:
   ManualClock clock_;
-  ClientRegistry registry_{&clock_, kTtl, /*id_base=*/100};
+  ClientRegistry registry_{&clock_, kRegistryTtl, /*id_base=*/100};
 };
 
 TEST_F(ClientRegistryTest, RegisterGivesDistinctNonZeroIds) {
@@ -36,8 +36,8 @@ TEST_F(ClientRegistryTest, RegisterGivesDistinctNonZeroIds) {
 
 TEST_F(ClientRegistryTest, RandomBasesDiffer) {
   // Two registries (two master processes) do not hand out the same first id.
-  ClientRegistry a(&clock_, kTtl);
-  ClientRegistry b(&clock_, kTtl);
+  ClientRegistry a(&clock_, kRegistryTtl);
+  ClientRegistry b(&clock_, kRegistryTtl);
   EXPECT_NE(a.Register("x"), b.Register("x"));
 }
 
@@ -56,7 +56,7 @@ TEST_F(ClientRegistryTest, SilentClientExpiresAtTtlWithItsSegments) {
   ASSERT_TRUE(registry_.AddSegment(silent, 9).ok());
   ASSERT_TRUE(registry_.AddSegment(live, 8).ok());
 
-  clock_.Advance(kTtl - Millis(1));
+  clock_.Advance(kRegistryTtl - Millis(1));
   EXPECT_TRUE(registry_.Heartbeat(live));
   EXPECT_TRUE(registry_.ExpireSilent().empty());  // 999 ms of silence: not yet
 
@@ -65,7 +65,7 @@ TEST_F(ClientRegistryTest, SilentClientExpiresAtTtlWithItsSegments) {
   ASSERT_EQ(expired.size(), 1u);
   EXPECT_EQ(expired[0].id, silent);
   EXPECT_EQ(expired[0].host, "silent-host");
-  EXPECT_EQ(expired[0].silent_for, kTtl);
+  EXPECT_EQ(expired[0].silent_for, kRegistryTtl);
   EXPECT_EQ(expired[0].segments, (std::vector<SegmentId>{7, 9}));
 
   // Gone: heartbeats are refused (the client registers again), its segments have no owner.
@@ -80,7 +80,7 @@ TEST_F(ClientRegistryTest, SilentClientExpiresAtTtlWithItsSegments) {
 TEST_F(ClientRegistryTest, HeartbeatsKeepAClientAlive) {
   const ClientId id = registry_.Register("h");
   for (int i = 0; i < 10; ++i) {
-    clock_.Advance(kTtl / 2);
+    clock_.Advance(kRegistryTtl / 2);
     EXPECT_TRUE(registry_.Heartbeat(id));
     EXPECT_TRUE(registry_.ExpireSilent().empty());
   }
@@ -117,7 +117,7 @@ TEST_F(ClientRegistryTest, UnregisterReturnsSegments) {
 
 TEST_F(ClientRegistryTest, ReRegisteringGivesANewId) {
   const ClientId first = registry_.Register("h");
-  clock_.Advance(kTtl);
+  clock_.Advance(kRegistryTtl);
   ASSERT_EQ(registry_.ExpireSilent().size(), 1u);
   const ClientId second = registry_.Register("h");
   EXPECT_NE(first, second);
@@ -158,7 +158,7 @@ TEST_F(ClientRegistryTest, TransferTotalsAddWhatEachClientsCountsGrewBy) {
   ASSERT_TRUE(registry_.Heartbeat(b, {{"rdma", UINT64_MAX - 1, 0}}));
   EXPECT_EQ(TotalOf(registry_, "rdma").read_bytes, UINT64_MAX);
   // The totals outlive the clients.
-  clock_.Advance(kTtl);
+  clock_.Advance(kRegistryTtl);
   EXPECT_EQ(registry_.ExpireSilent().size(), 2u);
   EXPECT_EQ(TotalOf(registry_, "tcp").read_bytes, 230u);
 }

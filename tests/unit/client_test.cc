@@ -10,14 +10,12 @@
 
 #include "client/client_impl.h"
 #include "pattern_test_util.h"
+#include "status_test_util.h"
 
 namespace tierkv {
 namespace {
 
 using test_util::PatternBytes;
-
-constexpr int kOk = 0;
-int Code(ErrorCode c) { return ToInt(c); }
 
 Config SmallConfig(uint64_t segment = 64ull << 20) {
   Config c;

@@ -10,14 +10,12 @@
 
 #include "client/client_impl.h"
 #include "master/master_service.h"
+#include "status_test_util.h"
 
 namespace tierkv {
 namespace {
 
-constexpr int kOk = 0;
-int Code(ErrorCode c) { return ToInt(c); }
-
-Config SmallConfig() {
+Config UpsertConfig() {
   Config c;
   c.global_segment_size = 8ull << 20;
   c.use_huge_pages = false;
@@ -29,7 +27,7 @@ TEST(ClientUpsert, ReplacesTheValueAndKeepsLeasedOldBytes) {
   MasterOptions opts;
   opts.lease_ttl = Millis(300);
   auto master = std::make_shared<InProcessMaster>(opts, Millis(20));
-  auto made = ClientImpl::CreateEmbedded(SmallConfig(), master);
+  auto made = ClientImpl::CreateEmbedded(UpsertConfig(), master);
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   ClientImpl& client = **made;
   std::vector<uint8_t> v1(64 << 10, 0x11), v2(80 << 10, 0x22);
@@ -62,7 +60,7 @@ TEST(ClientUpsert, ReplacesTheValueAndKeepsLeasedOldBytes) {
 }
 
 TEST(ClientUpsert, BatchCallsWithMixedKeys) {
-  auto made = ClientImpl::CreateEmbedded(SmallConfig());
+  auto made = ClientImpl::CreateEmbedded(UpsertConfig());
   ASSERT_TRUE(made.ok());
   ClientImpl& client = **made;
   std::vector<uint8_t> src(1 << 20), dst(1 << 20, 0);
@@ -101,7 +99,7 @@ TEST(ClientUpsert, BatchCallsWithMixedKeys) {
 }
 
 TEST(ClientUpsert, BatchGetAllocatedSizesEachDestinationByTheVersionRead) {
-  auto made = ClientImpl::CreateEmbedded(SmallConfig());
+  auto made = ClientImpl::CreateEmbedded(UpsertConfig());
   ASSERT_TRUE(made.ok());
   ClientImpl& client = **made;
   std::vector<uint8_t> a(1000, 0xAA), b(3000, 0xBB);

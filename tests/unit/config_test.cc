@@ -15,12 +15,11 @@
 #include <utility>
 #include <vector>
 
+#include "size_units.h"
+
 namespace tierkv {
 namespace {
 
-constexpr uint64_t kKiB = 1ull << 10;
-constexpr uint64_t kMiB = 1ull << 20;
-constexpr uint64_t kGiB = 1ull << 30;
 constexpr uint64_t kTiB = 1ull << 40;
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 

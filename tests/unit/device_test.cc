@@ -23,14 +23,13 @@
 #include "device/tier_file.h"
 #include "device/uring_device.h"
 #include "device_test_util.h"
+#include "size_units.h"
 
 namespace tierkv {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint64_t kKiB = 1024;
-constexpr uint64_t kMiB = 1024 * kKiB;
 constexpr uint64_t kCapacity = 8 * kMiB;
 
 using test_util::ScratchDir;

@@ -25,13 +25,13 @@
 #include "device/io_buffer.h"
 #include "device/tier_file.h"
 #include "device_test_util.h"
+#include "size_units.h"
 
 namespace tierkv {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint64_t kMiB = 1024 * 1024;
 constexpr uint64_t kPiB = kMiB * kMiB * 1024;
 
 using test_util::IsTmpfs;

@@ -11,16 +11,16 @@
 #include "common/clock.h"
 #include "master/master_service.h"
 #include "master/tier_mover.h"
+#include "size_units.h"
 
 namespace tierkv {
 namespace {
 
-constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kCap = 10 * kMiB;
 
-std::string Key(int i) { return "k" + std::to_string(i); }
+std::string DemotionKey(int i) { return "k" + std::to_string(i); }
 
-class FakeMover : public TierMover {
+class DemotionMover : public TierMover {
  public:
   std::vector<Result<DiskLocation>> Demote(const std::vector<DemoteItem>& items) override {
     std::vector<Result<DiskLocation>> out;
@@ -52,7 +52,7 @@ class MasterDemotionTest : public ::testing::Test {
     o.shards = 8;
     master_ = std::make_unique<MasterService>(o);
     seg_ = *master_->MountSegment("seg", kCap);
-    mover_ = std::make_shared<FakeMover>();
+    mover_ = std::make_shared<DemotionMover>();
     master_->SetTierMover(seg_, mover_);
   }
   uint64_t Used() const { return master_->segments().Find(seg_)->allocator->used(); }
@@ -71,11 +71,11 @@ class MasterDemotionTest : public ::testing::Test {
   ManualClock clock_;
   std::unique_ptr<MasterService> master_;
   SegmentId seg_ = 0;
-  std::shared_ptr<FakeMover> mover_;
+  std::shared_ptr<DemotionMover> mover_;
 };
 
 TEST_F(MasterDemotionTest, EvictionDemotesInsteadOfDropping) {
-  for (int i = 0; i < 5; ++i) Put(Key(i), {}, 100 + i);
+  for (int i = 0; i < 5; ++i) Put(DemotionKey(i), {}, 100 + i);
   const uint64_t freed = master_->EvictFromSegment(seg_, 2 * kMiB);
   EXPECT_EQ(freed, 2 * kMiB);
   EXPECT_EQ(Used(), 3 * kMiB);
@@ -100,7 +100,7 @@ TEST_F(MasterDemotionTest, EvictionDemotesInsteadOfDropping) {
 }
 
 TEST_F(MasterDemotionTest, DiskOnlyObjectsAreNotEvictionCandidates) {
-  for (int i = 0; i < 3; ++i) Put(Key(i));
+  for (int i = 0; i < 3; ++i) Put(DemotionKey(i));
   master_->EvictFromSegment(seg_, 3 * kMiB);
   ExpireLeases();
   mover_->calls.clear();
@@ -294,12 +294,12 @@ TEST_F(MasterDemotionTest, UnmountDropsDiskReplicasAndMover) {
 }
 
 TEST_F(MasterDemotionTest, PutUnderPressureDemotesToMakeRoom) {
-  for (int i = 0; i < 9; ++i) Put(Key(i));
+  for (int i = 0; i < 9; ++i) Put(DemotionKey(i));
   ExpireLeases();
-  for (int i = 9; i < 20; ++i) Put(Key(i));
+  for (int i = 9; i < 20; ++i) Put(DemotionKey(i));
   // Every object is still stored: the old ones on disk.
   std::vector<std::string> keys;
-  for (int i = 0; i < 20; ++i) keys.push_back(Key(i));
+  for (int i = 0; i < 20; ++i) keys.push_back(DemotionKey(i));
   for (int v : master_->Exists(keys)) EXPECT_EQ(v, 1);
   EXPECT_GE(master_->Stats().demoted_objects, 10u);
   EXPECT_LE(Used(), kCap);

@@ -12,28 +12,28 @@
 #include "common/clock.h"
 #include "master/eviction_policy.h"
 #include "master/master_service.h"
+#include "size_units.h"
 #include "tierkv/status.h"
 #include "tierkv/types.h"
 
 namespace tierkv {
 namespace {
 
-constexpr uint64_t kMiB = 1ull << 20;
-constexpr uint64_t kCap = 10 * kMiB;
-constexpr Millis kTtl{10000};
+constexpr uint64_t kEvictionCap = 10 * kMiB;
+constexpr Millis kEvictionTtl{10000};
 
-std::string Key(int i) { return "k" + std::to_string(i); }
+std::string EvictionKey(int i) { return "k" + std::to_string(i); }
 
 class MasterEvictionTest : public ::testing::Test {
  protected:
   MasterOptions Options() {
     MasterOptions o;
     o.clock = &clock_;
-    o.lease_ttl = kTtl;
+    o.lease_ttl = kEvictionTtl;
     o.shards = 16;
     return o;
   }
-  void Make(MasterOptions o, uint64_t capacity = kCap) {
+  void Make(MasterOptions o, uint64_t capacity = kEvictionCap) {
     master_ = std::make_unique<MasterService>(std::move(o));
     auto seg = master_->MountSegment("seg", capacity);
     ASSERT_TRUE(seg.ok());
@@ -49,7 +49,7 @@ class MasterEvictionTest : public ::testing::Test {
     auto r = master_->PutStart({key}, {size}, cfg);
     EXPECT_TRUE(r[0].ok()) << key << ": " << r[0].status().ToString();
     clock_.Advance(Millis(1));
-    EXPECT_LE(Used(), kCap);
+    EXPECT_LE(Used(), kEvictionCap);
     return r[0].ok() ? r[0]->put_id : 0;
   }
   void End(const std::string& key, uint64_t put_id) {
@@ -68,15 +68,15 @@ class MasterEvictionTest : public ::testing::Test {
 
 TEST_F(MasterEvictionTest, PassingHighWatermarkEvictsDownToLowMark) {
   // 9 MiB of 10 is exactly the 0.90 watermark: not past it.
-  for (int i = 0; i < 9; ++i) Put(Key(i));
+  for (int i = 0; i < 9; ++i) Put(EvictionKey(i));
   EXPECT_EQ(Used(), 9 * kMiB);
   EXPECT_EQ(Evicted(), 0u);
   EXPECT_EQ(master_->EvictIfNeeded(), 0u);
 
   // The 10th passes it: PutStart evicts the two least recently used objects,
   // down to 0.85 or just below (whole objects only).
-  const uint64_t id9 = Start(Key(9));
-  const double low = (0.90 - 0.05) * static_cast<double>(kCap);
+  const uint64_t id9 = Start(EvictionKey(9));
+  const double low = (0.90 - 0.05) * static_cast<double>(kEvictionCap);
   EXPECT_LE(static_cast<double>(Used()), low);
   EXPECT_GT(static_cast<double>(Used()), low - static_cast<double>(kMiB));
   EXPECT_EQ(Used(), 8 * kMiB);
@@ -84,21 +84,21 @@ TEST_F(MasterEvictionTest, PassingHighWatermarkEvictsDownToLowMark) {
   EXPECT_EQ(st.evicted_objects, 2u);
   EXPECT_EQ(st.evicted_bytes, 2 * kMiB);
   EXPECT_EQ(st.objects, 8u);
-  End(Key(9), id9);
+  End(EvictionKey(9), id9);
 
-  Put(Key(10));
+  Put(EvictionKey(10));
   EXPECT_EQ(Evicted(), 2u);
-  Put(Key(11));
+  Put(EvictionKey(11));
   EXPECT_EQ(Evicted(), 4u);
   EXPECT_EQ(Used(), 8 * kMiB);
 
   std::vector<std::string> keys;
-  for (int i = 0; i < 12; ++i) keys.push_back(Key(i));
+  for (int i = 0; i < 12; ++i) keys.push_back(EvictionKey(i));
   EXPECT_EQ(ExistsAll(keys), (std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}));
 }
 
 TEST_F(MasterEvictionTest, PutThatDoesNotFitEvictsThenSucceeds) {
-  for (int i = 0; i < 10; ++i) Put(Key(i));
+  for (int i = 0; i < 10; ++i) Put(EvictionKey(i));
   ASSERT_EQ(Used(), 8 * kMiB);  // k0, k1 went at the watermark
   ASSERT_EQ(Evicted(), 2u);
   // 3 MiB do not fit in the 2 MiB left: eviction frees size + 5% of the
@@ -107,7 +107,7 @@ TEST_F(MasterEvictionTest, PutThatDoesNotFitEvictsThenSucceeds) {
   EXPECT_EQ(Evicted(), 6u);
   EXPECT_EQ(Used(), 7 * kMiB);
   std::vector<std::string> keys;
-  for (int i = 0; i < 10; ++i) keys.push_back(Key(i));
+  for (int i = 0; i < 10; ++i) keys.push_back(EvictionKey(i));
   keys.push_back("big");
   EXPECT_EQ(ExistsAll(keys), (std::vector<int>{0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1}));
 }
@@ -116,13 +116,14 @@ TEST_F(MasterEvictionTest, FullSegmentWithoutWatermarkEvictsForPut) {
   MasterOptions o = Options();
   o.high_watermark = 1.0;  // the watermark never triggers
   Make(o);
-  for (int i = 0; i < 10; ++i) Put(Key(i));
-  EXPECT_EQ(Used(), kCap);
+  for (int i = 0; i < 10; ++i) Put(EvictionKey(i));
+  EXPECT_EQ(Used(), kEvictionCap);
   EXPECT_EQ(Evicted(), 0u);
-  Put(Key(10));
+  Put(EvictionKey(10));
   EXPECT_EQ(Evicted(), 2u);  // 1 MiB + 0.5 MiB -> two objects
   EXPECT_EQ(Used(), 9 * kMiB);
-  EXPECT_EQ(ExistsAll({Key(0), Key(1), Key(2), Key(10)}), (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(ExistsAll({EvictionKey(0), EvictionKey(1), EvictionKey(2), EvictionKey(10)}),
+            (std::vector<int>{0, 0, 1, 1}));
 }
 
 // Evicted bytes need not be contiguous: a put keeps evicting (LRU order) until
@@ -132,11 +133,11 @@ TEST_F(MasterEvictionTest, ScatteredFreeSpaceKeepsEvictingUntilThePutFits) {
   o.high_watermark = 1.0;
   Make(o, kMiB);
   constexpr uint64_t k128 = 128 * 1024;
-  for (int i = 0; i < 8; ++i) Put(Key(i), k128);
+  for (int i = 0; i < 8; ++i) Put(EvictionKey(i), k128);
   // Touch the odd objects, then let their leases lapse: evens are least recent.
-  std::vector<std::string> odd{Key(1), Key(3), Key(5), Key(7)};
+  std::vector<std::string> odd{EvictionKey(1), EvictionKey(3), EvictionKey(5), EvictionKey(7)};
   ExistsAll(odd);
-  clock_.Advance(kTtl + Millis(1));
+  clock_.Advance(kEvictionTtl + Millis(1));
   auto r = master_->PutStart({"big"}, {2 * k128}, {});
   ASSERT_TRUE(r[0].ok()) << r[0].status().ToString();
   EXPECT_GE(Evicted(), 4u);  // the first round's holes (0, 2, 4) were not enough
@@ -169,7 +170,7 @@ TEST_F(MasterEvictionTest, NeverEvictsLeasedHardPinnedOrPending) {
 
   // Once the leases run out (and the leases the checks below take, too), the
   // leased objects are evictable; the hard-pinned and pending ones never are.
-  clock_.Advance(kTtl + Millis(1));
+  clock_.Advance(kEvictionTtl + Millis(1));
   EXPECT_EQ(master_->EvictFromSegment(seg_, 100 * kMiB), 3 * kMiB);
   EXPECT_EQ(Evicted(), 5u);
   End("P0", p0);
@@ -196,22 +197,22 @@ TEST_F(MasterEvictionTest, EvictsLeastRecentlyUsedFirst) {
   for (int n = 1; n <= 8; ++n) {
     SCOPED_TRACE("evicting " + std::to_string(n));
     Make(Options());
-    for (int i = 0; i < 8; ++i) Put(Key(i));
+    for (int i = 0; i < 8; ++i) Put(EvictionKey(i));
     clock_.Advance(Millis(1));  // after k7's PutEnd
-    ASSERT_EQ(master_->Exists({Key(3)}), std::vector<int>{1});
+    ASSERT_EQ(master_->Exists({EvictionKey(3)}), std::vector<int>{1});
     clock_.Advance(Millis(1));
-    ASSERT_TRUE(master_->GetReplicas({Key(0)})[0].ok());
+    ASSERT_TRUE(master_->GetReplicas({EvictionKey(0)})[0].ok());
     clock_.Advance(Millis(1));
-    ASSERT_EQ(master_->Exists({Key(6), Key(1)}), (std::vector<int>{1, 1}));
+    ASSERT_EQ(master_->Exists({EvictionKey(6), EvictionKey(1)}), (std::vector<int>{1, 1}));
     clock_.Advance(Millis(1));
-    ASSERT_EQ(master_->Exists({Key(1)}), std::vector<int>{1});  // k1 after k6
-    clock_.Advance(kTtl + Millis(1));
+    ASSERT_EQ(master_->Exists({EvictionKey(1)}), std::vector<int>{1});  // k1 after k6
+    clock_.Advance(kEvictionTtl + Millis(1));
     EXPECT_EQ(master_->EvictFromSegment(seg_, static_cast<uint64_t>(n) * kMiB),
               static_cast<uint64_t>(n) * kMiB);
     std::vector<int> want(8, 1);
     for (int j = 0; j < n; ++j) want[order[j]] = 0;
     std::vector<std::string> keys;
-    for (int i = 0; i < 8; ++i) keys.push_back(Key(i));
+    for (int i = 0; i < 8; ++i) keys.push_back(EvictionKey(i));
     EXPECT_EQ(ExistsAll(keys), want);
   }
 }
@@ -229,7 +230,7 @@ TEST_F(MasterEvictionTest, AllLeasedOrPinnedMeansNoAvailableHandle) {
     Put(keys.back());
     ASSERT_EQ(master_->Exists({keys.back()}), std::vector<int>{1});
   }
-  EXPECT_EQ(Used(), kCap);
+  EXPECT_EQ(Used(), kEvictionCap);
   EXPECT_EQ(Evicted(), 0u);
   ReplicateConfig soft;
   soft.with_soft_pin = true;
@@ -239,12 +240,12 @@ TEST_F(MasterEvictionTest, AllLeasedOrPinnedMeansNoAvailableHandle) {
     EXPECT_EQ(r[1].code(), ErrorCode::NO_AVAILABLE_HANDLE);
   }
   EXPECT_EQ(Evicted(), 0u);
-  EXPECT_EQ(Used(), kCap);
+  EXPECT_EQ(Used(), kEvictionCap);
   EXPECT_EQ(ExistsAll(keys), std::vector<int>(10, 1));
 }
 
 TEST_F(MasterEvictionTest, EvictsOnlyFromTheSegmentUnderPressure) {
-  auto other = master_->MountSegment("other", kCap);
+  auto other = master_->MountSegment("other", kEvictionCap);
   ASSERT_TRUE(other.ok());
   ReplicateConfig on_seg;
   on_seg.preferred_segment = "seg";
@@ -287,17 +288,17 @@ TEST_F(MasterEvictionTest, CustomPolicyFromOptionsIsUsed) {
   o.policy = policy;
   Make(o);
   EXPECT_EQ(master_->options().policy.get(), policy.get());
-  for (int i = 0; i < 9; ++i) Put(Key(i));
+  for (int i = 0; i < 9; ++i) Put(EvictionKey(i));
   EXPECT_EQ(policy->calls.load(), 0);
   // Past the watermark: the policy evicts the newest complete objects (k9 is
   // still pending, so k8 and k7).
-  const uint64_t id = Start(Key(9));
+  const uint64_t id = Start(EvictionKey(9));
   EXPECT_GE(policy->calls.load(), 1);
   EXPECT_EQ(Evicted(), 2u);
-  End(Key(9), id);
+  End(EvictionKey(9), id);
   EXPECT_EQ(master_->EvictFromSegment(seg_, 1), kMiB);  // now k9
   std::vector<std::string> keys;
-  for (int i = 0; i < 10; ++i) keys.push_back(Key(i));
+  for (int i = 0; i < 10; ++i) keys.push_back(EvictionKey(i));
   EXPECT_EQ(ExistsAll(keys), (std::vector<int>{1, 1, 1, 1, 1, 1, 1, 0, 0, 0}));
 }
 

@@ -13,15 +13,14 @@
 #include "master/eviction_policy.h"
 #include "master/master_service.h"
 #include "master/object_table.h"
+#include "size_units.h"
 #include "tierkv/status.h"
 #include "tierkv/types.h"
 
 namespace tierkv {
 namespace {
 
-constexpr uint64_t kKiB = 1ull << 10;
-constexpr uint64_t kMiB = 1ull << 20;
-constexpr Millis kTtl{10000};
+constexpr Millis kGroupTtl{10000};
 constexpr uint32_t kShards = 64;
 
 std::vector<std::string> Members(const std::string& group, int n) {
@@ -63,7 +62,7 @@ class MasterGroupTest : public ::testing::Test {
   MasterOptions Options() {
     MasterOptions o;
     o.clock = &clock_;
-    o.lease_ttl = kTtl;
+    o.lease_ttl = kGroupTtl;
     o.shards = kShards;
     return o;
   }
@@ -109,7 +108,7 @@ class MasterGroupTest : public ::testing::Test {
     if (found == 0) return 0;
     return found == static_cast<int>(keys.size()) ? 1 : -1;
   }
-  void ExpireLeases() { clock_.Advance(kTtl + Millis(1)); }
+  void ExpireLeases() { clock_.Advance(kGroupTtl + Millis(1)); }
 
   ManualClock clock_;
   std::unique_ptr<MasterService> master_;
@@ -129,7 +128,7 @@ TEST_F(MasterGroupTest, LeaseOnOneMemberCoversTheGroup) {
   const SteadyTime now = clock_.Now();
   auto r = master_->GetReplicas({h[2]});
   ASSERT_TRUE(r[0].ok());
-  EXPECT_EQ(r[0]->lease_deadline, now + kTtl);
+  EXPECT_EQ(r[0]->lease_deadline, now + kGroupTtl);
   // Every member is protected from Remove, not just the one read.
   for (const auto& key : g)
     EXPECT_EQ(master_->Remove(key, false).code(), ErrorCode::OBJECT_HAS_LEASE);
@@ -141,7 +140,7 @@ TEST_F(MasterGroupTest, LeaseOnOneMemberCoversTheGroup) {
   EXPECT_EQ(master_->RemoveAll(false), 0u);
   EXPECT_EQ(master_->Stats().objects, 7u);
 
-  clock_.Advance(kTtl - Millis(1));
+  clock_.Advance(kGroupTtl - Millis(1));
   EXPECT_EQ(master_->Remove(g[1], false).code(), ErrorCode::OBJECT_HAS_LEASE);
   clock_.Advance(Millis(2));
   EXPECT_TRUE(master_->Remove(g[1], false).ok());

@@ -9,21 +9,21 @@
 
 #include "common/clock.h"
 #include "master/master_service.h"
+#include "size_units.h"
 #include "tierkv/status.h"
 #include "tierkv/types.h"
 
 namespace tierkv {
 namespace {
 
-constexpr uint64_t kMiB = 1ull << 20;
-constexpr Millis kTtl{10000};
+constexpr Millis kLeaseTtl{10000};
 
 class MasterLeaseTest : public ::testing::Test {
  protected:
   void SetUp() override {
     MasterOptions o;
     o.clock = &clock_;
-    o.lease_ttl = kTtl;
+    o.lease_ttl = kLeaseTtl;
     o.shards = 8;
     master_ = std::make_unique<MasterService>(o);
     auto seg = master_->MountSegment("seg", 16 * kMiB);
@@ -53,7 +53,7 @@ TEST_F(MasterLeaseTest, ExistsGrantsLeaseOfTtl) {
   ASSERT_EQ(master_->Exists({"k"}), std::vector<int>{1});
   EXPECT_EQ(master_->Stats().lease_grants, 1u);
   EXPECT_EQ(RemoveCode("k"), ErrorCode::OBJECT_HAS_LEASE);
-  clock_.Advance(kTtl - Millis(1));
+  clock_.Advance(kLeaseTtl - Millis(1));
   EXPECT_EQ(RemoveCode("k"), ErrorCode::OBJECT_HAS_LEASE);
   clock_.Advance(Millis(2));  // ttl + 1 ms after the grant
   EXPECT_EQ(RemoveCode("k"), ErrorCode::OK);
@@ -82,25 +82,25 @@ TEST_F(MasterLeaseTest, GetReplicasGrantsLeaseAndReportsDeadline) {
   const SteadyTime now = clock_.Now();
   auto r = master_->GetReplicas({"k"});
   ASSERT_TRUE(r[0].ok());
-  EXPECT_EQ(r[0]->lease_deadline, now + kTtl);
+  EXPECT_EQ(r[0]->lease_deadline, now + kLeaseTtl);
   EXPECT_EQ(master_->Stats().lease_grants, 1u);
   EXPECT_EQ(RemoveCode("k"), ErrorCode::OBJECT_HAS_LEASE);
-  clock_.Advance(kTtl + Millis(1));
+  clock_.Advance(kLeaseTtl + Millis(1));
   EXPECT_EQ(RemoveCode("k"), ErrorCode::OK);
 }
 
 TEST_F(MasterLeaseTest, NewGrantExtendsLease) {
   Put("k");
   ASSERT_EQ(master_->Exists({"k"}), std::vector<int>{1});
-  clock_.Advance(kTtl / 2);
+  clock_.Advance(kLeaseTtl / 2);
   const SteadyTime second = clock_.Now();
   auto r = master_->GetReplicas({"k"});
   ASSERT_TRUE(r[0].ok());
-  EXPECT_EQ(r[0]->lease_deadline, second + kTtl);
+  EXPECT_EQ(r[0]->lease_deadline, second + kLeaseTtl);
   // Past the first lease's deadline, still inside the second one.
-  clock_.Advance(kTtl / 2 + Millis(1));
+  clock_.Advance(kLeaseTtl / 2 + Millis(1));
   EXPECT_EQ(RemoveCode("k"), ErrorCode::OBJECT_HAS_LEASE);
-  clock_.Advance(kTtl / 2 - Millis(2));
+  clock_.Advance(kLeaseTtl / 2 - Millis(2));
   EXPECT_EQ(RemoveCode("k"), ErrorCode::OBJECT_HAS_LEASE);
   clock_.Advance(Millis(2));
   EXPECT_EQ(RemoveCode("k"), ErrorCode::OK);
@@ -139,7 +139,7 @@ TEST_F(MasterLeaseTest, LeasedObjectsAreNotEvictedUntilExpiry) {
   EXPECT_EQ(master_->Stats().evicted_objects, 4u);
   EXPECT_EQ(master_->segments().Find(seg_)->allocator->used(), 4 * kMiB);
 
-  clock_.Advance(kTtl - Millis(1));
+  clock_.Advance(kLeaseTtl - Millis(1));
   EXPECT_EQ(master_->EvictFromSegment(seg_, 100 * kMiB), 0u);
   clock_.Advance(Millis(2));
   EXPECT_EQ(master_->EvictFromSegment(seg_, 100 * kMiB), 4 * kMiB);

@@ -9,13 +9,12 @@
 
 #include "common/clock.h"
 #include "master/master_service.h"
+#include "size_units.h"
 #include "tierkv/status.h"
 #include "tierkv/types.h"
 
 namespace tierkv {
 namespace {
-
-constexpr uint64_t kMiB = 1ull << 20;
 
 ReplicateConfig Prefer(const std::string& segment) {
   ReplicateConfig c;

@@ -12,13 +12,12 @@
 #include "master/master_service.h"
 #include "master/object_table.h"
 #include "master/reuse_policy.h"
+#include "size_units.h"
 
 namespace tierkv {
 namespace {
 
-constexpr uint64_t kKiB = 1024;
-constexpr uint64_t kMiB = 1024 * kKiB;
-constexpr Millis kTtl{1000};
+constexpr Millis kReuseTtl{1000};
 
 TEST(ReuseClass, BucketsAndTails) {
   EXPECT_EQ(ReuseClass(0, false), 0);
@@ -81,7 +80,7 @@ TEST(ReusePolicy, OrdersByScaledAgeWithSoftPinsLast) {
 }
 
 TEST(ReuseTracker, CountsOncePerLeasePeriodAndGhostsCarryCounts) {
-  ReuseTracker t(2, kTtl);
+  ReuseTracker t(2, kReuseTtl);
   SteadyTime now{Millis(1'000'000)};
   ObjectMeta m;
   t.OnPut(0, /*key_hash=*/42, /*tail=*/false, m, now);
@@ -90,9 +89,9 @@ TEST(ReuseTracker, CountsOncePerLeasePeriodAndGhostsCarryCounts) {
   // A lookup and a read right after the put, then one right after: one use at most.
   t.OnReference(0, m, now + Millis(10));
   EXPECT_EQ(m.reuse_references, 1u);
-  t.OnReference(0, m, now + kTtl);
+  t.OnReference(0, m, now + kReuseTtl);
   EXPECT_EQ(m.reuse_references, 2u);
-  t.OnReference(0, m, now + kTtl + Millis(5));
+  t.OnReference(0, m, now + kReuseTtl + Millis(5));
   EXPECT_EQ(m.reuse_references, 2u);
   ReuseCounts c = t.Totals();
   EXPECT_EQ(c.reused[ReuseClass(1, false)], 1u);
@@ -101,7 +100,7 @@ TEST(ReuseTracker, CountsOncePerLeasePeriodAndGhostsCarryCounts) {
   t.OnEvict(0, 42, m, 10);
   EXPECT_EQ(t.ghosts(0), 1u);
   ObjectMeta again;
-  t.OnPut(0, 42, false, again, now + 5 * kTtl);
+  t.OnPut(0, 42, false, again, now + 5 * kReuseTtl);
   EXPECT_EQ(again.reuse_references, 3u);
   EXPECT_EQ(t.ghosts(0), 0u);
   EXPECT_EQ(t.Totals().reused[ReuseClass(2, false)], 1u);
@@ -114,7 +113,7 @@ TEST(ReuseTracker, CountsOncePerLeasePeriodAndGhostsCarryCounts) {
 }
 
 TEST(ReuseTracker, GhostsAreBoundedByTheShardsObjects) {
-  ReuseTracker t(1, kTtl);
+  ReuseTracker t(1, kReuseTtl);
   ObjectMeta m;
   m.reuse_references = 1;
   for (uint64_t h = 0; h < 100; ++h) t.OnEvict(0, h, m, /*shard_objects=*/10);
@@ -138,7 +137,7 @@ class ReusePolicyMasterTest : public ::testing::Test {
   void SetUp() override {
     MasterOptions o;
     o.clock = &clock_;
-    o.lease_ttl = kTtl;
+    o.lease_ttl = kReuseTtl;
     o.shards = 4;
     auto policy = MakeEvictionPolicy("reuse");
     ASSERT_TRUE(policy.ok());
@@ -152,9 +151,9 @@ class ReusePolicyMasterTest : public ::testing::Test {
     for (int i = 0; i < 100; ++i) Put("p" + std::to_string(i), kParent);
     for (int i = 0; i < 100; ++i)
       Put("t" + std::to_string(i), kTail, Hint("p" + std::to_string(i)));
-    clock_.Advance(kTtl);
+    clock_.Advance(kReuseTtl);
     for (int i = 0; i < 100; i += 2) master_->Exists({"p" + std::to_string(i)});
-    clock_.Advance(kTtl);
+    clock_.Advance(kReuseTtl);
   }
   static ReplicateConfig Hint(const std::string& parent, size_t n = 1) {
     ReplicateConfig c;
@@ -219,7 +218,7 @@ TEST_F(ReusePolicyMasterTest, NeverEvictsLeasedPinnedOrPendingObjects) {
   Put("pinned-tail", kTail, hard);
   const uint64_t pending = Start("pending-tail", kTail, Hint("p4"));
   Put("leased-tail", kTail, Hint("p6"));
-  master_->GetReplicas({"leased-tail"});  // a reader holds it for kTtl
+  master_->GetReplicas({"leased-tail"});  // a reader holds it for kReuseTtl
   clock_.Advance(Millis(10));
   // Ask for everything: all that may go goes, nothing else.
   master_->EvictFromSegment(seg_, 2 * kCap);
@@ -261,7 +260,7 @@ TEST_F(ReusePolicyMasterTest, GroupsGoWholeOrNotAtAll) {
   EXPECT_TRUE(Stored("gb-tail"));
   EXPECT_TRUE(Stored("gb-1"));
   // Those reads leased both groups: let the leases lapse, lease group b again, take the rest.
-  clock_.Advance(kTtl);
+  clock_.Advance(kReuseTtl);
   master_->Exists({"gb-tail"});
   clock_.Advance(Millis(10));
   master_->EvictFromSegment(seg_, 2 * kCap);

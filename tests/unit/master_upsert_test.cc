@@ -10,11 +10,11 @@
 
 #include "common/clock.h"
 #include "master/master_service.h"
+#include "size_units.h"
 
 namespace tierkv {
 namespace {
 
-constexpr uint64_t kKiB = 1024;
 enum class PutMode { kPut, kUpsert };
 
 class MasterUpsertTest : public ::testing::Test {

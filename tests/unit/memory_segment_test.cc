@@ -16,13 +16,13 @@
 #include <vector>
 
 #include "pattern_test_util.h"
+#include "size_units.h"
 
 namespace tierkv {
 namespace {
 
 using test_util::PatternByte;
 
-constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kHugePage = 2 * kMiB;
 
 uint64_t SmallPage() { return static_cast<uint64_t>(sysconf(_SC_PAGESIZE)); }

@@ -22,6 +22,7 @@
 #include "metrics/master_collector.h"
 #include "metrics/metrics_registry.h"
 #include "metrics/metrics_server.h"
+#include "size_units.h"
 #include "tierkv/status.h"
 
 namespace tierkv {
@@ -32,8 +33,6 @@ using http_test::HttpRequest;
 using http_test::Sample;
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
-
-constexpr uint64_t kMiB = 1ull << 20;
 
 std::string Text(const prometheus::Collectable& collectable) {
   return prometheus::TextSerializer().Serialize(collectable.Collect());

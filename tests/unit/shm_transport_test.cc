@@ -336,7 +336,7 @@ TEST_F(ShmTransportTest, GarbageTruncatedAndOversizedRequestsAreClosed) {
 
   {  // Garbage: closed without a reply.
     testing::Received r;
-    transport::UniqueFd fd = RawConnect(path);
+    UniqueFd fd = RawConnect(path);
     ASSERT_TRUE(fd.valid());
     ASSERT_TRUE(SendBytes(fd.get(), std::vector<uint8_t>(64, 0xA5)));
     r = ReadUntilEof(fd.get(), Millis(2000));
@@ -345,7 +345,7 @@ TEST_F(ShmTransportTest, GarbageTruncatedAndOversizedRequestsAreClosed) {
     EXPECT_EQ(r.fds, 0);
   }
   {  // The magic, then a wrong version: an error status, no descriptor, then closed.
-    transport::UniqueFd fd = RawConnect(path);
+    UniqueFd fd = RawConnect(path);
     ASSERT_TRUE(fd.valid());
     ASSERT_TRUE(SendBytes(fd.get(), Header("TKVSHM01", 7, 4)));
     testing::Received r = ReadUntilEof(fd.get(), Millis(2000));
@@ -357,7 +357,7 @@ TEST_F(ShmTransportTest, GarbageTruncatedAndOversizedRequestsAreClosed) {
     EXPECT_EQ(reply->version, kShmProtocolVersion);
   }
   {  // An oversized name length: refused from the header alone, not read.
-    transport::UniqueFd fd = RawConnect(path);
+    UniqueFd fd = RawConnect(path);
     ASSERT_TRUE(fd.valid());
     ASSERT_TRUE(SendBytes(fd.get(), Header("TKVSHM01", 1, 1u << 30)));
     testing::Received r = ReadUntilEof(fd.get(), Millis(2000));
@@ -368,7 +368,7 @@ TEST_F(ShmTransportTest, GarbageTruncatedAndOversizedRequestsAreClosed) {
     EXPECT_EQ(reply->status, ToInt(ErrorCode::INVALID_PARAMS));
   }
   {  // Truncated, then the peer closes its side.
-    transport::UniqueFd fd = RawConnect(path);
+    UniqueFd fd = RawConnect(path);
     ASSERT_TRUE(fd.valid());
     std::vector<uint8_t> request = EncodeShmRequest(kSegmentName);
     request.resize(10);
@@ -379,7 +379,7 @@ TEST_F(ShmTransportTest, GarbageTruncatedAndOversizedRequestsAreClosed) {
     EXPECT_TRUE(r.bytes.empty());
   }
   {  // Truncated and left hanging: closed once the handshake timeout passes.
-    transport::UniqueFd fd = RawConnect(path);
+    UniqueFd fd = RawConnect(path);
     ASSERT_TRUE(fd.valid());
     std::vector<uint8_t> request = EncodeShmRequest(kSegmentName);
     request.pop_back();
@@ -391,7 +391,7 @@ TEST_F(ShmTransportTest, GarbageTruncatedAndOversizedRequestsAreClosed) {
     EXPECT_GE(std::chrono::steady_clock::now() - start, Millis(200));
   }
   {  // A proper request with bytes after it: served, then closed for breaking the protocol.
-    transport::UniqueFd fd = RawConnect(path);
+    UniqueFd fd = RawConnect(path);
     ASSERT_TRUE(fd.valid());
     std::vector<uint8_t> request = EncodeShmRequest(kSegmentName);
     request.push_back('!');
@@ -411,7 +411,7 @@ TEST_F(ShmTransportTest, GarbageTruncatedAndOversizedRequestsAreClosed) {
 TEST_F(ShmTransportTest, ASilentPeerDoesNotHoldUpOthers) {
   auto server = StartServer();  // default 2 s handshake timeout
   ASSERT_NE(server, nullptr);
-  std::vector<transport::UniqueFd> silent;
+  std::vector<UniqueFd> silent;
   for (int i = 0; i < 8; ++i) {
     silent.push_back(RawConnect(server->path()));
     ASSERT_TRUE(silent.back().valid());
@@ -457,7 +457,7 @@ TEST_F(ShmTransportTest, MapTimesOutOnAServerThatNeverAnswers) {
   // A listening socket nobody accepts from: connect succeeds, the reply never comes.
   ASSERT_TRUE(EnsureIpcDir().ok());
   const std::string path = IpcPath("mute.sock");
-  transport::UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
@@ -477,7 +477,7 @@ TEST_F(ShmTransportTest, StaleSocketFileIsReplaced) {
   ASSERT_TRUE(EnsureIpcDir().ok());
   const std::string path = IpcPath("store.sock");
   {  // A socket file left by a process that died: bound, never unlinked.
-    transport::UniqueFd stale(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    UniqueFd stale(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
     std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);

@@ -40,7 +40,7 @@ namespace fs = std::filesystem;
 
 using test_util::Pattern;
 
-constexpr uint64_t kRegion = 256 * 1024;  // 63 blocks of records: 9 of 7 blocks
+constexpr uint64_t kSsdRegion = 256 * 1024;  // 63 blocks of records: 9 of 7 blocks
 
 // Value size that makes a record with a key of `key_size` bytes fill exactly `blocks` blocks.
 uint64_t FillBlocks(size_t key_size, uint64_t blocks) {
@@ -69,8 +69,8 @@ class SsdTierTest : public ::testing::Test {
   SsdTierOptions Options(std::vector<std::string> names = {"tier0"}) {
     SsdTierOptions o;
     for (const auto& n : names) o.paths.push_back(File(n));
-    o.capacity_per_path = 4 * kRegion + 5000;
-    o.region_size = kRegion;
+    o.capacity_per_path = 4 * kSsdRegion + 5000;
+    o.region_size = kSsdRegion;
     o.allow_buffered_fallback = scratch_->IsTmpfs();
     o.want_huge_pages = false;
     o.staging.capacity = 256 * 1024;
@@ -135,8 +135,8 @@ TEST_F(SsdTierTest, OpenCreatesPrivateFilesAndRemovesThemAtDestruction) {
   EXPECT_TRUE(S_ISREG(st.st_mode));
   EXPECT_EQ(st.st_mode & 07777, 0600u);
   // Whole regions only, and the label.
-  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 4 * kRegion + TierFile::kLabelBytes);
-  EXPECT_EQ(tier->capacity(), 4 * kRegion);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 4 * kSsdRegion + TierFile::kLabelBytes);
+  EXPECT_EQ(tier->capacity(), 4 * kSsdRegion);
   EXPECT_EQ(tier->log().num_regions(), 4u);
   EXPECT_EQ(tier->staging_capacity(), 256 * 1024u);
   auto o = Put(*tier, "k", Pattern(5000, 1));
@@ -398,8 +398,8 @@ TEST_F(SsdTierTest, WarmRestartSkipsTornAndCorruptRecords) {
   // end of that region's log).
   const int fd = open(File("tier0").c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
-  const uint64_t r0 = objs[4].loc.region * kRegion;
-  const uint64_t r1 = objs[12].loc.region * kRegion;
+  const uint64_t r0 = objs[4].loc.region * kSsdRegion;
+  const uint64_t r1 = objs[12].loc.region * kSsdRegion;
   uint8_t byte = 0;
   const off_t at = static_cast<off_t>(r0 + objs[4].loc.offset + 64 + 2 + 100);
   ASSERT_EQ(pread(fd, &byte, 1, at), 1);
@@ -434,13 +434,13 @@ TEST_F(SsdTierTest, WarmRestartRefusesAChangedFile) {
   o.warm_restart = true;
   { ASSERT_NE(Open(o), nullptr); }
   SsdTierOptions bigger = o;
-  bigger.capacity_per_path = 8 * kRegion;
+  bigger.capacity_per_path = 8 * kSsdRegion;
   auto r = SsdTier::Open(bigger, nullptr, nullptr);
   EXPECT_EQ(r.code(), ErrorCode::FILE_OPEN_FAIL);
   EXPECT_NE(r.status().message().find(File("tier0")), std::string::npos);
-  EXPECT_NE(
-      r.status().message().find("expected " + std::to_string(8 * kRegion + TierFile::kLabelBytes)),
-      std::string::npos)
+  EXPECT_NE(r.status().message().find("expected " +
+                                      std::to_string(8 * kSsdRegion + TierFile::kLabelBytes)),
+            std::string::npos)
       << r.status().message();
   ASSERT_EQ(chmod(File("tier0").c_str(), 0640), 0);
   r = SsdTier::Open(o, nullptr, nullptr);
@@ -458,7 +458,7 @@ TEST_F(SsdTierTest, WarmRestartRefusesAChangedFile) {
 TEST_F(SsdTierTest, StripesRegionsOverTwoPaths) {
   auto tier = Open(Options({"a", "b"}));
   ASSERT_NE(tier, nullptr);
-  EXPECT_EQ(tier->capacity(), 8 * kRegion);
+  EXPECT_EQ(tier->capacity(), 8 * kSsdRegion);
   EXPECT_EQ(tier->log().num_regions(), 8u);
   std::vector<Object> objs;
   for (uint32_t i = 0; i < 36; ++i) {  // 4 regions
@@ -468,14 +468,14 @@ TEST_F(SsdTierTest, StripesRegionsOverTwoPaths) {
   ASSERT_TRUE(tier->Flush().ok());
   for (uint32_t r = 0; r < 4; ++r) {
     EXPECT_EQ(tier->log().region_device(r), r % 2);
-    EXPECT_EQ(tier->log().region_base(r), (r / 2) * kRegion);
+    EXPECT_EQ(tier->log().region_base(r), (r / 2) * kSsdRegion);
   }
   // Both files hold region headers.
   for (const std::string name : {"a", "b"}) {
     const int fd = open(File(name).c_str(), O_RDONLY);
     ASSERT_GE(fd, 0);
     std::string head(48, '\0');
-    ASSERT_EQ(pread(fd, head.data(), head.size(), static_cast<off_t>(kRegion)), 48);
+    ASSERT_EQ(pread(fd, head.data(), head.size(), static_cast<off_t>(kSsdRegion)), 48);
     close(fd);
     auto rh = DecodeRegionHeader(reinterpret_cast<const uint8_t*>(head.data()), head.size());
     ASSERT_TRUE(rh.ok()) << name << ": " << rh.status().ToString();
@@ -695,9 +695,9 @@ TEST_F(SsdTierTest, InvalidConfigNamesTheProblem) {
       {"no paths", [](SsdTierOptions& o) { o.paths.clear(); }, "no paths"},
       {"empty path", [](SsdTierOptions& o) { o.paths.push_back(""); }, "path is empty"},
       {"twice", [](SsdTierOptions& o) { o.paths.push_back(o.paths[0]); }, "given twice"},
-      {"region", [](SsdTierOptions& o) { o.region_size = kRegion + 100; }, "region_size"},
+      {"region", [](SsdTierOptions& o) { o.region_size = kSsdRegion + 100; }, "region_size"},
       {"tiny region", [](SsdTierOptions& o) { o.region_size = 4096; }, "region_size"},
-      {"capacity", [](SsdTierOptions& o) { o.capacity_per_path = kRegion - 4096; },
+      {"capacity", [](SsdTierOptions& o) { o.capacity_per_path = kSsdRegion - 4096; },
        "smaller than one region"},
       {"staging", [](SsdTierOptions& o) { o.staging.capacity = 0; }, "staging capacity"},
       {"ttl", [](SsdTierOptions& o) { o.staging.ttl = Millis(0); }, "staging ttl"},

@@ -13,11 +13,10 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "size_units.h"
 
 namespace tierkv {
 namespace {
-
-constexpr uint64_t kKiB = 1024;
 
 class StagingAreaTest : public ::testing::Test {
  protected:

@@ -21,6 +21,8 @@
 
 #include "device_test_util.h"
 #include "memory/memory_segment.h"
+#include "pattern_test_util.h"
+#include "size_units.h"
 #include "ssd/ssd_tier.h"
 #include "store/tier_stager.h"
 #include "transport/tcp_protocol.h"
@@ -32,16 +34,9 @@ namespace tierkv::transport {
 namespace {
 
 using namespace std::chrono_literals;
-constexpr uint64_t kMiB = uint64_t{1} << 20;
-constexpr auto kTimeout = std::chrono::milliseconds(5000);
+using test_util::Pattern;
+constexpr auto kTcpTimeout = std::chrono::milliseconds(5000);
 constexpr char kName[] = "tcp-seg";
-
-std::string Pattern(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  std::mt19937 rng(seed);
-  for (auto& c : s) c = static_cast<char>(rng());
-  return s;
-}
 
 // A raw TCP connection to 127.0.0.1:port (-1 on failure).
 int RawConnect(int port) {
@@ -163,7 +158,7 @@ class TcpTransportTest : public ::testing::Test {
     port_ = hp->port;
   }
   std::unique_ptr<TcpSegmentClient> Connect() {
-    auto c = TcpSegmentClient::Connect(server_->address(), kName, kTimeout);
+    auto c = TcpSegmentClient::Connect(server_->address(), kName, kTcpTimeout);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return c.ok() ? std::move(c).value() : nullptr;
   }
@@ -260,11 +255,12 @@ TEST_F(TcpTransportTest, RefusalsAndFailures) {
   EXPECT_EQ(r[1].code(), ErrorCode::INVALID_PARAMS);
   EXPECT_TRUE(r[2].ok()) << "one bad op never fails its neighbours";
   // Another segment's name; nobody listening; a bad address.
-  EXPECT_EQ(TcpSegmentClient::Connect(server_->address(), "other", kTimeout).code(),
+  EXPECT_EQ(TcpSegmentClient::Connect(server_->address(), "other", kTcpTimeout).code(),
             ErrorCode::SEGMENT_NOT_FOUND);
-  EXPECT_EQ(TcpSegmentClient::Connect("127.0.0.1:1", kName, kTimeout).code(),
+  EXPECT_EQ(TcpSegmentClient::Connect("127.0.0.1:1", kName, kTcpTimeout).code(),
             ErrorCode::TRANSFER_FAIL);
-  EXPECT_EQ(TcpSegmentClient::Connect("nohost", kName, kTimeout).code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(TcpSegmentClient::Connect("nohost", kName, kTcpTimeout).code(),
+            ErrorCode::INVALID_PARAMS);
   // Without a tier, staged loads are refused.
   std::vector<Status> s =
       client->StageBatch({{"k", DiskLocation{0, 1, 4096, 100}, {MutPiece{buf.data(), 100}}}}, 0.9);

@@ -16,6 +16,7 @@
 #include "device_test_util.h"
 #include "memory/memory_segment.h"
 #include "pattern_test_util.h"
+#include "size_units.h"
 #include "ssd/ssd_tier.h"
 #include "store/tier_stager.h"
 #include "transport/ucx_segment_client.h"
@@ -26,8 +27,7 @@ namespace {
 
 using test_util::Pattern;
 
-constexpr uint64_t kMiB = uint64_t{1} << 20;
-constexpr auto kTimeout = std::chrono::milliseconds(5000);
+constexpr auto kStageTimeout = std::chrono::milliseconds(5000);
 
 struct Stored {
   std::string key;
@@ -83,7 +83,7 @@ class UcxStageTest : public ::testing::Test {
   }
 
   std::unique_ptr<UcxSegmentClient> Connect() {
-    auto c = UcxSegmentClient::Connect(server_->address(), "stage-seg", kTimeout);
+    auto c = UcxSegmentClient::Connect(server_->address(), "stage-seg", kStageTimeout);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return c.ok() ? std::move(c).value() : nullptr;
   }
@@ -237,7 +237,7 @@ TEST(UcxStageNoTierTest, AServerWithoutATierRefusesStagedLoads) {
   ASSERT_TRUE(segment.ok());
   auto server = UcxSegmentServer::Start(std::move(segment).value(), "127.0.0.1", 0);
   ASSERT_TRUE(server.ok());
-  auto client = UcxSegmentClient::Connect((*server)->address(), "plain", kTimeout);
+  auto client = UcxSegmentClient::Connect((*server)->address(), "plain", kStageTimeout);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   EXPECT_EQ((*client)->staging_capacity(), 0u);
   std::string buf(4096, '\0');

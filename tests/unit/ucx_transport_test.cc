@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "memory/memory_segment.h"
 #include "pattern_test_util.h"
 #include "transport/ucx_options.h"
@@ -29,7 +30,6 @@
 #include "transport/ucx_segment_client.h"
 #include "transport/ucx_segment_server.h"
 #include "transport/ucx_worker.h"
-#include "transport/unique_fd.h"
 #include "transport_test_util.h"
 
 namespace tierkv::transport {
@@ -40,13 +40,13 @@ using test_util::PatternByte;
 using testing::Millis;
 using testing::Refused;
 using testing::WaitUntil;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 using ReadOp = UcxSegmentClient::ReadOp;
 using WriteOp = UcxSegmentClient::WriteOp;
 
-constexpr uint64_t kSegmentSize = uint64_t{16} << 20;
-constexpr const char* kSegmentName = "store-0/dram";
-constexpr Millis kTimeout{5000};
+constexpr uint64_t kUcxSegmentSize = uint64_t{16} << 20;
+constexpr const char* kUcxSegmentName = "store-0/dram";
+constexpr Millis kUcxTimeout{5000};
 
 bool HasVerbsDevices() {
   std::error_code error;
@@ -54,8 +54,8 @@ bool HasVerbsDevices() {
          !fs::is_empty("/sys/class/infiniband", error);
 }
 
-std::shared_ptr<MemorySegment> MakeSegment(uint64_t size = kSegmentSize, uint8_t seed = 7) {
-  auto segment = MemorySegment::Create(kSegmentName, size, PagePolicy::kSmallPages);
+std::shared_ptr<MemorySegment> MakeSegment(uint64_t size = kUcxSegmentSize, uint8_t seed = 7) {
+  auto segment = MemorySegment::Create(kUcxSegmentName, size, PagePolicy::kSmallPages);
   EXPECT_TRUE(segment.ok()) << segment.status().ToString();
   std::shared_ptr<MemorySegment> shared = std::move(*segment);
   for (uint64_t i = 0; i < shared->size(); ++i) shared->base()[i] = PatternByte(i, seed);
@@ -218,7 +218,7 @@ TEST(UcxSelectionTest, RdmaOnThisHostIsAClearError) {
   auto server = UcxSegmentServer::Start(MakeSegment(1 << 20), "127.0.0.1", 0, rdma);
   EXPECT_TRUE(Refused(server.status(), ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
                       {"protocol \"rdma\"", "RDMA (verbs) device", "use protocol \"tcp\""}));
-  auto client = UcxSegmentClient::Connect("127.0.0.1:1", kSegmentName, kTimeout, rdma);
+  auto client = UcxSegmentClient::Connect("127.0.0.1:1", kUcxSegmentName, kUcxTimeout, rdma);
   EXPECT_TRUE(Refused(client.status(), ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
                       {"protocol \"rdma\"", "RDMA (verbs) device"}));
 }
@@ -238,7 +238,8 @@ class UcxTransportTest : public ::testing::Test {
   }
 
   std::unique_ptr<UcxSegmentClient> Connect(const UcxTransportOptions& options = {}) {
-    auto client = UcxSegmentClient::Connect(server_->address(), kSegmentName, kTimeout, options);
+    auto client =
+        UcxSegmentClient::Connect(server_->address(), kUcxSegmentName, kUcxTimeout, options);
     EXPECT_TRUE(client.ok()) << client.status().ToString();
     return client.ok() ? std::move(*client) : nullptr;
   }
@@ -252,7 +253,7 @@ TEST_F(UcxTransportTest, HandshakeReportsTheSegmentSize) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   EXPECT_EQ(client->size(), segment_->size());
-  EXPECT_EQ(client->segment_name(), kSegmentName);
+  EXPECT_EQ(client->segment_name(), kUcxSegmentName);
   EXPECT_TRUE(client->alive());
   EXPECT_TRUE(WaitUntil([&] { return server_->open_endpoints() == 1; }));
   client.reset();
@@ -390,7 +391,7 @@ TEST_F(UcxTransportTest, OutOfBoundsRangesFailAndOthersInTheBatchSucceed) {
 }
 
 TEST_F(UcxTransportTest, WrongSegmentNameIsRefusedClearly) {
-  auto client = UcxSegmentClient::Connect(server_->address(), "store-9/dram", kTimeout);
+  auto client = UcxSegmentClient::Connect(server_->address(), "store-9/dram", kUcxTimeout);
   EXPECT_TRUE(Refused(client.status(), ErrorCode::SEGMENT_NOT_FOUND,
                       {server_->address(), "store-9/dram", "another segment"}));
   // The server keeps serving the right name.
@@ -400,17 +401,17 @@ TEST_F(UcxTransportTest, WrongSegmentNameIsRefusedClearly) {
 TEST_F(UcxTransportTest, BadArgumentsAreRefused) {
   for (const std::string address : {"127.0.0.1", "127.0.0.1:", ":5000", "127.0.0.1:99999",
                                     "127.0.0.1:0", "::1:5000", "host:port"}) {
-    EXPECT_TRUE(Refused(UcxSegmentClient::Connect(address, kSegmentName, kTimeout).status(),
+    EXPECT_TRUE(Refused(UcxSegmentClient::Connect(address, kUcxSegmentName, kUcxTimeout).status(),
                         ErrorCode::INVALID_PARAMS, {address}))
         << address;
   }
-  EXPECT_TRUE(Refused(UcxSegmentClient::Connect(server_->address(), "", kTimeout).status(),
+  EXPECT_TRUE(Refused(UcxSegmentClient::Connect(server_->address(), "", kUcxTimeout).status(),
                       ErrorCode::INVALID_PARAMS, {"segment name"}));
   EXPECT_TRUE(Refused(
-      UcxSegmentClient::Connect(server_->address(), std::string(4097, 'x'), kTimeout).status(),
+      UcxSegmentClient::Connect(server_->address(), std::string(4097, 'x'), kUcxTimeout).status(),
       ErrorCode::INVALID_PARAMS, {"segment name"}));
   EXPECT_TRUE(
-      Refused(UcxSegmentClient::Connect(server_->address(), kSegmentName, Millis(0)).status(),
+      Refused(UcxSegmentClient::Connect(server_->address(), kUcxSegmentName, Millis(0)).status(),
               ErrorCode::INVALID_PARAMS, {"timeout"}));
   EXPECT_TRUE(Refused(UcxSegmentServer::Start(nullptr, "127.0.0.1", 0).status(),
                       ErrorCode::INVALID_PARAMS, {"no segment"}));
@@ -433,10 +434,10 @@ TEST_F(UcxTransportTest, ConnectWithoutAServerFailsQuicklyAndNamesTheAddress) {
   ASSERT_EQ(::getsockname(probe.get(), reinterpret_cast<sockaddr*>(&address), &length), 0);
   const std::string target = "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
   probe.Reset();
-  const auto start = Clock::now();
-  auto client = UcxSegmentClient::Connect(target, kSegmentName, kTimeout);
+  const auto start = SteadyClock::now();
+  auto client = UcxSegmentClient::Connect(target, kUcxSegmentName, kUcxTimeout);
   EXPECT_TRUE(Refused(client.status(), ErrorCode::TRANSFER_FAIL, {target}));
-  EXPECT_LT(Clock::now() - start, kTimeout) << client.status().ToString();
+  EXPECT_LT(SteadyClock::now() - start, kUcxTimeout) << client.status().ToString();
 }
 
 TEST_F(UcxTransportTest, StopFailsCallsQuicklyAndClientsTurnDead) {
@@ -447,10 +448,10 @@ TEST_F(UcxTransportTest, StopFailsCallsQuicklyAndClientsTurnDead) {
   server_->Stop();
   server_->Stop();  // idempotent
   EXPECT_EQ(server_->open_endpoints(), 0u);
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   std::vector<Status> read = client->ReadBatch({{0, {{buffer.data(), buffer.size()}}}});
   EXPECT_TRUE(Refused(read[0], ErrorCode::TRANSFER_FAIL, {server_->address()}));
-  EXPECT_LT(Clock::now() - start, Millis(3000)) << "should not wait for the io timeout";
+  EXPECT_LT(SteadyClock::now() - start, Millis(3000)) << "should not wait for the io timeout";
   EXPECT_FALSE(client->alive());
   // Later calls fail at once, naming the first cause.
   std::vector<Status> wrote = client->WriteBatch({{0, {{buffer.data(), 10}}}});
@@ -519,7 +520,7 @@ TEST(UcxLargeRangeTest, RangesLargerThanOneRequestAreSplitAndByteExact) {
   std::shared_ptr<MemorySegment> segment = MakeSegment(kSize, 9);
   auto server = UcxSegmentServer::Start(segment, "127.0.0.1", 0);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto client = UcxSegmentClient::Connect((*server)->address(), kSegmentName, kTimeout);
+  auto client = UcxSegmentClient::Connect((*server)->address(), kUcxSegmentName, kUcxTimeout);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
 
   constexpr uint64_t kLarge = (uint64_t{40} << 20) + 13;
@@ -565,7 +566,7 @@ TEST(UcxLargeRangeTest, ManySmallPiecesGoThroughBounceBuffersByteExact) {
   std::shared_ptr<MemorySegment> segment = MakeSegment(kSize, 5);
   auto server = UcxSegmentServer::Start(segment, "127.0.0.1", 0);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto client = UcxSegmentClient::Connect((*server)->address(), kSegmentName, kTimeout);
+  auto client = UcxSegmentClient::Connect((*server)->address(), kUcxSegmentName, kUcxTimeout);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
 
   std::vector<uint8_t> source(2 * kOps * kOp), target(2 * kOps * kOp, 0);
@@ -683,15 +684,15 @@ class RawPeer {
     return Send(header.data(), header.size(), data, length);
   }
   ucs_status_t Hello() {
-    const std::string name = kSegmentName;
+    const std::string name = kUcxSegmentName;
     return Send(UcxRequest{kUcxProtocolVersion, UcxOp::kHello, 1, 0, name.size()}, name.data(),
                 name.size());
   }
 
   // The next reply, if one comes within `timeout`.
   std::optional<UcxReply> NextReply(Millis timeout = Millis(3000)) {
-    const auto deadline = Clock::now() + timeout;
-    while (replies_.empty() && !failed_ && Clock::now() < deadline) {
+    const auto deadline = SteadyClock::now() + timeout;
+    while (replies_.empty() && !failed_ && SteadyClock::now() < deadline) {
       worker_->ProgressOrWait(0, 10);
     }
     if (replies_.empty()) return std::nullopt;
@@ -701,8 +702,8 @@ class RawPeer {
   }
   // Whether the server closed the endpoint within `timeout`.
   bool ClosedWithin(Millis timeout) {
-    const auto deadline = Clock::now() + timeout;
-    while (!failed_ && Clock::now() < deadline) worker_->ProgressOrWait(0, 10);
+    const auto deadline = SteadyClock::now() + timeout;
+    while (!failed_ && SteadyClock::now() < deadline) worker_->ProgressOrWait(0, 10);
     return failed_;
   }
 
@@ -875,11 +876,11 @@ TEST_F(UcxTransportTest, ASilentPeerIsClosedAfterTheHandshakeTimeout) {
   options.io_timeout = Millis(300);
   auto server = UcxSegmentServer::Start(segment_, "127.0.0.1", 0, options);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   auto peer = RawPeer::Connect((*server)->address());
   ASSERT_NE(peer, nullptr);
   EXPECT_TRUE(peer->ClosedWithin(Millis(3000)));  // connects (progressing), then is closed
-  EXPECT_GE(Clock::now() - start, Millis(250));
+  EXPECT_GE(SteadyClock::now() - start, Millis(250));
   EXPECT_TRUE(WaitUntil([&] { return (*server)->open_endpoints() == 0; }));
   (*server)->Stop();
 }

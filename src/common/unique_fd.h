@@ -6,7 +6,7 @@
 
 #include <utility>
 
-namespace tierkv::transport {
+namespace tierkv {
 
 class UniqueFd {
  public:
@@ -35,4 +35,4 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-}  // namespace tierkv::transport
+}  // namespace tierkv
