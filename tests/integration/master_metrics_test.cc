@@ -57,7 +57,7 @@ std::unique_ptr<MasterProcess> StartMasterWithMetrics(std::vector<std::string> e
   return std::move(started).value();
 }
 
-std::unique_ptr<RemoteMaster> ConnectToMaster(const MasterProcess& master) {
+std::unique_ptr<RemoteMaster> ConnectForMetrics(const MasterProcess& master) {
   RemoteMasterOptions options;
   options.heartbeat_interval = Millis(100);
   options.rpc_timeout = Millis(3000);
@@ -191,7 +191,7 @@ TEST(MasterMetricsTest, MetricsAndHealthFollowTheMaster) {
   EXPECT_EQ(Sample(text, "tierkv_master_clients"), 0.0);
   EXPECT_EQ(Sample(text, "tierkv_master_rpc_duration_seconds_count{method=\"PutStart\"}"), 0.0);
 
-  auto client = ConnectToMaster(*master);
+  auto client = ConnectForMetrics(*master);
   ASSERT_NE(client, nullptr);
   Result<SegmentId> mounted = client->MountSegment("metrics-seg", 16 * kMiB);
   ASSERT_TRUE(mounted.ok()) << mounted.status().ToString();
@@ -245,7 +245,7 @@ TEST(MasterMetricsTest, MetricsAndHealthFollowTheMaster) {
 TEST(MasterMetricsTest, StatShowsTheNumbers) {
   auto master = StartMasterWithMetrics();
   ASSERT_NE(master, nullptr);
-  auto client = ConnectToMaster(*master);
+  auto client = ConnectForMetrics(*master);
   ASSERT_NE(client, nullptr);
 
   // Before any get: the hit rate is n/a (text) and null (JSON).
@@ -353,7 +353,7 @@ TEST(MasterMetricsTest, MetricsPortMinusOneServesNone) {
   auto master = StartMasterWithMetrics({"--metrics-port", "-1"});
   ASSERT_NE(master, nullptr);
   EXPECT_EQ(master->metrics_port(), 0);
-  auto client = ConnectToMaster(*master);  // the master works as before
+  auto client = ConnectForMetrics(*master);  // the master works as before
   ASSERT_NE(client, nullptr);
   Result<MasterProcessStats> stats = client->ProcessStats();
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
