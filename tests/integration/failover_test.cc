@@ -46,9 +46,9 @@ std::unique_ptr<MasterProcess> Master(std::vector<std::string> args) {
   return started.ok() ? std::move(started).value() : nullptr;
 }
 
-std::unique_ptr<MasterProcess> Store(const std::string& master, const std::string& size,
-                                     std::vector<std::string> extra = {},
-                                     std::vector<std::pair<std::string, std::string>> env = {}) {
+std::unique_ptr<MasterProcess> StoreChild(
+    const std::string& master, const std::string& size, std::vector<std::string> extra = {},
+    std::vector<std::pair<std::string, std::string>> env = {}) {
   MasterProcessOptions o;
   o.binary = dist_test::TestBinary();
   o.command = "store";
@@ -225,8 +225,8 @@ TEST(FailoverTest, AMasterKilledUnderLoadAndRestartedGetsBackEveryObjectFromItsS
   const std::string address = "127.0.0.1:" + std::to_string(*port);
   auto master = Master({"--port", std::to_string(*port)});
   ASSERT_NE(master, nullptr);
-  auto memory_store = Store(address, "64MiB");
-  auto tier_store = Store(address, "8MiB", {"--config", WriteTierConfig(dir)});
+  auto memory_store = StoreChild(address, "64MiB");
+  auto tier_store = StoreChild(address, "8MiB", {"--config", WriteTierConfig(dir)});
   ASSERT_TRUE(memory_store && tier_store);
   auto requester = Requester(address);
   ASSERT_NE(requester, nullptr);
@@ -309,8 +309,8 @@ HaCluster StartHa(int masters, const std::string& store_size = "32MiB") {
     c.masters.push_back(Master({"--port", "0", "--ha", c.address, "--ha-lease-ttl-s", "2"}));
   }
   EXPECT_TRUE(Eventually([&] { return c.Leader() >= 0; }, 15s));
-  c.store_a = Store(c.address, store_size);
-  c.store_b = Store(c.address, store_size);
+  c.store_a = StoreChild(c.address, store_size);
+  c.store_b = StoreChild(c.address, store_size);
   return c;
 }
 
@@ -408,8 +408,8 @@ TEST(FailoverTest, AStoreKilledDuringRecoveryNeverYieldsItsBytesAndTheOtherStore
   auto master = Master({"--port", std::to_string(*port)});
   ASSERT_NE(master, nullptr);
   // Store a reports its index slowly (1 s between chunks of 8192 entries): it is killed mid-way.
-  auto slow = Store(address, "32MiB", {}, {{"TIERKV_TEST_REPORT_CHUNK_DELAY_MS", "1000"}});
-  auto fine = Store(address, "32MiB");
+  auto slow = StoreChild(address, "32MiB", {}, {{"TIERKV_TEST_REPORT_CHUNK_DELAY_MS", "1000"}});
+  auto fine = StoreChild(address, "32MiB");
   ASSERT_TRUE(slow && fine);
   auto requester = Requester(address);
   ASSERT_NE(requester, nullptr);
@@ -471,7 +471,7 @@ TEST(FailoverTest, AStoreWhoseMemoryIsGoneButWhoseIndexSurvivedServesNothingOfIt
   const std::string address = "127.0.0.1:" + std::to_string(*port);
   auto master = Master({"--port", std::to_string(*port)});
   ASSERT_NE(master, nullptr);
-  auto wiped = Store(address, "32MiB", {}, {{"TIERKV_TEST_WIPE_SEGMENT_BEFORE_REPORT", "1"}});
+  auto wiped = StoreChild(address, "32MiB", {}, {{"TIERKV_TEST_WIPE_SEGMENT_BEFORE_REPORT", "1"}});
   ASSERT_NE(wiped, nullptr);
   auto requester = Requester(address);
   ASSERT_NE(requester, nullptr);
@@ -503,8 +503,8 @@ TEST(FailoverTest, EvictionsWhileTheTierStreamIsDownAfterARestartDemoteInsteadOf
   auto master = Master(flags);
   ASSERT_NE(master, nullptr);
   // After the first, every stream of the store opens 2 s late: a window without a tier stream.
-  auto store = Store(address, "4MiB", {"--config", WriteTierConfig(dir)},
-                     {{"TIERKV_TEST_LINK_REOPEN_DELAY_MS", "2000"}});
+  auto store = StoreChild(address, "4MiB", {"--config", WriteTierConfig(dir)},
+                          {{"TIERKV_TEST_LINK_REOPEN_DELAY_MS", "2000"}});
   ASSERT_NE(store, nullptr);
   auto requester = Requester(address);
   ASSERT_NE(requester, nullptr);

@@ -69,7 +69,7 @@ std::unique_ptr<RemoteMaster> ConnectForMetrics(const MasterProcess& master) {
   return std::move(connected).value();
 }
 
-void PutObjects(RemoteMaster& master, const std::vector<std::string>& keys, uint64_t size) {
+void PutForMetrics(RemoteMaster& master, const std::vector<std::string>& keys, uint64_t size) {
   std::vector<Result<PutStartResult>> started =
       master.PutStart(keys, std::vector<uint64_t>(keys.size(), size), {});
   std::vector<uint64_t> ids;
@@ -195,7 +195,7 @@ TEST(MasterMetricsTest, MetricsAndHealthFollowTheMaster) {
   ASSERT_NE(client, nullptr);
   Result<SegmentId> mounted = client->MountSegment("metrics-seg", 16 * kMiB);
   ASSERT_TRUE(mounted.ok()) << mounted.status().ToString();
-  PutObjects(*client, {"m1", "m2", "m3"}, 4096);
+  PutForMetrics(*client, {"m1", "m2", "m3"}, 4096);
   std::vector<Result<ObjectReplicas>> got = client->GetReplicas({"m1", "m2", "absent"});
   ASSERT_TRUE(got[0].ok() && got[1].ok());
   EXPECT_EQ(got[2].code(), ErrorCode::OBJECT_NOT_FOUND);
@@ -256,7 +256,7 @@ TEST(MasterMetricsTest, StatShowsTheNumbers) {
 
   Result<SegmentId> mounted = client->MountSegment("stat-seg", 16 * kMiB);
   ASSERT_TRUE(mounted.ok()) << mounted.status().ToString();
-  PutObjects(*client, {"s1", "s2", "s3", "s4"}, 1 * kMiB);
+  PutForMetrics(*client, {"s1", "s2", "s3", "s4"}, 1 * kMiB);
   std::vector<Result<ObjectReplicas>> got = client->GetReplicas({"s1", "s2", "nope"});
   ASSERT_TRUE(got[0].ok() && got[1].ok());
 
