@@ -13,18 +13,18 @@
 namespace tierkv {
 namespace {
 
-constexpr const char* kMasterPrefix = "tierkv_master_";
+constexpr const char* kMasterMetricPrefix = "tierkv_master_";
 
 prometheus::MetricFamily Family(const char* name, const char* help, prometheus::MetricType type) {
-  return MakeFamily(kMasterPrefix, name, help, type);
+  return MakeFamily(kMasterMetricPrefix, name, help, type);
 }
 void Gauge(std::vector<prometheus::MetricFamily>& out, const char* name, const char* help,
            uint64_t value) {
-  AddSample(out, kMasterPrefix, name, help, prometheus::MetricType::Gauge, value);
+  AddSample(out, kMasterMetricPrefix, name, help, prometheus::MetricType::Gauge, value);
 }
 void Counter(std::vector<prometheus::MetricFamily>& out, const char* name, const char* help,
              uint64_t value) {
-  AddSample(out, kMasterPrefix, name, help, prometheus::MetricType::Counter, value);
+  AddSample(out, kMasterMetricPrefix, name, help, prometheus::MetricType::Counter, value);
 }
 
 }  // namespace
@@ -152,7 +152,7 @@ std::vector<prometheus::MetricFamily> MasterCollector::Collect() const {
     Gauge(out, "clients", "Registered clients (requesters and stores)", clients_->size());
     Counter(out, "expired_clients_total", "Clients expired for missing their heartbeats",
             clients_->expired_total());
-    AddTransferBytes(out, kMasterPrefix,
+    AddTransferBytes(out, kMasterMetricPrefix,
                      "Bytes clients moved between their buffers and DRAM segments, per transport "
                      "and direction, as they report them with their heartbeats",
                      clients_->TransferTotals());

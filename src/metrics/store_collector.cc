@@ -8,30 +8,31 @@
 namespace tierkv {
 
 std::vector<prometheus::MetricFamily> StoreCollector::Collect() const {
-  constexpr const char* kStorePrefix = "tierkv_store_";
+  constexpr const char* kStoreMetricPrefix = "tierkv_store_";
   const StoreFigures f = figures_();
   std::vector<prometheus::MetricFamily> out;
   prometheus::MetricFamily capacity =
-      MakeFamily(kStorePrefix, "segment_capacity_bytes", "DRAM this store contributes, in bytes",
-                 prometheus::MetricType::Gauge);
+      MakeFamily(kStoreMetricPrefix, "segment_capacity_bytes",
+                 "DRAM this store contributes, in bytes", prometheus::MetricType::Gauge);
   prometheus::ClientMetric sample =
       SampleOf(prometheus::MetricType::Gauge, static_cast<double>(f.segment_bytes));
   sample.label = {{"segment", LabelValue(f.segment)}};
   capacity.metric.push_back(std::move(sample));
   out.push_back(std::move(capacity));
-  AddSample(out, kStorePrefix, "shm_connections",
+  AddSample(out, kStoreMetricPrefix, "shm_connections",
             "Same-host requesters holding a mapping of the segment (open connections)",
             prometheus::MetricType::Gauge, f.shm_connections);
-  AddSample(out, kStorePrefix, "master_connected", "1 if the master answered the last heartbeat",
-            prometheus::MetricType::Gauge, f.master_connected ? 1 : 0);
-  AddSample(out, kStorePrefix, "registrations_total",
+  AddSample(out, kStoreMetricPrefix, "master_connected",
+            "1 if the master answered the last heartbeat", prometheus::MetricType::Gauge,
+            f.master_connected ? 1 : 0);
+  AddSample(out, kStoreMetricPrefix, "registrations_total",
             "Times this store registered with a master (re-registrations follow master restarts)",
             prometheus::MetricType::Counter, f.registrations);
-  AddSample(out, kStorePrefix, "segment_linked",
+  AddSample(out, kStoreMetricPrefix, "segment_linked",
             "1 while the segment's stream to the master is up (its index fed, placeable)",
             prometheus::MetricType::Gauge, f.segment_linked ? 1 : 0);
   prometheus::MetricFamily entries = MakeFamily(
-      kStorePrefix, "index_entries",
+      kStoreMetricPrefix, "index_entries",
       "Objects in the store's index of its segment (what a new master recovers), by tier",
       prometheus::MetricType::Gauge);
   for (const auto& [tier, n] : {std::pair<const char*, uint64_t>{"memory", f.index_memory_entries},
@@ -41,13 +42,13 @@ std::vector<prometheus::MetricFamily> StoreCollector::Collect() const {
     entries.metric.push_back(std::move(m));
   }
   out.push_back(std::move(entries));
-  AddSample(out, kStorePrefix, "index_batches_total",
+  AddSample(out, kStoreMetricPrefix, "index_batches_total",
             "Index batches the master fed and the store applied", prometheus::MetricType::Counter,
             f.index_batches);
-  AddSample(out, kStorePrefix, "index_reports_total",
+  AddSample(out, kStoreMetricPrefix, "index_reports_total",
             "Times the store reported its index to a master (each stream's start)",
             prometheus::MetricType::Counter, f.index_reports);
-  AddTransferBytes(out, kStorePrefix,
+  AddTransferBytes(out, kStoreMetricPrefix,
                    "Bytes requesters moved over the network transport: read from the segment, "
                    "written into it",
                    f.transfers);
