@@ -28,6 +28,7 @@ struct MasterFlags {
   std::string host = "127.0.0.1";
   int port = 50051;
   uint64_t lease_ttl_ms = Config{}.default_kv_lease_ttl_ms;
+  uint64_t soft_pin_ttl_ms = Config{}.default_kv_soft_pin_ttl_ms;
   double high_watermark = Config{}.eviction_high_watermark_ratio;
   double eviction_ratio = Config{}.eviction_ratio;
   std::string eviction_policy = Config{}.eviction_policy;
@@ -46,6 +47,7 @@ struct MasterFlags {
 std::string FlagsInMessage(std::string message) {
   static const std::pair<const char*, const char*> kFlags[] = {
       {"default_kv_lease_ttl_ms", "--lease-ttl-ms"},
+      {"default_kv_soft_pin_ttl_ms", "--soft-pin-ttl-ms"},
       {"eviction_high_watermark_ratio", "--high-watermark"},
       {"eviction_ratio", "--eviction-ratio"},
       {"eviction_policy", "--eviction-policy"},
@@ -82,6 +84,7 @@ int RunMaster(const MasterFlags& flags) {
   std::shared_ptr<HaCollector> ha_collector;
   Config as_config;
   as_config.default_kv_lease_ttl_ms = flags.lease_ttl_ms;
+  as_config.default_kv_soft_pin_ttl_ms = flags.soft_pin_ttl_ms;
   as_config.eviction_high_watermark_ratio = flags.high_watermark;
   as_config.eviction_ratio = flags.eviction_ratio;
   as_config.eviction_policy = flags.eviction_policy;
@@ -220,6 +223,13 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
       ->add_option("--lease-ttl-ms", flags->lease_ttl_ms,
                    "Read lease granted by Exists/GetReplicas, in ms (leased objects are not "
                    "evicted or removed)")
+      ->capture_default_str();
+  master
+      ->add_option("--soft-pin-ttl-ms", flags->soft_pin_ttl_ms,
+                   "How long a soft pin holds when the put names no TTL, in ms; 0 = until the "
+                   "object is removed (config key default_kv_soft_pin_ttl_ms; Mooncake's "
+                   "--default_kv_soft_pin_ttl)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{365ull * 24 * 3600 * 1000}))
       ->capture_default_str();
   master
       ->add_option("--high-watermark", flags->high_watermark,

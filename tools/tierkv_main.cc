@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -34,6 +35,7 @@
 #include "failover_bench.h"
 #include "master_command.h"
 #include "metadata_bench.h"
+#include "mooncake_flags.h"
 #include "redis_bench.h"
 #include "remote_bench.h"
 #include "remote_disk_bench.h"
@@ -567,7 +569,19 @@ int main(int argc, char** argv) {
   tierkv::cli::AddStoreCommand(app, &exit_code);
 
   try {
-    app.parse(argc, argv);
+    // `tierkv master` takes a Mooncake deployment's mooncake_master flags too.
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (!args.empty() && args[0] == "master") {
+      auto translated = tierkv::cli::TranslateMooncakeMasterFlags({args.begin() + 1, args.end()});
+      if (!translated.ok()) {
+        std::cerr << "tierkv master: error: " << translated.status().message() << std::endl;
+        return kExitUsage;
+      }
+      args.resize(1);
+      args.insert(args.end(), translated->begin(), translated->end());
+    }
+    std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last to first
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

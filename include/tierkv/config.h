@@ -34,6 +34,8 @@ struct Config {
 
   // Master / metadata.
   uint64_t default_kv_lease_ttl_ms = 10000;  // read lease granted by exists/get
+  // How long a soft pin holds when the put names no soft_pin_ttl_ms; 0 = until removed.
+  uint64_t default_kv_soft_pin_ttl_ms = 0;
   double eviction_high_watermark_ratio = 0.90;
   double eviction_ratio = 0.05;                   // fraction of a segment freed per eviction pass
   std::string eviction_policy = "lru";            // lru | reuse (docs/configuration.md)

@@ -42,7 +42,9 @@ struct StoreReplicateConfig {
   bool with_hard_pin = false;
   bool with_soft_pin = false;  // the older flag: the same as soft_pin_action kEnable
   SoftPinAction soft_pin_action = SoftPinAction::kPreserve;
-  std::optional<uint64_t> soft_pin_ttl_ms;  // only None or 0 (ordinary cache) are supported
+  // With soft_pin_action kEnable: None = the master's default TTL (default_kv_soft_pin_ttl_ms),
+  // 0 = no pin (ordinary cache), else the pin lapses this many ms after the put (at most a year).
+  std::optional<uint64_t> soft_pin_ttl_ms;
   std::string preferred_segment;
   std::vector<std::string> preferred_segments;  // at most one entry (see docs/python.md)
   bool prefer_alloc_in_same_node = false;       // prefer this host's segments; replica_num 1
@@ -147,7 +149,8 @@ class DistributedStore {
   int Close();
   // 0 healthy, 1 not set up or closed, 2 the master does not answer.
   int HealthCheck();
-  // local_hostname as given to Setup (or this host's name).
+  // The name of this store's own segment ("<host>:<pid>:<n>", what preferred_segment takes),
+  // or, without one, local_hostname as given to Setup (else this host's name).
   std::string GetHostname() const;
   bool is_setup() const;
   std::string last_error() const;

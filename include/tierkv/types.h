@@ -17,6 +17,12 @@ struct ReplicateConfig {
   std::string preferred_segment;  // segment name tried first; "" = freest
   bool with_soft_pin = false;     // evicted only after unpinned objects
   bool with_hard_pin = false;     // never evicted (remove still works)
+  // How long a soft pin holds, from the put: 0 = the master's default (soft_pin_ttl_ms of
+  // its options; 0 there = until the object is removed). Ignored without with_soft_pin.
+  uint64_t soft_pin_ttl_ms = 0;
+  // Segments (ids, as the master numbers them) not to place a replica on: the client fills it
+  // with segments it cannot reach, so a put is never placed where its writer cannot write.
+  std::vector<uint32_t> excluded_segments;
   // One group id per key of the batch ("" = ungrouped), or empty = all ungrouped.
   // A group is leased and evicted as a whole.
   std::vector<std::string> group_ids;

@@ -32,6 +32,7 @@ int SetupPositional(Store& s, py::args args, py::kwargs kwargs) {
     std::string name = py::str(k);
     if (name == "device_name") name = "rdma_devices";
     if (name == "master_server_address") name = "master_server_addr";
+    if (name == "transfer_engine") name = "engine";  // SGLang's keyword
     size_t i = 0;
     while (i < kCount && name != kNames[i]) ++i;
     if (i == kCount)
@@ -64,8 +65,12 @@ int SetupPositional(Store& s, py::args args, py::kwargs kwargs) {
   o.protocol = str(4);
   o.device_name = str(5);
   o.master_server_addr = str(6);
-  if (v[7] && !v[7].is_none()) {
-    throw py::type_error("setup(): engine must be None (tierkv has no TransferEngine to share)");
+  if (v[7] && !v[7].is_none() &&
+      PyErr_WarnEx(PyExc_UserWarning,
+                   "setup(): the transfer engine passed is not used: tierkv moves bytes over its "
+                   "own transports (protocol)",
+                   1) != 0) {
+    throw py::error_already_set();
   }
   if (v[8]) o.enable_ssd_offload = v[8].cast<bool>();
   if (v[9]) o.ssd_offload_path = str(9);

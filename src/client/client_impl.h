@@ -105,6 +105,13 @@ class ClientImpl final : public Client {
                            const std::vector<std::vector<ConstPiece>>& pieces,
                            const ReplicateConfig& config, bool check_registered,
                            bool upsert = false);
+  // PutStart (UpsertStart with `upsert`) for the keys, re-placing a key whose placement names a
+  // segment this client cannot reach (FindSegment: not served over its protocol, or its owner
+  // gone): that placement is revoked and the key asked for again with such segments excluded,
+  // so a put never fails for a segment the master could have avoided.
+  std::vector<Result<PutStartResult>> StartReachable(const std::vector<std::string>& keys,
+                                                     const std::vector<uint64_t>& sizes,
+                                                     const ReplicateConfig& config, bool upsert);
   std::vector<int> MultiBufferPut(const std::vector<std::string>& keys,
                                   const std::vector<std::vector<void*>>& ptrs,
                                   const std::vector<std::vector<size_t>>& sizes,

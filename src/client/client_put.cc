@@ -3,6 +3,8 @@
 // PutRevoke for the keys whose copy failed.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "client/batch_pieces.h"
 #include "client/client_impl.h"
 
@@ -35,6 +37,54 @@ void ClientImpl::WriteRemoteReplicas(const std::vector<std::vector<RemoteWrite>>
   }
 }
 
+std::vector<Result<PutStartResult>> ClientImpl::StartReachable(const std::vector<std::string>& keys,
+                                                               const std::vector<uint64_t>& sizes,
+                                                               const ReplicateConfig& config,
+                                                               bool upsert) {
+  auto start = [&](const std::vector<std::string>& k, const std::vector<uint64_t>& s,
+                   const ReplicateConfig& c) {
+    return upsert ? master_.UpsertStart(k, s, c) : master_.PutStart(k, s, c);
+  };
+  auto started = start(keys, sizes, config);
+  ReplicateConfig retry = config;
+  // Each round excludes at least one more segment; a few rounds cover any real pool (a
+  // segment found unreachable stays so: FindSegment caches it).
+  for (int round = 0; round < 4; ++round) {
+    std::vector<size_t> redo;
+    for (size_t j = 0; j < keys.size(); ++j) {
+      if (!started[j].ok()) continue;
+      for (const ReplicaLocation& rep : started[j]->replicas) {
+        if (backend_->FindSegment(rep.segment)) continue;
+        auto& ex = retry.excluded_segments;
+        if (std::find(ex.begin(), ex.end(), rep.segment) == ex.end()) ex.push_back(rep.segment);
+        redo.push_back(j);
+        break;
+      }
+    }
+    if (redo.empty()) break;
+    std::vector<std::string> redo_keys;
+    std::vector<uint64_t> redo_sizes, redo_ids;
+    ReplicateConfig redo_config = retry;
+    redo_config.group_ids.clear();
+    redo_config.parent_keys.clear();
+    for (size_t j : redo) {
+      redo_keys.push_back(keys[j]);
+      redo_sizes.push_back(sizes[j]);
+      redo_ids.push_back(started[j]->put_id);
+      if (!config.group_ids.empty()) redo_config.group_ids.push_back(config.group_ids[j]);
+      if (!config.parent_keys.empty()) redo_config.parent_keys.push_back(config.parent_keys[j]);
+    }
+    spdlog::debug(
+        "put: {} key(s) placed on segments this client cannot reach; placing again "
+        "without {} segment(s)",
+        redo.size(), retry.excluded_segments.size());
+    master_.PutRevoke(redo_keys, redo_ids);
+    auto again = start(redo_keys, redo_sizes, redo_config);
+    for (size_t r = 0; r < redo.size(); ++r) started[redo[r]] = std::move(again[r]);
+  }
+  return started;
+}
+
 std::vector<int> ClientImpl::PutImpl(const std::vector<std::string>& keys,
                                      const std::vector<std::vector<ConstPiece>>& pieces,
                                      const ReplicateConfig& config, bool check_registered,
@@ -62,8 +112,7 @@ std::vector<int> ClientImpl::PutImpl(const std::vector<std::string>& keys,
     if (!config.group_ids.empty()) sub_config.group_ids.push_back(config.group_ids[i]);
   }
   if (sub_keys.empty()) return codes;
-  auto started = upsert ? master_.UpsertStart(sub_keys, sub_sizes, sub_config)
-                        : master_.PutStart(sub_keys, sub_sizes, sub_config);
+  auto started = StartReachable(sub_keys, sub_sizes, sub_config, upsert);
 
   std::vector<uint64_t> checksums(sub_keys.size(), 0);
   std::vector<int> copy_codes(sub_keys.size(), 0);

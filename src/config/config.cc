@@ -291,6 +291,7 @@ const KeySpec kKeys[] = {
     {"device_name", &StringKey<&Config::device_name>},
     {"enable_offload", &BoolKey<&Config::enable_offload>},
     {"default_kv_lease_ttl_ms", &UintKey<&Config::default_kv_lease_ttl_ms>},
+    {"default_kv_soft_pin_ttl_ms", &UintKey<&Config::default_kv_soft_pin_ttl_ms>},
     {"eviction_high_watermark_ratio", &RatioKey<&Config::eviction_high_watermark_ratio>},
     {"eviction_ratio", &RatioKey<&Config::eviction_ratio>},
     {"eviction_policy", &StringKey<&Config::eviction_policy>},
@@ -582,6 +583,11 @@ Status ValidateConfig(const Config& config) {
   }
   if (config.local_buffer_size == 0) {
     return KeyError("local_buffer_size", "must be greater than 0");
+  }
+  if (constexpr uint64_t kYearMs = 365ull * 24 * 3600 * 1000;
+      config.default_kv_soft_pin_ttl_ms > kYearMs) {
+    return KeyError("default_kv_soft_pin_ttl_ms",
+                    "must be at most " + std::to_string(kYearMs) + " (a year); 0 = no lapse");
   }
   static constexpr std::array<std::string_view, 4> kProtocols = {"tcp", "rdma", "shm", "auto"};
   if (std::find(kProtocols.begin(), kProtocols.end(), config.protocol) == kProtocols.end()) {

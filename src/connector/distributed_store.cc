@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -169,12 +170,16 @@ int DistributedStore::Setup(const StoreSetupOptions& options) {
   }
   if (options.enable_ssd_offload) {
     config.enable_offload = true;
-    if (!options.ssd_offload_path.empty()) {
-      config.offload_paths = {options.ssd_offload_path + "/tierkv-" + std::to_string(getpid()) +
-                              ".tier"};
+    // As Mooncake's clients: the argument, else MOONCAKE_OFFLOAD_FILE_STORAGE_PATH.
+    std::string dir = options.ssd_offload_path;
+    const char* env = std::getenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH");
+    if (dir.empty() && env != nullptr) dir = env;
+    if (!dir.empty()) {
+      config.offload_paths = {dir + "/tierkv-" + std::to_string(getpid()) + ".tier"};
     } else if (config.offload_paths.empty()) {
       return fail(ErrorCode::INVALID_CONFIG,
-                  "enable_ssd_offload needs ssd_offload_path (a directory for the tier file)");
+                  "enable_ssd_offload needs a directory for the tier file: ssd_offload_path, or "
+                  "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH in the environment");
     }
   }
   if (Status st = ValidateConfig(config); !st.ok()) return fail(st.code(), st.message());
@@ -286,6 +291,12 @@ int DistributedStore::HealthCheck() {
 
 std::string DistributedStore::GetHostname() const {
   std::shared_lock lock(mu_);
+  // The own segment's name (what preferred_segment takes: LMCache's prefer_local_alloc passes
+  // this back), without the endpoints a served segment's mounted name carries after '@'.
+  if (client_) {
+    const std::string own = client_->LocalSegmentName();
+    if (!own.empty()) return own.substr(0, own.find('@'));
+  }
   return hostname_.empty() ? ThisHost() : hostname_;
 }
 
@@ -328,6 +339,9 @@ std::optional<std::pair<uintptr_t, uint64_t>> DistributedStore::RegisteredRange(
 
 namespace dstore {
 
+// A year: far past any cache's life, far from overflowing the master's clock arithmetic.
+constexpr uint64_t kMaxSoftPinTtlMs = 365ull * 24 * 3600 * 1000;
+
 Result<ReplicateConfig> ToCore(const StoreReplicateConfig& c, size_t keys, Client& client,
                                const std::string& hostname) {
   ReplicateConfig out;
@@ -342,10 +356,12 @@ Result<ReplicateConfig> ToCore(const StoreReplicateConfig& c, size_t keys, Clien
     }
     if (*c.soft_pin_ttl_ms == 0) {
       out.with_soft_pin = false;  // Mooncake: a TTL of 0 commits the object as ordinary cache
-    } else {
+    } else if (*c.soft_pin_ttl_ms > kMaxSoftPinTtlMs) {
       return Status(ErrorCode::INVALID_PARAMS,
-                    "soft_pin_ttl_ms > 0 is not supported: tierkv soft pins last until the "
-                    "object is removed (leave it None)");
+                    "soft_pin_ttl_ms " + std::to_string(*c.soft_pin_ttl_ms) +
+                        " is over the largest TTL, " + std::to_string(kMaxSoftPinTtlMs) + " ms");
+    } else {
+      out.soft_pin_ttl_ms = *c.soft_pin_ttl_ms;  // the pin lapses that long after the put
     }
   }
   out.preferred_segment = c.preferred_segment;

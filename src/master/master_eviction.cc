@@ -64,7 +64,7 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
           continue;
         }
         out.push_back(EvictionCandidate{
-            i, key.str, false, meta.soft_pin, meta.last_access, bytes,
+            i, key.str, false, SoftPinned(meta, now), meta.last_access, bytes,
             static_cast<uint8_t>(ReuseClass(meta.reuse_references, meta.reuse_tail))});
         continue;
       }
@@ -83,7 +83,7 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
           evictable = false;
           break;
         }
-        c.soft_pinned = c.soft_pinned || m.soft_pin;
+        c.soft_pinned = c.soft_pinned || SoftPinned(m, now);
         c.last_access = std::max(c.last_access, m.last_access);
         c.bytes += BytesOnSegment(m, segment);
         // A group is as valuable as its most referenced member (a non-tail on a tie).

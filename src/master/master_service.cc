@@ -53,6 +53,7 @@ uint64_t EraseWhere(ObjectTable& table, Pred&& pred) {
 MasterOptions MasterOptionsFrom(const Config& c) {
   MasterOptions o;
   o.lease_ttl = Millis(c.default_kv_lease_ttl_ms);
+  o.soft_pin_ttl = Millis(c.default_kv_soft_pin_ttl_ms);
   o.high_watermark = c.eviction_high_watermark_ratio;
   o.eviction_ratio = c.eviction_ratio;
   o.put_timeout = Millis(c.put_start_discard_timeout_ms);
@@ -65,6 +66,13 @@ MasterOptions MasterOptionsFrom(const Config& c) {
 Millis MaintenancePeriod(const MasterOptions& options) {
   return Millis(std::clamp<int64_t>(
       std::min(options.lease_ttl.count(), options.put_timeout.count()) / 4, 10, 1000));
+}
+
+SteadyTime MasterService::SoftPinDeadline(const ReplicateConfig& config, SteadyTime now) const {
+  if (!config.with_soft_pin) return SteadyTime{};
+  const Millis ttl =
+      config.soft_pin_ttl_ms != 0 ? Millis(config.soft_pin_ttl_ms) : options_.soft_pin_ttl;
+  return ttl.count() == 0 ? SteadyTime{} : now + ttl;
 }
 
 void MasterService::RunMaintenance() {
@@ -308,13 +316,15 @@ Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64
     Shard& hs = table_.shard(home);
     if (hs.objects.contains(key)) return Status(ErrorCode::OBJECT_ALREADY_EXISTS, key);
 
-    auto placed = segments_.Allocate(size, config.replica_num, config.preferred_segment);
+    auto placed = segments_.Allocate(size, config.replica_num, config.preferred_segment,
+                                     config.excluded_segments);
     if (!placed.ok()) return placed.status();
     ObjectMeta meta;
     meta.size = size;
     meta.put_id = next_put_id_.fetch_add(1, std::memory_order_relaxed);
     meta.state = ObjectState::kPending;
     meta.soft_pin = config.with_soft_pin;
+    meta.soft_pin_until = SoftPinDeadline(config, now);
     meta.hard_pin = config.with_hard_pin;
     meta.group_id = group;
     meta.put_started = now;
@@ -363,7 +373,8 @@ Result<PutStartResult> MasterService::UpsertStartOne(const std::string& key, uin
         return;
       }
       // shard -> registry -> allocator: the lock order of a put.
-      auto placed = segments_.Allocate(size, config.replica_num, config.preferred_segment);
+      auto placed = segments_.Allocate(size, config.replica_num, config.preferred_segment,
+                                       config.excluded_segments);
       if (!placed.ok()) {
         result = placed.status();
         return;
@@ -372,6 +383,7 @@ Result<PutStartResult> MasterService::UpsertStartOne(const std::string& key, uin
       next->size = size;
       next->put_id = next_put_id_.fetch_add(1, std::memory_order_relaxed);
       next->soft_pin = config.with_soft_pin;
+      next->soft_pin_until = SoftPinDeadline(config, now);
       next->hard_pin = config.with_hard_pin;
       next->put_started = now;
       PutStartResult out;
@@ -460,6 +472,7 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
       meta.checksum = checksum;
       meta.put_id = next->put_id;
       meta.soft_pin = next->soft_pin;
+      meta.soft_pin_until = next->soft_pin_until;
       meta.hard_pin = next->hard_pin;
       meta.disk_hits = 0;
       meta.promotion_id = 0;  // a promotion of the old version no longer applies

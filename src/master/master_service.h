@@ -37,6 +37,9 @@ namespace tierkv {
 
 struct MasterOptions {
   Millis lease_ttl{10000};
+  // A soft pin's lifetime when the put names none (ReplicateConfig::soft_pin_ttl_ms); 0 = until
+  // the object is removed.
+  Millis soft_pin_ttl{0};
   double high_watermark = 0.90;
   double eviction_ratio = 0.05;
   Millis put_timeout{30000};  // pending puts older than this are reclaimed
@@ -255,6 +258,8 @@ class MasterService final : public MasterApi {
   SteadyTime LeaseDeadline(Shard& shard, const ObjectMeta& meta) const;
   void GrantLease(uint32_t shard_index, Shard& shard, ObjectMeta& meta, SteadyTime now);
   bool IsLeased(Shard& shard, const ObjectMeta& meta, SteadyTime now) const;
+  // When a soft pin put now with `config` lapses: SteadyTime{} without a soft pin or a TTL.
+  SteadyTime SoftPinDeadline(const ReplicateConfig& config, SteadyTime now) const;
   std::vector<EvictionCandidate> CollectCandidates(SegmentId segment, SteadyTime now);
   // Evicts one candidate if still evictable; returns bytes freed on `segment`. With a tier
   // mover on the segment, objects without a disk replica are demoted (written to disk, then

@@ -112,6 +112,7 @@ struct PendingVersion {
   uint64_t size = 0;
   uint64_t put_id = 0;
   bool soft_pin = false;
+  SteadyTime soft_pin_until{};  // SteadyTime{}: the pin does not lapse
   bool hard_pin = false;
   std::vector<Replica> replicas;  // memory replicas only
   SteadyTime put_started{};
@@ -131,6 +132,8 @@ struct ObjectMeta {
   bool reuse_tail = false;
   uint32_t reuse_references = 0;
   SteadyTime reuse_until{};
+  // When soft_pin lapses (SteadyTime{}: never; SoftPinned below reads both).
+  SteadyTime soft_pin_until{};
   SteadyTime lease_deadline{};  // ungrouped objects; groups lease in GroupMeta
   SteadyTime last_access{};
   std::string group_id;
@@ -152,6 +155,11 @@ struct ObjectMeta {
   // meanwhile. Null otherwise.
   std::unique_ptr<PendingVersion> next;
 };
+
+// Whether `meta`'s soft pin still holds at `now` (its TTL, if any, not yet run out).
+inline bool SoftPinned(const ObjectMeta& meta, SteadyTime now) {
+  return meta.soft_pin && (meta.soft_pin_until == SteadyTime{} || now < meta.soft_pin_until);
+}
 
 // The store-index entry of an object (what a store keeps to be recovered from), without its
 // replica's place (offset or disk location: the caller adds it).

@@ -78,19 +78,26 @@ std::shared_ptr<const Segment> SegmentRegistry::FindByName(const std::string& na
 }
 
 Result<std::vector<PlacedReplica>> SegmentRegistry::Allocate(
-    uint64_t size, size_t replica_num, const std::string& preferred_segment) const {
+    uint64_t size, size_t replica_num, const std::string& preferred_segment,
+    const std::vector<SegmentId>& excluded) const {
   std::vector<std::shared_ptr<const Segment>> order;
   {
     std::shared_lock lock(mu_);
     order.reserve(segments_.size());
     for (const auto& [id, seg] : segments_) {
-      if (!seg->held.load(std::memory_order_acquire)) order.push_back(seg);
+      if (seg->held.load(std::memory_order_acquire)) continue;
+      if (std::find(excluded.begin(), excluded.end(), id) != excluded.end()) continue;
+      order.push_back(seg);
     }
   }
   if (order.size() < replica_num) {
-    return Status(ErrorCode::NO_AVAILABLE_HANDLE, "replica_num " + std::to_string(replica_num) +
-                                                      " > " + std::to_string(order.size()) +
-                                                      " mounted segments");
+    return Status(
+        ErrorCode::NO_AVAILABLE_HANDLE,
+        "replica_num " + std::to_string(replica_num) + " > " + std::to_string(order.size()) +
+            " mounted segments" +
+            (excluded.empty() ? std::string()
+                              : " this requester can reach (" + std::to_string(excluded.size()) +
+                                    " unreachable from it)"));
   }
   // Freest first; the preferred segment ahead of all others.
   std::vector<std::pair<uint64_t, size_t>> free_space;

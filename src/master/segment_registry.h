@@ -86,10 +86,11 @@ class SegmentRegistry {
 
   // Places `replica_num` replicas of `size` bytes on distinct segments: the
   // preferred one first (when mounted), then the freest (free = neither used nor quarantined).
-  // Held segments are skipped. NO_AVAILABLE_HANDLE when fewer than `replica_num` segments have
-  // room (nothing is kept then).
+  // Held segments and those in `excluded` (a requester that cannot reach them) are skipped.
+  // NO_AVAILABLE_HANDLE when fewer than `replica_num` segments have room (nothing is kept then).
   Result<std::vector<PlacedReplica>> Allocate(uint64_t size, size_t replica_num,
-                                              const std::string& preferred_segment) const;
+                                              const std::string& preferred_segment,
+                                              const std::vector<SegmentId>& excluded = {}) const;
 
   std::vector<SegmentUsage> Usage() const;
   // Waits up to `timeout` until the ranges quarantined now on segments whose feed has a stream

@@ -3,6 +3,7 @@
 // (client/create_embedded.cc); a program links exactly one of the two.
 #include "rpc/create_client.h"
 
+#include "common/host_name.h"
 #include "common/logging.h"
 #include "tierkv/client.h"
 #include "transport/ucx_options.h"
@@ -31,8 +32,16 @@ Result<std::unique_ptr<Client>> Client::Create(const Config& config) {
   }
   auto backend = ConnectRemoteBackend(config);
   if (!backend.ok()) return backend.status();
-  // A rank contributing a segment to a remote master serves it to this host (shm) only.
-  auto client = ClientImpl::Create(config, std::move(backend).value());
+  // A rank contributing a segment to a remote master serves it to every requester the master
+  // may send there: shared memory on this host, and the network transport on local_hostname's
+  // host (its port when it names one, as Mooncake's local_hostname "host:port" does).
+  StoreOptions store_options;
+  if (config.mode == Mode::kEmbedded) {
+    const HostAndPort local = SplitLocalHostname(config.local_hostname);
+    store_options.data_host = local.host.empty() ? std::string("127.0.0.1") : local.host;
+    store_options.data_port = local.port;
+  }
+  auto client = ClientImpl::Create(config, std::move(backend).value(), std::move(store_options));
   if (!client.ok()) return client.status();
   return std::unique_ptr<Client>(std::move(client).value());
 }

@@ -112,6 +112,8 @@ void EncodeConfig(const ReplicateConfig& config, rpc::ReplicateConfig* out) {
   out->set_preferred_segment(config.preferred_segment);
   out->set_with_soft_pin(config.with_soft_pin);
   out->set_with_hard_pin(config.with_hard_pin);
+  out->set_soft_pin_ttl_ms(config.soft_pin_ttl_ms);
+  for (uint32_t id : config.excluded_segments) out->add_excluded_segments(id);
   if (!config.group_ids.empty()) EncodeKeys(config.group_ids, out->mutable_group_ids());
   if (!config.parent_keys.empty()) EncodeKeys(config.parent_keys, out->mutable_parent_keys());
 }
@@ -121,6 +123,9 @@ Status DecodeConfig(const rpc::ReplicateConfig& config, ReplicateConfig* out) {
   out->preferred_segment = config.preferred_segment();
   out->with_soft_pin = config.with_soft_pin();
   out->with_hard_pin = config.with_hard_pin();
+  out->soft_pin_ttl_ms = config.soft_pin_ttl_ms();
+  out->excluded_segments.assign(config.excluded_segments().begin(),
+                                config.excluded_segments().end());
   if (Status st = DecodeKeys(config.group_ids(), &out->group_ids); !st.ok()) {
     return Status(st.code(), "config.group_ids: " + st.message());
   }

@@ -155,7 +155,13 @@ Status Store::Serve(const Config& config, const StoreOptions& options) {
       if (!stager.ok()) return stager.status();
       stager_ = std::move(stager).value();
     }
-    auto server = transport::StartNetworkSegmentServer(segment_, serve_on, 0, *ucx, stager_);
+    auto server =
+        transport::StartNetworkSegmentServer(segment_, serve_on, options.data_port, *ucx, stager_);
+    if (!server.ok() && options.data_port != 0) {
+      spdlog::warn("store {}: cannot listen on {} port {} ({}); serving on a free port instead",
+                   segment_->name(), serve_on, options.data_port, server.status().message());
+      server = transport::StartNetworkSegmentServer(segment_, serve_on, 0, *ucx, stager_);
+    }
     if (!server.ok()) return server.status();
     ucx_server_ = std::move(server).value();
     data_address = ucx_server_->address();

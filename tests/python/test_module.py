@@ -40,15 +40,19 @@ def test_setup_positional_and_keywords(key):
     assert s.setup(local_hostname="h1", metadata_server="P2PHANDSHAKE",
                    global_segment_size=16 << 20, local_buffer_size=1 << 20, protocol="tcp",
                    rdma_devices="", master_server_addr="") == 0
-    assert s.get_hostname() == "h1"
+    assert s.get_hostname().startswith("h1:")  # its segment, "h1:<pid>:<n>"
     assert s.setup("h1", "P2PHANDSHAKE", 16 << 20, 1 << 20, "tcp", "", "") == E.INVALID_PARAMS
     assert s.close() == 0
     with pytest.raises(TypeError, match="missing required"):
         s.setup("h", "P2PHANDSHAKE", 16 << 20)
     with pytest.raises(TypeError, match="unexpected keyword"):
         s.setup("h", "P2PHANDSHAKE", 16 << 20, 1 << 20, "tcp", "", "", bogus=1)
-    with pytest.raises(TypeError, match="engine"):
-        s.setup("h", "P2PHANDSHAKE", 16 << 20, 1 << 20, "tcp", "", "", engine=object())
+    # A transfer engine (SGLang passes its own as transfer_engine=) is not used: a warning.
+    for name in ("engine", "transfer_engine"):
+        with pytest.warns(UserWarning, match="transfer engine"):
+            assert s.setup("h", "P2PHANDSHAKE", 16 << 20, 1 << 20, "tcp", "", "",
+                           **{name: object()}) == 0
+        assert s.close() == 0
     # device_name is accepted for rdma_devices (vLLM's config name).
     assert s.setup("h", "P2PHANDSHAKE", 16 << 20, "1 MB", "tcp", master_server_addr="",
                    device_name="") == 0

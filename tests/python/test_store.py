@@ -1,6 +1,7 @@
 """DistributedStore's methods in every mode (embedded, standalone requester, embedded with a
 remote master): results, return conventions, and mixed good and bad keys in every batch."""
 
+import os
 import threading
 
 import numpy as np
@@ -293,10 +294,12 @@ def test_replicate_config_on_puts(store, key):
     assert store.put_batch([key("3"), key("4")], [b"a", b"b"], cfg) == E.INVALID_PARAMS
     bad = tierkv.ReplicateConfig()
     bad.soft_pin_action = tierkv.SoftPinAction.ENABLE
-    bad.soft_pin_ttl_ms = 5000
-    assert store.put(key("5"), b"x", bad) == E.INVALID_PARAMS  # no soft-pin TTLs in tierkv
-    bad.soft_pin_ttl_ms = 0  # 0: ordinary cache, as in Mooncake
+    bad.soft_pin_ttl_ms = 5000  # a soft pin that lapses 5 s after the put
     assert store.put(key("5"), b"x", bad) == 0
+    bad.soft_pin_ttl_ms = 400 * 24 * 3600 * 1000  # over a year
+    assert store.put(key("5b"), b"x", bad) == E.INVALID_PARAMS
+    bad.soft_pin_ttl_ms = 0  # 0: ordinary cache, as in Mooncake
+    assert store.put(key("5c"), b"x", bad) == 0
     two = tierkv.ReplicateConfig()
     two.preferred_segments = ["a", "b"]
     assert store.put(key("6"), b"x", two) == E.INVALID_PARAMS
@@ -326,7 +329,13 @@ def test_health_hostname_close(mode, request):
     c = request.getfixturevalue("cluster") if mode != "embedded" else None
     s = make_store(mode, c)
     assert s.health_check() == 0
-    assert s.get_hostname() == "localhost"
+    # The own segment's name ("localhost:<pid>:<n>") when the store contributes one, else the
+    # local_hostname given to setup.
+    if mode == "standalone":
+        assert s.get_hostname() == "localhost"
+    else:
+        host, pid, n = s.get_hostname().split(":")
+        assert host == "localhost" and int(pid) == os.getpid() and int(n) >= 0
     assert s.close() == 0
     assert s.close() == 0
     assert s.health_check() == 1

@@ -1,0 +1,73 @@
+"""Mooncake's Python conventions on tierkv (embedded mode; the deployment with a remote master
+is test_mooncake_deploy.py): re-puts succeed, soft pins with a TTL, get_hostname() as a
+preferred segment."""
+
+import time
+
+import numpy as np
+
+import tierkv
+
+MiB = 1 << 20
+
+
+def embedded(segment=16 * MiB, **extra):
+    s = tierkv.MooncakeDistributedStore()
+    config = {"local_hostname": "localhost", "metadata_server": "P2PHANDSHAKE",
+              "global_segment_size": segment, "local_buffer_size": 16 * MiB,
+              "protocol": "tcp", "master_server_addr": ""}
+    config.update(extra)
+    assert s.setup(config) == 0, s.last_error()
+    return s
+
+
+def test_every_put_call_treats_an_existing_key_as_done():
+    s = embedded()
+    buf = np.arange(4096, dtype=np.uint8)
+    other = np.full(4096, 7, dtype=np.uint8)
+    assert s.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+    assert s.register_buffer(other.ctypes.data, other.nbytes) == 0
+    assert s.put("k1", b"first") == 0
+    assert s.put("k1", b"second") == 0
+    assert s.put_batch(["k1", "k2"], [b"x", b"y"]) == 0
+    assert s.put_parts("k2", b"a", b"b") == 0
+    assert s.put_from("k3", buf.ctypes.data, 4096) == 0
+    assert s.put_from("k3", other.ctypes.data, 4096) == 0
+    assert s.batch_put_from(["k3", "k4"], [other.ctypes.data] * 2, [4096] * 2) == [0, 0]
+    assert s.batch_put_from_multi_buffers(["k3", "k4"], [[buf.ctypes.data]] * 2,
+                                          [[4096]] * 2) == [0, 0]
+    # The first writer's bytes stay (objects are immutable; upsert replaces them).
+    assert s.get("k1") == b"first"
+    assert s.get("k2") == b"y"
+    out = np.zeros(4096, dtype=np.uint8)
+    assert s.register_buffer(out.ctypes.data, out.nbytes) == 0
+    assert s.get_into("k3", out.ctypes.data, 4096) == 4096
+    assert (out == buf).all()
+    assert s.upsert("k1", b"third") == 0 and s.get("k1") == b"third"
+    s.close()
+
+
+def test_soft_pin_ttl_lapses_and_a_pin_without_ttl_holds():
+    # Short leases: is_exist and get lease an object, and a leased object is never evicted.
+    s = embedded(default_kv_lease_ttl_ms=50)
+    value = b"v" * MiB
+    lapsing = tierkv.ReplicateConfig()
+    lapsing.soft_pin_action = tierkv.SoftPinAction.ENABLE
+    lapsing.soft_pin_ttl_ms = 1500
+    holding = tierkv.ReplicateConfig()
+    holding.with_soft_pin = True  # no TTL: the master's default (0 = until removed)
+    assert s.put("lapsing", value, lapsing) == 0
+    assert s.put("holding", value, holding) == 0
+    # Three times the segment of unpinned objects: eviction takes only unpinned ones.
+    for i in range(48):
+        assert s.put(f"a{i}", value) == 0
+    time.sleep(0.1)
+    assert s.is_exist("lapsing") == 1 and s.is_exist("holding") == 1
+    assert sum(s.is_exist(f"a{i}") for i in range(48)) < 16
+    time.sleep(1.6)  # the lapsing pin has run out; "lapsing" is the least recently used object
+    for i in range(48):
+        assert s.put(f"b{i}", value) == 0
+    time.sleep(0.1)
+    assert s.is_exist("lapsing") == 0
+    assert s.is_exist("holding") == 1
+    s.close()

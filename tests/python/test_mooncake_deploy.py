@@ -1,0 +1,202 @@
+"""Mooncake's usual deployment on tierkv: every engine process contributes a segment to a remote
+master (``global_segment_size > 0``, ``master_server_addr`` set), ``protocol`` "tcp" (Mooncake's
+default) or "auto", ``local_hostname`` with or without ``:port``. Every process puts objects the
+master may place on any other's segment, and reads every other's: no TRANSFER_FAIL, no wrong
+byte. Then one process is killed and the others go on.
+
+Each engine is a subprocess running mooncake_worker.py (one JSON command per line).
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from conftest import Child, _die_with_parent, tierkv_binary
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIZE = 64 << 10
+PER_WORKER = 24
+
+
+class Worker:
+    def __init__(self, hostname, protocol, master, segment=16 << 20):
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "mooncake_worker.py"), hostname, protocol, master,
+             str(segment)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            preexec_fn=_die_with_parent, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        ready = json.loads(self.proc.stdout.readline() or '{"ready": "no output"}')
+        assert ready["ready"] == 0, f"worker setup failed: {ready}"
+
+    def call(self, **cmd):
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, f"worker died answering {cmd['op']}"
+        return json.loads(line)
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write('{"op": "exit"}\n')
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=10)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                self.proc.kill()
+        self.proc.wait()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def master():
+    child = Child([tierkv_binary(), "master", "--host", "127.0.0.1", "--port", "0",
+                   "--metrics-port", "-1", "--client-ttl-ms", "3000"],
+                  r"tierkv master listening on (\S+)")
+    yield child.match.group(1)
+    child.kill()
+
+
+def hostnames(kind):
+    if kind == "plain":
+        return ["127.0.0.1"] * 3
+    if kind == "localhost":
+        return ["localhost"] * 3
+    return [f"localhost:{free_port()}" for _ in range(3)]  # Mooncake's "host:port"
+
+
+@pytest.mark.parametrize("protocol", ["tcp", "auto"])
+@pytest.mark.parametrize("kind", ["plain", "localhost", "with_port"])
+def test_every_engine_reads_every_other(master, protocol, kind):
+    run = uuid.uuid4().hex[:8]
+    workers = [Worker(h, protocol, master) for h in hostnames(kind)]
+    try:
+        keys = [[f"{run}-w{w}-{i}" for i in range(PER_WORKER)] for w in range(len(workers))]
+        for w, worker in enumerate(workers):
+            codes = worker.call(op="put", keys=keys[w], size=SIZE)["codes"]
+            assert codes == [0] * PER_WORKER, f"worker {w} puts: {codes}"
+        everything = [k for ks in keys for k in ks]
+        for w, worker in enumerate(workers):
+            got = worker.call(op="get", keys=everything, size=SIZE)
+            assert got["wrong"] == []
+            assert got["results"] == [SIZE] * len(everything), f"worker {w} gets: {got['results']}"
+        # Each engine's get_hostname() names its own segment (what preferred_segment takes).
+        names = {worker.call(op="hostname")["hostname"] for worker in workers}
+        assert len(names) == len(workers)
+    finally:
+        for worker in workers:
+            worker.close()
+
+
+def test_a_killed_engine_does_not_stop_the_others(master):
+    run = uuid.uuid4().hex[:8]
+    workers = [Worker("127.0.0.1", "tcp", master) for _ in range(3)]
+    try:
+        first = [[f"{run}-a{w}-{i}" for i in range(PER_WORKER)] for w in range(3)]
+        for w in range(3):
+            assert workers[w].call(op="put", keys=first[w], size=SIZE)["codes"] == [0] * PER_WORKER
+        workers[2].proc.kill()
+        workers[2].proc.wait()
+        # Right after the kill (the master has not expired it yet), puts go around the dead
+        # segment and every get returns the right bytes or fails cleanly (its replicas died).
+        for w in range(2):
+            more = [f"{run}-b{w}-{i}" for i in range(PER_WORKER)]
+            assert workers[w].call(op="put", keys=more, size=SIZE)["codes"] == [0] * PER_WORKER
+            got = workers[w].call(op="get", keys=more, size=SIZE)
+            assert got["wrong"] == [] and got["results"] == [SIZE] * PER_WORKER
+            old = [k for ks in first for k in ks]
+            got = workers[w].call(op="get", keys=old, size=SIZE)
+            assert got["wrong"] == []
+            assert all(r == SIZE or r < 0 for r in got["results"])
+            # The survivors' own segments still hold what they were given.
+            assert sum(r == SIZE for r in got["results"]) >= 1
+    finally:
+        for worker in workers:
+            worker.close()
+
+
+def test_preferred_segment_get_hostname_places_locally(master):
+    import tierkv
+
+    stores = []
+    try:
+        for _ in range(2):
+            s = tierkv.MooncakeDistributedStore()
+            assert s.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "",
+                           master) == 0, s.last_error()
+            stores.append(s)
+        names = [s.get_hostname() for s in stores]
+        assert names[0] != names[1]
+        run = uuid.uuid4().hex[:8]
+        for w, s in enumerate(stores):
+            cfg = tierkv.ReplicateConfig()
+            cfg.preferred_segment = s.get_hostname()  # LMCache's prefer_local_alloc
+            keys = [f"{run}-p{w}-{i}" for i in range(10)]
+            assert s.put_batch(keys, [b"x" * 4096] * 10, cfg) == 0
+            for k in keys:
+                descs = s.get_replica_desc(k)
+                assert len(descs) == 1
+                assert descs[0].segment_name.split("@")[0] == names[w]
+    finally:
+        for s in stores:
+            s.remove_all(True)
+            s.close()
+
+
+def test_tierkv_master_takes_a_mooncake_deployments_flags():
+    binary = tierkv_binary()
+    child = Child([binary, "master", "--rpc_address=127.0.0.1", "--port=0",
+                   "--default_kv_lease_ttl=5000", "--default_kv_soft_pin_ttl=1800000",
+                   "--eviction_high_watermark_ratio=0.95", "--eviction_ratio", "0.1",
+                   "--enable_metric_reporting=false", "--client_ttl=10"],
+                  r"tierkv master listening on (\S+)")
+    try:
+        worker = Worker("127.0.0.1", "tcp", child.match.group(1))
+        try:
+            assert worker.call(op="put", keys=["mc-flags"], size=SIZE)["codes"] == [0]
+            assert worker.call(op="get", keys=["mc-flags"], size=SIZE)["results"] == [SIZE]
+        finally:
+            worker.close()
+    finally:
+        child.kill()
+    # The translated values are the ones the master runs with (its start-up line, on stderr).
+    proc = subprocess.Popen([binary, "master", "--rpc_address=127.0.0.1", "--port=0",
+                             "--default_kv_lease_ttl=5000", "--eviction_high_watermark_ratio=0.95",
+                             "--eviction_ratio=0.1", "--client_ttl=7", "--metrics_port=-1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_die_with_parent)
+    try:
+        line = ""
+        while "lease TTL" not in line:
+            line = proc.stderr.readline()
+            assert line, "the master ended before its start-up line"
+        assert "lease TTL 5000 ms, high watermark 0.95, eviction ratio 0.1" in line, line
+        assert "client TTL 7000 ms" in line and "metrics: off" in line, line
+    finally:
+        proc.kill()
+        proc.wait()
+    out = subprocess.run([binary, "master", "--port=0", "--bogus-flag"], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode != 0 and "bogus" in out.stderr  # tierkv's own flags still checked
+    refused = {
+        "--root_fs_dir=/tmp/x": "ssd_offload_path",
+        "--enable_offload=true": "enable_offload",
+        "--cluster_id=c1": "--ha",
+        "--enable_ha=true": "ha_backend_connstring",
+        "--ha_backend_type=redis": "etcd",
+        "--client_ttl=ten": "whole number",
+    }
+    for flag, named in refused.items():
+        out = subprocess.run([binary, "master", "--port=0", flag], capture_output=True,
+                             text=True, timeout=30)
+        assert out.returncode == 2, (flag, out.stderr)
+        assert flag.split("=")[0] in out.stderr and named in out.stderr, (flag, out.stderr)
