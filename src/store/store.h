@@ -51,8 +51,9 @@ struct StoreOptions {
   std::string data_host;
   // Adjusts the SSD tier's options before it opens (tests: fault-injecting devices).
   std::function<void(SsdTierOptions&)> tier_hook;
-  // The port the network transport listens on (0: a free one). When that port is taken, a free one is used and a
-  // warning names both: requesters learn the address from the master, not from the config.
+  // The port the network transport listens on (0: a free one). When that port is taken, a free one
+  // is used and a warning names both: requesters learn the address from the master, not from the
+  // config.
   int data_port = 0;
 };
 
