@@ -95,6 +95,28 @@ const std::map<std::string, MooncakeFlag>& Flags() {
                "the master)",
                true)},
       {"memory_allocator", Refused("tierkv's master has one allocator, an offset allocator")},
+      {"rpc_conn_timeout_seconds",
+       Refused("tierkv's gRPC server keeps its own connection limits (docs/security.md)")},
+      {"rpc_enable_tcp_no_delay", Refused("tierkv's gRPC transport always sets TCP_NODELAY", true)},
+      {"global_file_segment_size",
+       Refused("tierkv has no shared-file (NFS/3FS) segment: each store owns its SSD tier")},
+      {"http_metadata_server_port", Refused("tierkv needs no transfer-engine metadata server")},
+      {"http_metadata_server_host", Refused("tierkv needs no transfer-engine metadata server")},
+      {"enable_metadata_cleanup_on_timeout",
+       Refused("tierkv needs no transfer-engine metadata server", true)},
+      {"put_start_release_timeout_sec",
+       Refused("tierkv releases an abandoned put's space when it discards it "
+               "(--put-timeout-ms, Mooncake's --put_start_discard_timeout_sec)")},
+      {"enable_disk_eviction",
+       Refused("each store's SSD tier always evicts whole regions when full", true)},
+      {"quota_bytes", Refused("tierkv's SSD tier size is the store's offload_capacity")},
+      {"max_total_finished_tasks", Refused("tierkv has no task manager (copy/move tasks)")},
+      {"max_total_pending_tasks", Refused("tierkv has no task manager (copy/move tasks)")},
+      {"max_total_processing_tasks", Refused("tierkv has no task manager (copy/move tasks)")},
+      {"pending_task_timeout_sec", Refused("tierkv has no task manager (copy/move tasks)")},
+      {"processing_task_timeout_sec", Refused("tierkv has no task manager (copy/move tasks)")},
+      {"config_path",
+       Refused("tierkv master takes flags only; give the config file's settings as flags")},
   };
   return *flags;
 }
@@ -146,6 +168,7 @@ Result<std::vector<std::string>> TranslateMooncakeMasterFlags(
       continue;
     }
     if (!value) return Refuse(name, "needs a value");
+    if (name == "rpc_port" && *value == "0") continue;  // Mooncake: 0 = use --port
     if (name == "ha_backend_connstring" || name == "etcd_endpoints") {
       ha_connstring = *value;
       continue;
