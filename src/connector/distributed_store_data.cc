@@ -2,6 +2,7 @@
 // registered memory, and get_into_ranges (include/tierkv/distributed_store.h).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -321,7 +322,15 @@ std::vector<std::vector<std::vector<int64_t>>> DistributedStore::GetIntoRanges(
     for (size_t j = 0; j < nk; ++j) {
       const bool frag_ok = shape_ok && dst_offsets[i][j].size() == sizes[i][j].size() &&
                            src_offsets[i][j].size() == sizes[i][j].size();
-      const size_t nf = shape_ok && j < sizes[i].size() ? sizes[i][j].size() : 1;
+      // One result per destination range; lists that disagree give one INVALID_PARAMS per entry
+      // of the longest (never an empty list for a key that failed).
+      size_t nf = 1;
+      if (frag_ok) {
+        nf = sizes[i][j].size();
+      } else if (shape_ok) {
+        nf = std::max(
+            {dst_offsets[i][j].size(), src_offsets[i][j].size(), sizes[i][j].size(), size_t{1}});
+      }
       out[i][j].assign(nf, Code(ErrorCode::INVALID_PARAMS));
       if (!frag_ok || !reg) continue;
       const auto& obj = objects[slot[keys[i][j]]];

@@ -195,6 +195,9 @@ def test_get_into_ranges(store, key):
     r = store.get_into_ranges([buf0.ctypes.data], [[key("r1"), key("r2")]],
                               [[[0, 1], [4]]], [[[0], [0]]], [[[1, 1], [1]]])
     assert r[0][0] == [E.INVALID_PARAMS, E.INVALID_PARAMS] and r[0][1] == [1]
+    # An empty size list against offsets: one error per destination, not [] (as Mooncake).
+    r = store.get_into_ranges([buf0.ctypes.data], [[key("r1")]], [[[0, 1]]], [[[0, 0]]], [[[]]])
+    assert r == [[[E.INVALID_PARAMS, E.INVALID_PARAMS]]]
 
 
 # ---- query, removal, replicas ---------------------------------------------------------------
