@@ -287,6 +287,11 @@ class DistributedStore {
   int WriteBatch(const char* call, const std::vector<std::string>& keys,
                  const std::vector<std::span<const uint8_t>>& values,
                  const StoreReplicateConfig& config, bool upsert);
+  // The multi-buffer puts and upserts over registered memory (`call` names the Python call).
+  std::vector<int> WriteFromBuffers(const char* call, const std::vector<std::string>& keys,
+                                    const std::vector<std::vector<uintptr_t>>& ptrs,
+                                    const std::vector<std::vector<uint64_t>>& sizes,
+                                    const StoreReplicateConfig& config, bool upsert);
   std::vector<int> BatchPutTensorImpl(const std::vector<std::string>& keys,
                                       const std::vector<TensorView>& tensors,
                                       const StoreReplicateConfig& config, bool upsert);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include "connector/distributed_store_internal.h"
 
@@ -173,16 +174,29 @@ int DistributedStore::PutFrom(const std::string& key, uintptr_t ptr, uint64_t si
   return BatchPutFromMultiBuffers({key}, {{ptr}}, {{size}}, config)[0];
 }
 
+namespace {
+
+// One buffer per key, as the multi-buffer calls take them (a missing entry: no buffer, which
+// fails that key's shape check).
+std::pair<std::vector<std::vector<uintptr_t>>, std::vector<std::vector<uint64_t>>> OneBufferEach(
+    size_t keys, const std::vector<uintptr_t>& ptrs, const std::vector<uint64_t>& sizes) {
+  std::pair<std::vector<std::vector<uintptr_t>>, std::vector<std::vector<uint64_t>>> out;
+  for (size_t i = 0; i < keys; ++i) {
+    out.first.push_back(i < ptrs.size() ? std::vector<uintptr_t>{ptrs[i]}
+                                        : std::vector<uintptr_t>{});
+    out.second.push_back(i < sizes.size() ? std::vector<uint64_t>{sizes[i]}
+                                          : std::vector<uint64_t>{});
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<int> DistributedStore::BatchPutFrom(const std::vector<std::string>& keys,
                                                 const std::vector<uintptr_t>& ptrs,
                                                 const std::vector<uint64_t>& sizes,
                                                 const StoreReplicateConfig& config) {
-  std::vector<std::vector<uintptr_t>> p;
-  std::vector<std::vector<uint64_t>> s;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    p.push_back(i < ptrs.size() ? std::vector<uintptr_t>{ptrs[i]} : std::vector<uintptr_t>{});
-    s.push_back(i < sizes.size() ? std::vector<uint64_t>{sizes[i]} : std::vector<uint64_t>{});
-  }
+  auto [p, s] = OneBufferEach(keys.size(), ptrs, sizes);
   return BatchPutFromMultiBuffers(keys, p, s, config);
 }
 
@@ -195,12 +209,7 @@ std::vector<int> DistributedStore::BatchUpsertFrom(const std::vector<std::string
                                                    const std::vector<uintptr_t>& ptrs,
                                                    const std::vector<uint64_t>& sizes,
                                                    const StoreReplicateConfig& config) {
-  std::vector<std::vector<uintptr_t>> p;
-  std::vector<std::vector<uint64_t>> s;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    p.push_back(i < ptrs.size() ? std::vector<uintptr_t>{ptrs[i]} : std::vector<uintptr_t>{});
-    s.push_back(i < sizes.size() ? std::vector<uint64_t>{sizes[i]} : std::vector<uint64_t>{});
-  }
+  auto [p, s] = OneBufferEach(keys.size(), ptrs, sizes);
   return BatchUpsertFromMultiBuffers(keys, p, s, config);
 }
 
@@ -214,37 +223,32 @@ bool ShapesMatch(size_t keys, size_t ptrs, size_t sizes) { return ptrs == keys &
 std::vector<int> DistributedStore::BatchPutFromMultiBuffers(
     const std::vector<std::string>& keys, const std::vector<std::vector<uintptr_t>>& ptrs,
     const std::vector<std::vector<uint64_t>>& sizes, const StoreReplicateConfig& config) {
-  TIERKV_REQUIRE_CLIENT("batch_put_from_multi_buffers",
-                        std::vector<int>(keys.size(), Code(ErrorCode::INVALID_PARAMS)));
-  if (!ShapesMatch(keys.size(), ptrs.size(), sizes.size())) {
-    SetError("batch_put_from: lists of different lengths");
-    return std::vector<int>(keys.size(), Code(ErrorCode::INVALID_PARAMS));
-  }
-  auto core = dstore::ToCore(config, keys.size(), *client_, hostname_);
-  if (!core.ok()) {
-    SetError("batch_put_from: " + core.status().message());
-    return std::vector<int>(keys.size(), Code(core.code()));
-  }
-  return dstore::ClientPut(*client_, keys, dstore::Ptrs(ptrs), dstore::Sizes(sizes), *core,
-                           /*upsert=*/false);
+  return WriteFromBuffers("batch_put_from", keys, ptrs, sizes, config, /*upsert=*/false);
 }
 
 std::vector<int> DistributedStore::BatchUpsertFromMultiBuffers(
     const std::vector<std::string>& keys, const std::vector<std::vector<uintptr_t>>& ptrs,
     const std::vector<std::vector<uint64_t>>& sizes, const StoreReplicateConfig& config) {
-  TIERKV_REQUIRE_CLIENT("batch_upsert_from",
-                        std::vector<int>(keys.size(), Code(ErrorCode::INVALID_PARAMS)));
+  return WriteFromBuffers("batch_upsert_from", keys, ptrs, sizes, config, /*upsert=*/true);
+}
+
+std::vector<int> DistributedStore::WriteFromBuffers(const char* call,
+                                                    const std::vector<std::string>& keys,
+                                                    const std::vector<std::vector<uintptr_t>>& ptrs,
+                                                    const std::vector<std::vector<uint64_t>>& sizes,
+                                                    const StoreReplicateConfig& config,
+                                                    bool upsert) {
+  TIERKV_REQUIRE_CLIENT(call, std::vector<int>(keys.size(), Code(ErrorCode::INVALID_PARAMS)));
   if (!ShapesMatch(keys.size(), ptrs.size(), sizes.size())) {
-    SetError("batch_upsert_from: lists of different lengths");
+    SetError(std::string(call) + ": lists of different lengths");
     return std::vector<int>(keys.size(), Code(ErrorCode::INVALID_PARAMS));
   }
   auto core = dstore::ToCore(config, keys.size(), *client_, hostname_);
   if (!core.ok()) {
-    SetError("batch_upsert_from: " + core.status().message());
+    SetError(std::string(call) + ": " + core.status().message());
     return std::vector<int>(keys.size(), Code(core.code()));
   }
-  return client_->BatchUpsertFromMultiBuffers(keys, dstore::Ptrs(ptrs), dstore::Sizes(sizes),
-                                              *core);
+  return dstore::ClientPut(*client_, keys, dstore::Ptrs(ptrs), dstore::Sizes(sizes), *core, upsert);
 }
 
 int64_t DistributedStore::GetInto(const std::string& key, uintptr_t ptr, uint64_t capacity) {
