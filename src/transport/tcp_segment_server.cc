@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -128,6 +129,7 @@ struct TcpSegmentServer::Loop {
   UniqueFd wake;
   std::atomic<bool> stopping{false};
   uint64_t next_serial = 1;
+  size_t max_connections = kMaxConnections;  // TcpSegmentServer::MaxConnections at Start
   std::unordered_map<int, std::unique_ptr<Connection>> by_fd;
   std::unordered_map<uint64_t, Connection*> by_serial;
   std::vector<uint8_t> discard = std::vector<uint8_t>(64 * 1024);
@@ -506,7 +508,7 @@ struct TcpSegmentServer::Loop {
         return;
       }
       UniqueFd owned(fd);
-      if (by_fd.size() >= kMaxConnections) {
+      if (by_fd.size() >= max_connections) {
         // Full: the oldest connection still without its hello makes room (a flood of silent
         // connections cannot lock requesters out); with none, the new one is refused.
         Connection* oldest = OldestWithoutHello();
@@ -516,7 +518,7 @@ struct TcpSegmentServer::Loop {
           continue;  // closed
         }
         Close(*oldest,
-              "dropped without its hello: " + std::to_string(kMaxConnections) + " connections open",
+              "dropped without its hello: " + std::to_string(max_connections) + " connections open",
               true);
       }
       const int one = 1;
@@ -631,6 +633,12 @@ struct TcpSegmentServer::Loop {
   }
 };
 
+size_t TcpSegmentServer::MaxConnections(uint64_t descriptor_limit) {
+  const uint64_t reserve = std::max<uint64_t>(kReservedDescriptors, descriptor_limit / 4);
+  const uint64_t budget = descriptor_limit > reserve ? descriptor_limit - reserve : 0;
+  return static_cast<size_t>(std::clamp<uint64_t>(budget, 8, kMaxConnections));
+}
+
 Result<std::unique_ptr<TcpSegmentServer>> TcpSegmentServer::Start(
     std::shared_ptr<MemorySegment> segment, const std::string& host, int port,
     const UcxTransportOptions& options, std::shared_ptr<StageSource> stages) {
@@ -649,6 +657,9 @@ Result<std::unique_ptr<TcpSegmentServer>> TcpSegmentServer::Start(
   if (!at.ok()) return R(at.code(), "tcp segment server: " + at.status().message());
 
   auto loop = std::make_unique<Loop>();
+  rlimit files{};
+  loop->max_connections =
+      getrlimit(RLIMIT_NOFILE, &files) == 0 ? MaxConnections(files.rlim_cur) : kMaxConnections;
   loop->segment = std::move(segment);
   loop->stages = std::move(stages);
   loop->options = options;

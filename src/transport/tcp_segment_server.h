@@ -8,8 +8,10 @@
 // protocol does not allow (a wrong magic, an unknown op, lengths out of bounds, a request before
 // its hello) is disconnected and logged (at most 10 lines a second, then a count), and never
 // disturbs another peer. A peer has options.io_timeout to complete its hello; at most
-// kMaxConnections are open (when full, a new connection makes room by closing the oldest one
-// still without its hello, or is closed itself when every one has said hello). Writes land straight
+// MaxConnections() are open (when full, a new connection makes room by closing the oldest one
+// still without its hello, or is closed itself when every one has said hello): kMaxConnections,
+// or fewer when the process's descriptor limit would not leave the rest of the process (its gRPC
+// channel, shared-memory peers, files) kReservedDescriptors. Writes land straight
 // in the segment (after the bounds check), reads go out straight from it (writev), staged pieces
 // straight from the staging buffer: no copy in this process.
 //
@@ -42,6 +44,13 @@ namespace tierkv::transport {
 class TcpSegmentServer final : public NetworkSegmentServer {
  public:
   static constexpr size_t kMaxConnections = 4096;
+  // Descriptors kept for the rest of the process: at least this, or a quarter of the limit.
+  static constexpr size_t kReservedDescriptors = 64;
+  // The connection budget under `descriptor_limit` (RLIMIT_NOFILE's soft limit): kMaxConnections,
+  // or the limit less max(kReservedDescriptors, a quarter of it), but at least 8. A flood of
+  // connections then meets this budget before the process runs out of descriptors, which other
+  // libraries (gRPC) do not all survive.
+  static size_t MaxConnections(uint64_t descriptor_limit);
 
   // Serves `segment` on `host`:`port` (0: a free port; address() says which), only there: the
   // listening socket is bound to that one address. Errors: INVALID_PARAMS (no segment, empty

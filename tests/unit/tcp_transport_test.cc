@@ -419,3 +419,14 @@ TEST_F(TcpTransportTest, HostilePeersAreDisconnectedAndTheServerKeepsServing) {
 
 }  // namespace
 }  // namespace tierkv::transport
+
+// The connection budget leaves the rest of the process descriptors to spare (a flood at the
+// descriptor limit starves gRPC otherwise): a quarter of the limit, at least 64.
+TEST(TcpServerBudgetTest, ConnectionsLeaveDescriptorsForTheRestOfTheProcess) {
+  using tierkv::transport::TcpSegmentServer;
+  EXPECT_EQ(TcpSegmentServer::MaxConnections(200), 136u);
+  EXPECT_EQ(TcpSegmentServer::MaxConnections(1024), 768u);
+  EXPECT_EQ(TcpSegmentServer::MaxConnections(1u << 20), TcpSegmentServer::kMaxConnections);
+  EXPECT_EQ(TcpSegmentServer::MaxConnections(64), 8u);  // never below 8
+  EXPECT_EQ(TcpSegmentServer::MaxConnections(0), 8u);
+}
