@@ -162,6 +162,14 @@ int RunMaster(const MasterFlags& flags) {
     MetricsServerOptions metrics_options;
     metrics_options.host = flags.host;
     metrics_options.port = flags.metrics_port;
+    // Mooncake's admin page, which SGLang's Mooncake backend reads to check the master: one
+    // segment name per line.
+    MasterServer* s = server.get();
+    metrics_options.text_pages["/get_all_segments"] = [s] {
+      std::string body;
+      for (const std::string& name : s->SegmentNames()) body += name + "\n";
+      return body;
+    };
     Result<std::unique_ptr<MetricsServer>> serving =
         MetricsServer::Start(metrics_options, options.metrics);
     if (!serving.ok()) {

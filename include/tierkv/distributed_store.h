@@ -62,8 +62,9 @@ struct StoreReplica {
   ReplicaTier tier = ReplicaTier::kMemory;
   bool local = false;  // on this client's own segment (its SSD tier for a disk replica)
   std::string segment_name;
-  uint64_t offset = 0;
+  uint64_t offset = 0;  // memory: in the segment; disk: of the record in its region
   uint64_t size = 0;
+  uint32_t region = 0;  // disk: the region of the owner's SSD tier; memory: 0
 };
 
 // Bytes of one object held in the local buffer until the last reference goes (Mooncake's

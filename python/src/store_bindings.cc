@@ -118,12 +118,76 @@ void BindStore(py::module_& m) {
   py::enum_<ReplicaTier>(m, "ReplicaTier")
       .value("MEMORY", ReplicaTier::kMemory)
       .value("DISK", ReplicaTier::kDisk);
-  // Mooncake's ReplicaStatus: every replica tierkv reports belongs to a complete object.
-  enum class ReplicaStatus { kComplete = 3 };
-  py::enum_<ReplicaStatus>(m, "ReplicaStatus").value("COMPLETE", ReplicaStatus::kComplete);
+  // Mooncake's ReplicaStatus, with its numbering; every replica tierkv reports belongs to a
+  // complete object (COMPLETE).
+  enum class ReplicaStatus {
+    kUndefined = 0,
+    kInitialized,
+    kProcessing,
+    kComplete,
+    kRemoved,
+    kFailed
+  };
+  py::enum_<ReplicaStatus>(m, "ReplicaStatus")
+      .value("UNDEFINED", ReplicaStatus::kUndefined)
+      .value("INITIALIZED", ReplicaStatus::kInitialized)
+      .value("PROCESSING", ReplicaStatus::kProcessing)
+      .value("COMPLETE", ReplicaStatus::kComplete)
+      .value("REMOVED", ReplicaStatus::kRemoved)
+      .value("FAILED", ReplicaStatus::kFailed)
+      .export_values();
+  // Mooncake's descriptors of a replica's place (docs/python.md, "Replica descriptors"): a
+  // memory replica's buffer (its segment as the endpoint, its offset in the segment as the
+  // address), a disk replica's record in its owner's SSD tier.
+  struct BufferDescriptor {
+    uint64_t size = 0;
+    uint64_t buffer_address = 0;
+    std::string transport_endpoint;
+  };
+  struct MemoryDescriptor {
+    BufferDescriptor buffer_descriptor;
+  };
+  struct DiskDescriptor {
+    std::string file_path;
+    uint64_t object_size = 0;
+  };
+  py::class_<BufferDescriptor>(m, "Descriptor")
+      .def_readonly("size_", &BufferDescriptor::size)
+      .def_readonly("buffer_address_", &BufferDescriptor::buffer_address)
+      .def_readonly("transport_endpoint_", &BufferDescriptor::transport_endpoint)
+      .def("__repr__", [](const BufferDescriptor& d) {
+        return "<Descriptor size=" + std::to_string(d.size) +
+               " buffer_address=" + std::to_string(d.buffer_address) +
+               " transport_endpoint=" + d.transport_endpoint + ">";
+      });
+  py::class_<MemoryDescriptor>(m, "MemoryDescriptor")
+      .def_readonly("buffer_descriptor", &MemoryDescriptor::buffer_descriptor);
+  py::class_<DiskDescriptor>(m, "DiskDescriptor")
+      .def_readonly("file_path", &DiskDescriptor::file_path)
+      .def_readonly("object_size", &DiskDescriptor::object_size);
   py::class_<StoreReplica>(m, "ReplicaDescriptor")
       .def_property_readonly("status", [](const StoreReplica&) { return ReplicaStatus::kComplete; })
       .def_readonly("tier", &StoreReplica::tier)
+      .def_readonly("type", &StoreReplica::tier)
+      .def("get_memory_descriptor",
+           [](const StoreReplica& r) {
+             if (r.tier != ReplicaTier::kMemory) {
+               throw std::runtime_error("Expected MemoryDescriptor (a disk replica)");
+             }
+             return MemoryDescriptor{BufferDescriptor{r.size, r.offset, r.segment_name}};
+           })
+      .def("get_disk_descriptor",
+           [](const StoreReplica& r) {
+             if (r.tier != ReplicaTier::kDisk) {
+               throw std::runtime_error("Expected DiskDescriptor (a memory replica)");
+             }
+             // Not a file of its own: a record in the owner's SSD tier, named by segment,
+             // region and offset.
+             return DiskDescriptor{
+                 "tierkv-tier://" + r.segment_name.substr(0, r.segment_name.find('@')) +
+                     "/region/" + std::to_string(r.region) + "/offset/" + std::to_string(r.offset),
+                 r.size};
+           })
       .def_readonly("segment_name", &StoreReplica::segment_name)
       .def_readonly("offset", &StoreReplica::offset)
       .def_readonly("size", &StoreReplica::size)

@@ -12,6 +12,9 @@ from . import _tierkv
 from ._tierkv import (
     BufferHandle,
     DistributedStore,
+    Descriptor,
+    DiskDescriptor,
+    MemoryDescriptor,
     ReplicaDescriptor,
     ReplicaStatus,
     ReplicaTier,
@@ -24,6 +27,8 @@ __version__ = _tierkv.__version__
 
 #: Mooncake's name for the same class: engines switch by changing an import.
 MooncakeDistributedStore = DistributedStore
+#: Mooncake's name of a replica's kind (ReplicaDescriptor.type): MEMORY or DISK.
+ReplicaType = ReplicaTier
 
 #: Every public error code (docs/errors.md), as returned per key by the store's calls.
 ErrorCode = _enum.IntEnum("ErrorCode", dict(_tierkv._error_codes()), module=__name__)
@@ -35,7 +40,11 @@ __all__ = [
     "DistributedStore",
     "ErrorCode",
     "MooncakeDistributedStore",
+    "Descriptor",
+    "DiskDescriptor",
+    "MemoryDescriptor",
     "ReplicaDescriptor",
+    "ReplicaType",
     "ReplicaStatus",
     "ReplicaTier",
     "ReplicateConfig",

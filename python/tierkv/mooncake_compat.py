@@ -35,8 +35,12 @@ STORE = f'''{MARKER}
 from tierkv import (  # noqa: F401
     BufferHandle,
     ErrorCode,
+    Descriptor,
+    DiskDescriptor,
+    MemoryDescriptor,
     MooncakeDistributedStore,
     ReplicaDescriptor,
+    ReplicaType,
     ReplicaStatus,
     ReplicaTier,
     ReplicateConfig,

@@ -68,7 +68,7 @@ std::vector<Result<std::vector<StoreReplica>>> DistributedStore::BatchGetReplica
     std::vector<StoreReplica> replicas;
     for (const ReplicaDesc& d : *r) {
       replicas.push_back(StoreReplica{d.tier, !own.empty() && d.segment_name == own, d.segment_name,
-                                      d.offset, d.size});
+                                      d.offset, d.size, d.region});
     }
     out.emplace_back(std::move(replicas));
   }

@@ -39,7 +39,8 @@ constexpr size_t kConnectionMemory = 32 * 1024;
 
 // One request, from MHD's first call of the handler until its completion callback.
 struct Request {
-  bool metrics = false;
+  bool metrics = false;  // /metrics, or one of the text pages (`page`)
+  const std::function<std::string()>* page = nullptr;
   bool gzip = false;
   bool ready = false;  // the worker set body (guarded by Impl::mu)
   std::string body;
@@ -108,6 +109,7 @@ void LogFromMhd(void* /*cls*/, const char* format, va_list args) {
 
 struct MetricsServer::Impl {
   std::shared_ptr<MetricsRegistry> registry;
+  std::map<std::string, std::function<std::string()>> text_pages;  // immutable once started
   MHD_Daemon* daemon = nullptr;
 
   std::mutex mu;
@@ -135,7 +137,9 @@ struct MetricsServer::Impl {
       lock.unlock();
       std::string body;
       try {
-        body = prometheus::TextSerializer().Serialize(registry->Collect());
+        body = request->page != nullptr
+                   ? (*request->page)()
+                   : prometheus::TextSerializer().Serialize(registry->Collect());
       } catch (const std::exception& e) {
         spdlog::warn("metrics HTTP server: collecting metrics failed: {}", e.what());
       }
@@ -182,6 +186,10 @@ MHD_Result MetricsServer::Impl::Handle(void* cls, MHD_Connection* connection, co
     request = new Request();
     *req_cls = request;  // freed by Completed
     request->metrics = std::strcmp(url, "/metrics") == 0;
+    if (auto page = self->text_pages.find(url); page != self->text_pages.end()) {
+      request->metrics = true;  // answered like /metrics, from a collection thread
+      request->page = &page->second;
+    }
   }
   if (*upload_size != 0) {
     *upload_size = 0;  // a body is read and ignored; the answer comes once it is in
@@ -194,7 +202,8 @@ MHD_Result MetricsServer::Impl::Handle(void* cls, MHD_Connection* connection, co
       std::string body = std::move(request->body);
       const bool gzip = request->gzip;
       lock.unlock();
-      return Respond(connection, MHD_HTTP_OK, body, kMetricsType, gzip);
+      return Respond(connection, MHD_HTTP_OK, body,
+                     request->page != nullptr ? kTextType : kMetricsType, gzip);
     }
   }
   const bool get_or_head = std::strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
@@ -292,6 +301,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   server->impl_ = std::make_unique<Impl>();
   Impl* impl = server->impl_.get();
   impl->registry = std::move(registry);
+  impl->text_pages = options.text_pages;
   unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
   if (address.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
   impl->daemon = MHD_start_daemon(

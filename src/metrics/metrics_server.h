@@ -2,6 +2,7 @@
 //
 //   GET /metrics   the registry in the Prometheus text format (0.0.4; gzip if asked)
 //   GET /health    200 with the body "ok\n" while the process serves (a liveness probe)
+//   GET <page>     text/plain from options.text_pages (the master's /get_all_segments)
 //
 // HTTP is libmicrohttpd's (Debian's libmicrohttpd-dev), on one event-loop thread (epoll) that
 // never blocks on a client: idle or half-sent connections cost a file descriptor each, not a
@@ -21,6 +22,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -33,6 +36,9 @@ struct MetricsServerOptions {
   std::string host = "127.0.0.1";  // an IPv4/IPv6 address or a host name
   int port = 9003;                 // 0 = a free port, chosen by the kernel
   size_t threads = 1;              // /metrics collection threads (at least 1)
+  // More GET paths ("/get_all_segments"), each answered 200 with the text its function returns,
+  // computed on a collection thread as /metrics is. The functions must be thread-safe.
+  std::map<std::string, std::function<std::string()>> text_pages;
 };
 
 class MetricsServer {

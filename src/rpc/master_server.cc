@@ -847,6 +847,16 @@ uint64_t MasterServer::epoch() const {
 }
 
 MasterService& MasterServer::master() { return CurrentTerm()->master; }
+
+std::vector<std::string> MasterServer::SegmentNames() const {
+  std::vector<std::string> names;
+  if (std::shared_ptr<Term> term = CurrentTerm()) {
+    for (const SegmentUsage& u : term->master.segments().Usage()) {
+      names.push_back(u.name.substr(0, u.name.find('@')));
+    }
+  }
+  return names;
+}
 ClientRegistry& MasterServer::clients() { return CurrentTerm()->clients; }
 MasterRpcHandler& MasterServer::handler() { return CurrentTerm()->handler; }
 

@@ -166,6 +166,9 @@ class MasterServer {
   MasterService& master();
   ClientRegistry& clients();
   MasterRpcHandler& handler();
+  // The names of the mounted segments ("<host>:<pid>:<n>", without the endpoints the mounted
+  // names carry after '@'), for the HTTP page /get_all_segments; empty between terms.
+  std::vector<std::string> SegmentNames() const;
 
  private:
   class Service;

@@ -17,6 +17,9 @@ namespace {
 
 constexpr auto kRefreshInterval = std::chrono::milliseconds(100);
 constexpr auto kMapTimeout = std::chrono::milliseconds(5000);
+// How long a segment found unreachable is skipped (puts placed elsewhere, gets to the next
+// replica) before connecting to it is tried again.
+constexpr auto kUnreachableRetry = std::chrono::milliseconds(5000);
 
 // A segment of another process on this host, mapped through the shm transport.
 class MappedAccess final : public SegmentAccess {
@@ -252,7 +255,10 @@ std::shared_ptr<SegmentAccess> RemoteBackend::CachedLocked(SegmentId id, bool* k
   if (auto it = mapped_.find(id); it != mapped_.end()) {
     return it->second->alive() ? it->second : nullptr;  // never bytes of a dead owner
   }
-  if (unreachable_.count(id) != 0) return nullptr;
+  if (auto u = unreachable_.find(id); u != unreachable_.end()) {
+    if (std::chrono::steady_clock::now() - u->second < kUnreachableRetry) return nullptr;
+    unreachable_.erase(u);  // try it again
+  }
   *known = false;
   return nullptr;
 }
@@ -293,7 +299,7 @@ std::shared_ptr<SegmentAccess> RemoteBackend::FindSegment(SegmentId id) {
   if (access) {
     mapped_.emplace(id, access);
   } else {
-    unreachable_.insert(id);
+    unreachable_[id] = std::chrono::steady_clock::now();
   }
   return access;
 }

@@ -11,9 +11,10 @@
 // address after '#' and the bytes move with
 // ReadRemote/WriteRemote. A connection whose owner hung up is dead: FindSegment returns null for
 // it from then on (its replicas fail rather than return bytes of a dead owner), and the master
-// drops them after client_ttl. A segment this protocol cannot reach: null, logged once per
-// segment. Fetching the list and connecting happen outside the lock the lookups of known
-// segments take: a slow master or owner never stalls transfers to segments already known.
+// drops them after client_ttl. A segment this protocol cannot reach: null, logged, and tried
+// again after 5 s (the client places puts elsewhere meanwhile). Fetching the list and connecting
+// happen outside the lock the lookups of known segments take: a slow master or owner never stalls
+// transfers to segments already known.
 //
 // Own segments (SegmentHost): MountOwn keeps an index of the segment (store/segment_index.h) and
 // a SegmentLink (rpc/segment_link.h): the segment's stream to the master, which feeds the index,
@@ -129,7 +130,9 @@ class RemoteBackend final : public ClientBackend {
   std::map<SegmentId, std::shared_ptr<SegmentAccess>> mapped_;  // connected segments
   // UCX connections for staged loads from segments mapped over shm.
   std::map<SegmentId, std::shared_ptr<SegmentAccess>> stage_access_;
-  std::set<SegmentId> unreachable_;                       // logged
+  // Segments found unreachable, and when: tried again after kUnreachableRetry (a transient
+  // failure must not take a segment out of this requester's pool for good).
+  std::map<SegmentId, std::chrono::steady_clock::time_point> unreachable_;
   std::chrono::steady_clock::time_point last_refresh_{};  // guarded by connect_mu_
   uint64_t seen_registrations_ = 1;  // master_->registrations() the caches belong to; mu_
   bool refresh_due_ = false;         // the next RefreshNames ignores the rate limit; mu_

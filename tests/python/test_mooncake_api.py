@@ -71,3 +71,21 @@ def test_soft_pin_ttl_lapses_and_a_pin_without_ttl_holds():
     assert s.is_exist("lapsing") == 0
     assert s.is_exist("holding") == 1
     s.close()
+
+
+def test_replica_descriptors_as_mooncake_shapes_them():
+    s = embedded()
+    assert s.put("d", b"x" * 1000) == 0
+    (d,) = s.get_replica_desc("d")
+    assert d.status == tierkv.ReplicaStatus.COMPLETE and int(d.status) == 3
+    assert d.type == tierkv.ReplicaType.MEMORY and d.is_memory_replica()
+    buf = d.get_memory_descriptor().buffer_descriptor
+    assert buf.size_ == 1000 and buf.transport_endpoint_.split("@")[0] == s.get_hostname()
+    assert buf.buffer_address_ == d.offset
+    import pytest
+
+    with pytest.raises(RuntimeError, match="Expected DiskDescriptor"):
+        d.get_disk_descriptor()
+    assert [v.name for v in tierkv.ReplicaStatus.__members__.values()] == [
+        "UNDEFINED", "INITIALIZED", "PROCESSING", "COMPLETE", "REMOVED", "FAILED"]
+    s.close()

@@ -200,3 +200,29 @@ def test_tierkv_master_takes_a_mooncake_deployments_flags():
                              text=True, timeout=30)
         assert out.returncode == 2, (flag, out.stderr)
         assert flag.split("=")[0] in out.stderr and named in out.stderr, (flag, out.stderr)
+
+
+def test_get_all_segments_lists_every_contributed_segment():
+    import re
+    import urllib.request
+
+    proc = subprocess.Popen([tierkv_binary(), "master", "--host", "127.0.0.1", "--port", "0",
+                             "--metrics-port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, preexec_fn=_die_with_parent)
+    try:
+        master = re.search(r"listening on (\S+)", proc.stdout.readline()).group(1)
+        http = re.search(r"metrics on (\S+)", proc.stdout.readline()).group(1)
+        url = f"http://{http}/get_all_segments"
+        assert urllib.request.urlopen(url, timeout=10).read() == b""
+        workers = [Worker("127.0.0.1", "tcp", master) for _ in range(2)]
+        try:
+            names = sorted(w.call(op="hostname")["hostname"] for w in workers)
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                assert answer.headers["Content-Type"].startswith("text/plain")
+                assert sorted(answer.read().decode().splitlines()) == names
+        finally:
+            for w in workers:
+                w.close()
+    finally:
+        proc.kill()
+        proc.wait()
