@@ -196,6 +196,12 @@ std::vector<int> DistributedStore::BatchPutFrom(const std::vector<std::string>& 
                                                 const std::vector<uintptr_t>& ptrs,
                                                 const std::vector<uint64_t>& sizes,
                                                 const StoreReplicateConfig& config) {
+  // Lists of another length than keys fail every key (as Mooncake's batch_put_from does).
+  if (ptrs.size() != keys.size() || sizes.size() != keys.size()) {
+    SetError("batch_put_from: " + std::to_string(keys.size()) + " keys, " +
+             std::to_string(ptrs.size()) + " buffers, " + std::to_string(sizes.size()) + " sizes");
+    return std::vector<int>(keys.size(), Code(ErrorCode::INVALID_PARAMS));
+  }
   auto [p, s] = OneBufferEach(keys.size(), ptrs, sizes);
   return BatchPutFromMultiBuffers(keys, p, s, config);
 }
@@ -209,6 +215,12 @@ std::vector<int> DistributedStore::BatchUpsertFrom(const std::vector<std::string
                                                    const std::vector<uintptr_t>& ptrs,
                                                    const std::vector<uint64_t>& sizes,
                                                    const StoreReplicateConfig& config) {
+  // Lists of another length than keys fail every key (as Mooncake's batch_put_from does).
+  if (ptrs.size() != keys.size() || sizes.size() != keys.size()) {
+    SetError("batch_upsert_from: " + std::to_string(keys.size()) + " keys, " +
+             std::to_string(ptrs.size()) + " buffers, " + std::to_string(sizes.size()) + " sizes");
+    return std::vector<int>(keys.size(), Code(ErrorCode::INVALID_PARAMS));
+  }
   auto [p, s] = OneBufferEach(keys.size(), ptrs, sizes);
   return BatchUpsertFromMultiBuffers(keys, p, s, config);
 }

@@ -40,6 +40,7 @@ Result<std::unique_ptr<Client>> Client::Create(const Config& config) {
     const HostAndPort local = SplitLocalHostname(config.local_hostname);
     store_options.data_host = local.host.empty() ? std::string("127.0.0.1") : local.host;
     store_options.data_port = local.port;
+    store_options.name_by_data_port = true;  // "<host>:<port>", as Mooncake names segments
   }
   auto client = ClientImpl::Create(config, std::move(backend).value(), std::move(store_options));
   if (!client.ok()) return client.status();

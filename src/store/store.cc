@@ -1,10 +1,12 @@
 #include "store/store.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <random>
 
 #include "common/host_name.h"
 #include "store/local_tier_mover.h"
@@ -13,6 +15,7 @@
 #include "transport/segment_endpoint.h"
 #include "transport/shm_segment_server.h"
 #include "transport/ucx_options.h"
+#include "transport/ucx_worker.h"
 
 namespace tierkv {
 namespace {
@@ -22,6 +25,35 @@ std::string NewSegmentName(const Config& config) {
   static std::atomic<int> counter{0};
   return HostName(config.local_hostname) + ":" + std::to_string(getpid()) + ":" +
          std::to_string(counter++);
+}
+
+// Whether a listener could bind `host`:`port` now (a probe: the socket is closed at once).
+bool CanBind(const std::string& host, int port) {
+  auto at = transport::ResolveHost(host, port, /*passive=*/true, ErrorCode::TRANSFER_FAIL);
+  if (!at.ok()) return false;
+  const int fd = ::socket(at->storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  const bool bound = ::bind(fd, at->get(), at->length) == 0;
+  ::close(fd);
+  return bound;
+}
+
+// The data port a Mooncake-named segment takes (StoreOptions::name_by_data_port): `wanted` when
+// it can be bound, else a free one in Mooncake's range; 0 when none could be found.
+int ChooseDataPort(const std::string& host, int wanted) {
+  if (wanted != 0) {
+    if (CanBind(host, wanted)) return wanted;
+    spdlog::warn("store: port {} of local_hostname is taken on {}; choosing another", wanted, host);
+  }
+  constexpr int kFirst = 12300, kLast = 14300;  // Mooncake's P2P handshake range
+  std::mt19937 random(std::random_device{}());
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const int port = kFirst + static_cast<int>(random() % (kLast - kFirst + 1));
+    if (CanBind(host, port)) return port;
+  }
+  return 0;
 }
 
 // Warm restart: registers what the tier still holds as disk replicas on the master, in batches
@@ -73,8 +105,15 @@ Result<std::unique_ptr<Store>> Store::Create(const Config& config,
                                              std::shared_ptr<SegmentHost> host,
                                              StoreOptions options) {
   if (!host) return Status(ErrorCode::INVALID_PARAMS, "Store::Create: no segment host");
+  std::string name = NewSegmentName(config);
+  if (options.name_by_data_port && !options.data_host.empty()) {
+    if (const int port = ChooseDataPort(options.data_host, options.data_port); port != 0) {
+      name = HostName(config.local_hostname) + ":" + std::to_string(port);
+      options.data_port = port;
+    }
+  }
   auto segment = MemorySegment::Create(
-      NewSegmentName(config), config.global_segment_size,
+      name, config.global_segment_size,
       config.use_huge_pages ? PagePolicy::kHugeIfAvailable : PagePolicy::kSmallPages);
   if (!segment.ok()) return segment.status();
   std::unique_ptr<Store> store(new Store(std::move(host), std::move(segment).value()));

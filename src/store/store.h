@@ -55,6 +55,12 @@ struct StoreOptions {
   // is used and a warning names both: requesters learn the address from the master, not from the
   // config.
   int data_port = 0;
+  // Mooncake's naming (a client contributing a segment to a remote master): the segment is named
+  // "<host>:<port>" after its data port — data_port when it can be bound there, else a free one
+  // in 12300..14300, as Mooncake's handshake picks — and served on that port, so that
+  // get_hostname() returns what Mooncake's does. Otherwise (or with no port free there)
+  // "<host>:<pid>:<n>".
+  bool name_by_data_port = false;
 };
 
 class Store {

@@ -336,6 +336,9 @@ def test_health_hostname_close(mode, request):
     # local_hostname given to setup.
     if mode == "standalone":
         assert s.get_hostname() == "localhost"
+    elif mode == "embedded_remote":  # Mooncake's form, "<host>:<port>" of its data port
+        host, port = s.get_hostname().split(":")
+        assert host == "localhost" and 12300 <= int(port) <= 14300
     else:
         host, pid, n = s.get_hostname().split(":")
         assert host == "localhost" and int(pid) == os.getpid() and int(n) >= 0
