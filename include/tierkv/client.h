@@ -146,6 +146,13 @@ class Client {
   // Mooncake's regex_search: anchor with ^ and $; leased ones only with `force`): the count, or
   // INVALID_PARAMS for a bad expression (RPC_FAIL when the master does not answer).
   virtual int64_t RemoveByRegex(const std::string& regex, bool force = false) = 0;
+  // Mooncake's batch_replica_clear, per key in one master call: 0 when cleared — the object
+  // removed (`segment_name` empty) or its memory replicas on that segment dropped (the object
+  // goes with its last replica) — else INVALID_KEY, OBJECT_NOT_FOUND, OBJECT_HAS_LEASE (a
+  // reader holds a lease: never forced), REPLICA_IS_NOT_READY, SEGMENT_NOT_FOUND (no memory
+  // replica there), RPC_FAIL.
+  virtual std::vector<int> BatchReplicaClear(const std::vector<std::string>& keys,
+                                             const std::string& segment_name = "") = 0;
 
   // The name this client's own segment is mounted under ("" when it contributes none), as
   // ReplicaDesc::segment_name reports it.

@@ -239,6 +239,9 @@ class DistributedStore {
   // or an error (INVALID_PARAMS for a bad expression).
   int64_t RemoveByRegex(const std::string& regex, bool force = false);
   int64_t RemoveAll(bool force = false);
+  // Client::BatchReplicaClear: 0 or an error per key (Python returns the cleared keys).
+  std::vector<int> BatchReplicaClear(const std::vector<std::string>& keys,
+                                     const std::string& segment_name = "");
   std::vector<Result<std::vector<StoreReplica>>> BatchGetReplicaDesc(
       const std::vector<std::string>& keys);
 

@@ -520,6 +520,24 @@ void BindStore(py::module_& m) {
           },
           py::arg("regex_pattern"), py::arg("force") = false)
       .def(
+          "batch_replica_clear",
+          [](Store& s, py::object keys, const std::string& segment_name) {
+            const auto k = Strings(keys, "keys");
+            std::vector<int> codes;
+            {
+              py::gil_scoped_release release;
+              codes = s.BatchReplicaClear(k, segment_name);
+            }
+            // Mooncake returns the keys it cleared; the rest were skipped (leased, absent, no
+            // replica on that segment, ...).
+            std::vector<std::string> cleared;
+            for (size_t i = 0; i < k.size() && i < codes.size(); ++i) {
+              if (codes[i] == 0) cleared.push_back(k[i]);
+            }
+            return cleared;
+          },
+          py::arg("keys"), py::arg("segment_name") = "")
+      .def(
           "remove_all",
           [](Store& s, bool force) {
             py::gil_scoped_release release;

@@ -132,6 +132,14 @@ std::vector<int> ClientImpl::BatchRemove(const std::vector<std::string>& keys, b
   return out;
 }
 
+std::vector<int> ClientImpl::BatchReplicaClear(const std::vector<std::string>& keys,
+                                               const std::string& segment_name) {
+  std::vector<int> out;
+  out.reserve(keys.size());
+  for (const Status& st : master_.ClearReplicas(keys, segment_name)) out.push_back(ToInt(st.code()));
+  return out;
+}
+
 int64_t ClientImpl::RemoveByRegex(const std::string& regex, bool force) {
   auto removed = master_.RemoveByRegex(regex, force);
   if (!removed.ok()) {

@@ -48,6 +48,13 @@ int64_t DistributedStore::RemoveByRegex(const std::string& regex, bool force) {
   return client_->RemoveByRegex(regex, force);
 }
 
+std::vector<int> DistributedStore::BatchReplicaClear(const std::vector<std::string>& keys,
+                                                     const std::string& segment_name) {
+  TIERKV_REQUIRE_CLIENT("batch_replica_clear",
+                        std::vector<int>(keys.size(), Code(ErrorCode::INVALID_PARAMS)));
+  return client_->BatchReplicaClear(keys, segment_name);
+}
+
 int64_t DistributedStore::RemoveAll(bool force) {
   TIERKV_REQUIRE_CLIENT("remove_all", Code(ErrorCode::INVALID_PARAMS));
   return client_->RemoveAll(force);

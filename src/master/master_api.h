@@ -62,6 +62,11 @@ class MasterApi {
   virtual std::vector<Status> BatchRemove(const std::vector<std::string>& keys, bool force) = 0;
   virtual uint64_t RemoveAll(bool force) = 0;
   virtual Result<uint64_t> RemoveByRegex(const std::string& regex, bool force) = 0;
+  // Mooncake's batch_replica_clear: per key, drops the object (segment_name "") or its memory
+  // replicas on the segment of that name (the object goes with its last replica), only where no
+  // lease is held.
+  virtual std::vector<Status> ClearReplicas(const std::vector<std::string>& keys,
+                                            const std::string& segment_name) = 0;
 
   // --- SSD tiers: promotion on hit, and the bookkeeping of a segment's owner ---
   virtual std::vector<Result<PutStartResult>> PromoteStart(const std::vector<std::string>& keys,

@@ -214,6 +214,13 @@ class MasterService final : public MasterApi {
   // The same restricted to keys `regex` (RE2 syntax) matches somewhere in (as Mooncake's
   // regex_search: anchor with ^ and $); INVALID_PARAMS for an expression that does not compile.
   Result<uint64_t> RemoveByRegex(const std::string& regex, bool force) override;
+  // Per key (master_clear.cc): OK when cleared — the object removed (segment_name empty), or its
+  // memory replicas on segment `segment_name` dropped (the object removed with its last
+  // replica; disk replicas stay). Else INVALID_KEY, OBJECT_NOT_FOUND, OBJECT_HAS_LEASE (a reader
+  // holds a lease, or restart recovery holds it), REPLICA_IS_NOT_READY (a put, upsert or tier
+  // move in flight), SEGMENT_NOT_FOUND (no memory replica on that segment). Never forced.
+  std::vector<Status> ClearReplicas(const std::vector<std::string>& keys,
+                                    const std::string& segment_name) override;
 
   // --- Maintenance (a background thread calls these; tests call them too) ---
   // ReclaimAbandonedPuts, then EvictIfNeeded: what the maintenance thread runs each period.

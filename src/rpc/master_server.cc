@@ -271,6 +271,19 @@ void MasterRpcHandler::RemoveByRegex(const rpc::RemoveByRegexRequest& request,
   response->set_count(*removed);
 }
 
+void MasterRpcHandler::ClearReplicas(const rpc::ClearReplicasRequest& request,
+                                     rpc::BatchResponse* response) {
+  std::vector<std::string> keys;
+  if (!Keys(request.keys(), &keys, response->mutable_status())) return;
+  if (request.segment_name().size() > kMaxKeyLength) {
+    wire::SetStatus(response->mutable_status(),
+                    Status(ErrorCode::INVALID_PARAMS, "segment name longer than the longest key"));
+    return;
+  }
+  wire::EncodeResults(master_.ClearReplicas(keys, request.segment_name()),
+                      response->mutable_results());
+}
+
 void MasterRpcHandler::DropDiskReplicas(const rpc::DropDiskReplicasRequest& request,
                                         rpc::CountResponse* response) {
   rpc::CallStatus* status = response->mutable_status();
@@ -438,6 +451,7 @@ size_t MasterRpcHandler::ReapSilentClients() {
   X(Remove, RemoveRequest, BatchResponse)                          \
   X(RemoveAll, RemoveAllRequest, CountResponse)                    \
   X(RemoveByRegex, RemoveByRegexRequest, CountResponse)            \
+  X(ClearReplicas, ClearReplicasRequest, BatchResponse)            \
   X(DropDiskReplicas, DropDiskReplicasRequest, CountResponse)      \
   X(AddDiskReplicas, AddDiskReplicasRequest, BatchResponse)        \
   X(CopyToDisk, CopyToDiskRequest, BatchResponse)                  \

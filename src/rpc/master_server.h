@@ -65,6 +65,7 @@ class MasterRpcHandler {
   void Remove(const rpc::RemoveRequest& request, rpc::BatchResponse* response);
   void RemoveAll(const rpc::RemoveAllRequest& request, rpc::CountResponse* response);
   void RemoveByRegex(const rpc::RemoveByRegexRequest& request, rpc::CountResponse* response);
+  void ClearReplicas(const rpc::ClearReplicasRequest& request, rpc::BatchResponse* response);
 
   void DropDiskReplicas(const rpc::DropDiskReplicasRequest& request, rpc::CountResponse* response);
   void AddDiskReplicas(const rpc::AddDiskReplicasRequest& request, rpc::BatchResponse* response);

@@ -901,6 +901,21 @@ Result<uint64_t> RemoteMaster::RemoveByRegex(const std::string& regex, bool forc
   return response.count();
 }
 
+std::vector<Status> RemoteMaster::ClearReplicas(const std::vector<std::string>& keys,
+                                                const std::string& segment_name) {
+  if (keys.empty()) return {};
+  rpc::ClearReplicasRequest request;
+  wire::EncodeKeys(keys, request.mutable_keys());
+  request.set_segment_name(segment_name);
+  rpc::BatchResponse response;
+  grpc::Status status = Call("ClearReplicas", false, &response,
+                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
+                               return stub.ClearReplicas(context, request, &response);
+                             });
+  if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("ClearReplicas", status));
+  return wire::DecodeResults(response.status(), response.results(), keys.size(), "ClearReplicas");
+}
+
 // ---- Stats --------------------------------------------------------------------------------------
 
 Result<MasterProcessStats> RemoteMaster::ProcessStats() {

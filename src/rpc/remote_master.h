@@ -147,6 +147,8 @@ class RemoteMaster final : public MasterApi {
   std::vector<Status> BatchRemove(const std::vector<std::string>& keys, bool force) override;
   uint64_t RemoveAll(bool force) override;
   Result<uint64_t> RemoveByRegex(const std::string& regex, bool force) override;
+  std::vector<Status> ClearReplicas(const std::vector<std::string>& keys,
+                                    const std::string& segment_name) override;
 
   MasterStats Stats() override;
   // This process's steady clock: lease deadlines are converted to it on arrival.
