@@ -89,3 +89,23 @@ def test_replica_descriptors_as_mooncake_shapes_them():
     assert [v.name for v in tierkv.ReplicaStatus.__members__.values()] == [
         "UNDEFINED", "INITIALIZED", "PROCESSING", "COMPLETE", "REMOVED", "FAILED"]
     s.close()
+
+
+def test_batch_replica_clear_skips_leased_and_fresh_objects_and_names_segments():
+    s = embedded(default_kv_lease_ttl_ms=300)
+    assert s.batch_replica_clear([]) == []
+    for k in ("c1", "c2", "c3", "c4"):
+        assert s.put(k, b"v" * 100) == 0
+    # Fresh puts count as leased for one TTL (Mooncake's test_clear_with_active_lease).
+    assert s.batch_replica_clear(["c1", "c2"]) == []
+    time.sleep(0.4)
+    assert s.get("c3") == b"v" * 100  # a read leases c3 again
+    assert s.batch_replica_clear(["c1", "c3", "missing"]) == ["c1"]
+    assert s.is_exist("c1") == 0 and s.get("c1") == b""
+    # A segment that holds no replica clears nothing; the own segment's name does.
+    assert s.batch_replica_clear(["c2"], segment_name="nohost:1") == []
+    assert s.is_exist("c2") == 1
+    time.sleep(0.4)
+    assert s.batch_replica_clear(["c2", "c4"], segment_name=s.get_hostname()) == ["c2", "c4"]
+    assert s.is_exist("c2") == 0 and s.is_exist("c4") == 0
+    s.close()

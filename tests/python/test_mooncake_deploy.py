@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import subprocess
+import time
 import sys
 import uuid
 
@@ -61,6 +62,15 @@ def free_port():
 def master():
     child = Child([tierkv_binary(), "master", "--host", "127.0.0.1", "--port", "0",
                    "--metrics-port", "-1", "--client-ttl-ms", "3000"],
+                  r"tierkv master listening on (\S+)")
+    yield child.match.group(1)
+    child.kill()
+
+
+@pytest.fixture(scope="module")
+def master_short_lease():
+    child = Child([tierkv_binary(), "master", "--host", "127.0.0.1", "--port", "0",
+                   "--metrics-port", "-1", "--default_kv_lease_ttl=400"],
                   r"tierkv master listening on (\S+)")
     yield child.match.group(1)
     child.kill()
@@ -149,6 +159,35 @@ def test_preferred_segment_get_hostname_places_locally(master):
     finally:
         for s in stores:
             s.remove_all(True)
+            s.close()
+
+
+def test_batch_replica_clear_drops_one_segments_replica_over_the_rpc(master_short_lease):
+    import tierkv
+
+    stores = []
+    try:
+        for _ in range(2):
+            s = tierkv.MooncakeDistributedStore()
+            assert s.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "",
+                           master_short_lease) == 0, s.last_error()
+            stores.append(s)
+        key = "clear-" + uuid.uuid4().hex[:8]
+        cfg = tierkv.ReplicateConfig()
+        cfg.replica_num = 2
+        assert stores[0].put(key, b"r" * 5000, cfg) == 0
+        assert len(stores[0].get_replica_desc(key)) == 2
+        assert stores[0].batch_replica_clear([key], stores[0].get_hostname()) == []  # fresh
+        time.sleep(0.6)
+        assert stores[0].batch_replica_clear([key], stores[0].get_hostname()) == [key]
+        (left,) = stores[1].get_replica_desc(key)
+        assert left.segment_name.split("@")[0] == stores[1].get_hostname()
+        assert stores[1].get(key) == b"r" * 5000
+        time.sleep(0.6)
+        assert stores[1].batch_replica_clear([key], stores[1].get_hostname()) == [key]
+        assert stores[0].is_exist(key) == 0  # the last replica took the object with it
+    finally:
+        for s in stores:
             s.close()
 
 
