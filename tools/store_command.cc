@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <utility>
 #include <string>
 
 #include "exit_codes.h"
@@ -74,11 +77,18 @@ int RunStore(const StoreFlags& flags) {
   // the master has seen a segment.
   std::shared_ptr<MetricsRegistry> registry;
   std::unique_ptr<MetricsServer> metrics;
+  // What a dummy client (Mooncake's setup_dummy) attaches with: the store's master, protocol
+  // and segment, as JSON on /client_info; filled once the segment is served.
+  auto client_info = std::make_shared<std::pair<std::mutex, std::string>>();
   if (flags.metrics_port >= 0) {
     registry = std::make_shared<MetricsRegistry>();
     MetricsServerOptions options;
     options.host = flags.metrics_host;
     options.port = flags.metrics_port;
+    options.text_pages["/client_info"] = [client_info] {
+      std::lock_guard lock(client_info->first);
+      return client_info->second;
+    };
     auto serving = MetricsServer::Start(options, registry);
     if (!serving.ok()) {
       std::cerr << "tierkv store: error: metrics on " << flags.metrics_host << ":"
@@ -145,6 +155,13 @@ int RunStore(const StoreFlags& flags) {
       return f;
     });
     registry->Add(collector);
+  }
+  {
+    nlohmann::json info = {{"master", config.master_server_address},
+                           {"protocol", config.protocol},
+                           {"segment", store->mounted_name()}};
+    std::lock_guard lock(client_info->first);
+    client_info->second = info.dump() + "\n";
   }
   // The first line is what scripts and MasterProcess wait for; the metrics line follows it.
   std::cout << "tierkv store serving segment " << store->mounted_name() << " ("

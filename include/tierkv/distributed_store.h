@@ -145,6 +145,20 @@ class DistributedStore {
   // ssd_offload_path, and any tierkv Config key. Unknown keys, "50%" and the like:
   // INVALID_CONFIG.
   int SetupFromJson(std::string_view json_object);
+  // Mooncake's dummy client (setup_dummy): attaches to the `tierkv store` whose metrics server
+  // listens at `store_address` (HOST:PORT; Mooncake's real client is 127.0.0.1:50052): reads its
+  // /client_info page (the store's master, protocol and segment) and sets up as a requester of
+  // that master contributing no segment, with a local buffer of `local_buffer_size`; reads
+  // from the store's segment go over shared memory. AllocFromMemPool then hands out up to
+  // `mem_pool_size` bytes (0 = no limit). 0 or an error: RPC_FAIL (the store did not answer or
+  // its page is not a store's), and Setup's errors.
+  int SetupDummy(uint64_t mem_pool_size, uint64_t local_buffer_size,
+                 const std::string& store_address);
+  // Mooncake's alloc_from_mem_pool: `size` bytes of zeroed, page-aligned memory this store
+  // keeps until it is destroyed (not freed by Close: the caller may still hold the address),
+  // for register_buffer and the zero-copy calls; 0 when the pool's limit would be passed or
+  // the memory cannot be mapped (last_error() says which).
+  uintptr_t AllocFromMemPool(uint64_t size);
   // Drops the client (its segment leaves the pool) and the local buffer (once no handle holds
   // it). 0; closing twice is fine.
   int Close();
@@ -271,6 +285,9 @@ class DistributedStore {
   // A tensor object already laid out (header + payload) in registered memory.
   int PutTensorFrom(const std::string& key, uintptr_t ptr, uint64_t size,
                     const StoreReplicateConfig& config = {});
+  // PutTensorFrom with Upsert's semantics.
+  int UpsertTensorFrom(const std::string& key, uintptr_t ptr, uint64_t size,
+                       const StoreReplicateConfig& config = {});
   // Splits `tensor` along split_dim into tp_size shards (the dimension must divide evenly),
   // each stored as its own tensor object under "<key>_tp_<rank>" (tp_size 1: `key` itself).
   // 0, or the first failing shard's code.
@@ -308,6 +325,10 @@ class DistributedStore {
   mutable std::string last_error_;  // guarded by error_mu_
   mutable std::mutex reg_mu_;
   std::map<uintptr_t, uint64_t> registered_;  // start -> size, guarded by reg_mu_
+  mutable std::mutex pool_mu_;
+  uint64_t pool_limit_ = 0;                       // guarded by pool_mu_; 0 = no limit
+  uint64_t pool_used_ = 0;                        // guarded by pool_mu_
+  std::vector<std::pair<void*, uint64_t>> pool_;  // mappings, guarded by pool_mu_
 };
 
 // Mooncake's name for the same class.

@@ -230,6 +230,21 @@ void BindStore(py::module_& m) {
              py::gil_scoped_release release;
              return s.HealthCheck();
            })
+      .def(
+          "setup_dummy",
+          [](Store& s, uint64_t mem_pool_size, uint64_t local_buffer_size,
+             const std::string& server_address) {
+            py::gil_scoped_release release;
+            return s.SetupDummy(mem_pool_size, local_buffer_size, server_address);
+          },
+          py::arg("mem_pool_size"), py::arg("local_buffer_size"), py::arg("server_address"))
+      .def(
+          "alloc_from_mem_pool",
+          [](Store& s, uint64_t size) {
+            py::gil_scoped_release release;
+            return s.AllocFromMemPool(size);
+          },
+          py::arg("size"))
       .def("get_hostname", &Store::GetHostname)
       .def("last_error", &Store::last_error);
   // ---- buffers

@@ -106,8 +106,14 @@ void BindStoreTensors(StoreClass& store) {
             const auto k = Strings(keys, "keys");
             const auto n = U64List(sizes, "sizes");
             const auto p = PtrList(b, ptrs, &n, true, "buffer_ptrs");
-            auto infos = Release<Result<TensorInfo>>([&] { return s.BatchGetTensorInto(k, p, n); });
             py::list out;
+            if (p.size() != k.size() || n.size() != k.size()) {
+              // Mooncake: lists of different lengths fail every key with INVALID_PARAMS (an int,
+              // where a key that fails on its own gives None).
+              for (size_t i = 0; i < k.size(); ++i) out.append(ToInt(ErrorCode::INVALID_PARAMS));
+              return out;
+            }
+            auto infos = Release<Result<TensorInfo>>([&] { return s.BatchGetTensorInto(k, p, n); });
             for (size_t i = 0; i < infos.size(); ++i) {
               out.append(infos[i].ok() ? TensorAt(p[i], *infos[i]) : py::none());
             }
@@ -122,6 +128,16 @@ void BindStoreTensors(StoreClass& store) {
             const uintptr_t ptr = b.Sized(buffer, n, false, "buffer_ptr");
             py::gil_scoped_release release;
             return s.PutTensorFrom(key, ptr, n);
+          },
+          py::arg("key"), py::arg("buffer_ptr"), py::arg("size"))
+      .def(
+          "upsert_tensor_from",
+          [](Store& s, const std::string& key, py::object buffer, py::object size) {
+            Buffers b;
+            const uint64_t n = U64(size, "size");
+            const uintptr_t ptr = b.Sized(buffer, n, false, "buffer_ptr");
+            py::gil_scoped_release release;
+            return s.UpsertTensorFrom(key, ptr, n);
           },
           py::arg("key"), py::arg("buffer_ptr"), py::arg("size"))
       .def(

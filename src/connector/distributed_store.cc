@@ -118,7 +118,11 @@ std::string StoreReplicateConfig::ToString() const {
 
 DistributedStore::DistributedStore() = default;
 
-DistributedStore::~DistributedStore() { Close(); }
+DistributedStore::~DistributedStore() {
+  Close();
+  std::lock_guard lock(pool_mu_);
+  for (const auto& [ptr, size] : pool_) munmap(ptr, size);
+}
 
 void DistributedStore::SetError(const std::string& message) const {
   spdlog::error("DistributedStore: {}", message);

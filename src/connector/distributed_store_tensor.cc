@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstring>
+#include <functional>
 
 #include "connector/distributed_store_internal.h"
 
@@ -190,17 +191,38 @@ int64_t DistributedStore::GetTensorIntoTensor(const std::string& key, const Tens
   return static_cast<int64_t>(dst_bytes);
 }
 
-int DistributedStore::PutTensorFrom(const std::string& key, uintptr_t ptr, uint64_t size,
-                                    const StoreReplicateConfig& config) {
-  if (!RegisteredRange(ptr, size)) {
-    SetError("put_tensor_from " + key + ": [ptr, ptr+size) is not in a registered buffer");
+namespace {
+// put_tensor_from and upsert_tensor_from: a laid-out tensor object in registered memory.
+template <typename Write>
+int WriteTensorFrom(const char* call, const std::string& key, uintptr_t ptr, uint64_t size,
+                    bool registered, const std::function<void(const std::string&)>& error,
+                    Write&& write) {
+  if (!registered) {
+    error(std::string(call) + " " + key + ": [ptr, ptr+size) is not in a registered buffer");
     return Code(ErrorCode::BUFFER_NOT_REGISTERED);
   }
   if (auto info = DecodeTensorHeader(reinterpret_cast<const void*>(ptr), size); !info.ok()) {
-    SetError("put_tensor_from " + key + ": " + info.status().message());
+    error(std::string(call) + " " + key + ": " + info.status().message());
     return Code(info.code());
   }
-  return PutFrom(key, ptr, size, config);
+  return write();
+}
+}  // namespace
+
+int DistributedStore::PutTensorFrom(const std::string& key, uintptr_t ptr, uint64_t size,
+                                    const StoreReplicateConfig& config) {
+  return WriteTensorFrom(
+      "put_tensor_from", key, ptr, size, RegisteredRange(ptr, size).has_value(),
+      [this](const std::string& m) { SetError(m); },
+      [&] { return PutFrom(key, ptr, size, config); });
+}
+
+int DistributedStore::UpsertTensorFrom(const std::string& key, uintptr_t ptr, uint64_t size,
+                                       const StoreReplicateConfig& config) {
+  return WriteTensorFrom(
+      "upsert_tensor_from", key, ptr, size, RegisteredRange(ptr, size).has_value(),
+      [this](const std::string& m) { SetError(m); },
+      [&] { return UpsertFrom(key, ptr, size, config); });
 }
 
 std::string DistributedStore::TpKey(const std::string& key, int tp_rank, int tp_size) {
