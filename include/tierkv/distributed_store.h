@@ -259,6 +259,24 @@ class DistributedStore {
   std::vector<Result<std::vector<StoreReplica>>> BatchGetReplicaDesc(
       const std::vector<std::string>& keys);
 
+  // ---- layer-wise get sessions (SGLang's direct linker; distributed_store_session.cc) ----
+  // Mooncake's batch_get_session_start: one master call for the batch; each object is read
+  // whole into the local buffer (its checksum checked) and held there until the session ends,
+  // so the ranged reads that follow need neither the master nor a lease. Per key: 0, or Get's
+  // errors (BUFFER_OVERFLOW when the local buffer cannot hold it). A key already in a session
+  // is read again.
+  std::vector<int> BatchGetSessionStart(const std::vector<std::string>& keys);
+  // For key i, copies the object's bytes [src_offsets[i][j], +sizes[i][j]) to ptrs[i][j]
+  // (registered memory). Per key: the bytes copied, or INVALID_PARAMS (no session for the key,
+  // lists of different lengths, a range past the object's end), BUFFER_NOT_REGISTERED. Nothing
+  // is copied for a key that fails.
+  std::vector<int64_t> BatchGetIntoMultiBufferRanges(
+      const std::vector<std::string>& keys, const std::vector<std::vector<uintptr_t>>& ptrs,
+      const std::vector<std::vector<uint64_t>>& sizes,
+      const std::vector<std::vector<uint64_t>>& src_offsets);
+  // Ends the sessions of `keys` (their local-buffer space is freed); 0.
+  int BatchGetSessionEnd(const std::vector<std::string>& keys);
+
   // ---- tensors (docs/python.md, "Tensor objects") ----
   int PutTensor(const std::string& key, const TensorView& tensor,
                 const StoreReplicateConfig& config = {});
@@ -325,6 +343,8 @@ class DistributedStore {
   mutable std::string last_error_;  // guarded by error_mu_
   mutable std::mutex reg_mu_;
   std::map<uintptr_t, uint64_t> registered_;  // start -> size, guarded by reg_mu_
+  std::mutex session_mu_;
+  std::map<std::string, std::shared_ptr<const BufferHandle>> sessions_;  // guarded by session_mu_
   mutable std::mutex pool_mu_;
   uint64_t pool_limit_ = 0;                       // guarded by pool_mu_; 0 = no limit
   uint64_t pool_used_ = 0;                        // guarded by pool_mu_

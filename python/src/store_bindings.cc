@@ -461,6 +461,39 @@ void BindStore(py::module_& m) {
           py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"),
           py::arg("prefer_alloc_in_same_node") = false)
       .def(
+          "batch_get_session_start",
+          [](Store& s, py::object keys) {
+            const auto k = Strings(keys, "keys");
+            py::gil_scoped_release release;
+            return s.BatchGetSessionStart(k);
+          },
+          py::arg("keys"))
+      .def(
+          "batch_get_into_multi_buffer_ranges",
+          [](Store& s, py::object keys, py::object ptrs, py::object sizes, py::object offsets) {
+            Buffers b;
+            const auto k = Strings(keys, "keys");
+            PtrLists p;
+            SizeLists n;
+            NestedLists(b, ptrs, sizes, true, p, n);
+            SizeLists o;
+            for (const auto& item : Items(offsets, "all_src_offsets")) {
+              o.push_back(U64List(item, "all_src_offsets[i]"));
+            }
+            py::gil_scoped_release release;
+            return s.BatchGetIntoMultiBufferRanges(k, p, n, o);
+          },
+          py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"),
+          py::arg("all_src_offsets"))
+      .def(
+          "batch_get_session_end",
+          [](Store& s, py::object keys) {
+            const auto k = Strings(keys, "keys");
+            py::gil_scoped_release release;
+            return s.BatchGetSessionEnd(k);
+          },
+          py::arg("keys"))
+      .def(
           "get_into_ranges",
           [](Store& s, py::object buffer_ptrs, py::object all_keys, py::object dst, py::object src,
              py::object sizes) {

@@ -278,7 +278,11 @@ int DistributedStore::SetupFromJson(std::string_view json_object) {
 int DistributedStore::Close() {
   std::unique_lock lock(mu_);
   client_.reset();  // unmounts this store's segment
-  local_.reset();   // the mapping goes once no BufferHandle holds it
+  {
+    std::lock_guard sessions(session_mu_);
+    sessions_.clear();
+  }
+  local_.reset();  // the mapping goes once no BufferHandle holds it
   {
     std::lock_guard reg(reg_mu_);
     registered_.clear();

@@ -109,3 +109,42 @@ def test_batch_replica_clear_skips_leased_and_fresh_objects_and_names_segments()
     assert s.batch_replica_clear(["c2", "c4"], segment_name=s.get_hostname()) == ["c2", "c4"]
     assert s.is_exist("c2") == 0 and s.is_exist("c4") == 0
     s.close()
+
+
+def test_layer_wise_sessions_read_ranges_byte_exact_without_the_master():
+    s = embedded(segment=32 * MiB)
+    layers, layer_bytes = 8, 4096
+    keys = [f"sess-{i}" for i in range(3)]
+    values = [np.random.default_rng(i).integers(0, 256, layers * layer_bytes, dtype=np.uint8)
+              for i in range(3)]
+    for k, v in zip(keys, values):
+        assert s.put(k, v.tobytes()) == 0
+    assert s.batch_get_session_start(keys + ["absent"]) == [0, 0, 0,
+                                                           int(tierkv.ErrorCode.OBJECT_NOT_FOUND)]
+    # The session holds the bytes: removing the objects now changes nothing for it.
+    assert s.batch_remove(keys, True) == [0, 0, 0]
+    dst = np.zeros((3, layers * layer_bytes), dtype=np.uint8)
+    assert s.register_buffer(dst.ctypes.data, dst.nbytes) == 0
+    row = dst.strides[0]
+    for layer in range(layers):  # one call per layer, as SGLang's direct linker does
+        off = layer * layer_bytes
+        res = s.batch_get_into_multi_buffer_ranges(
+            keys, [[dst.ctypes.data + i * row + off] for i in range(3)],
+            [[layer_bytes]] * 3, [[off]] * 3)
+        assert res == [layer_bytes] * 3
+    for i in range(3):
+        assert (dst[i] == values[i]).all()
+    # Errors: a range past the end, an unregistered destination, a key without a session.
+    scratch = np.zeros(layer_bytes, dtype=np.uint8)
+    bad = s.batch_get_into_multi_buffer_ranges(
+        keys + ["absent"],
+        [[dst.ctypes.data]] * 2 + [[scratch.ctypes.data]] + [[dst.ctypes.data]],
+        [[layer_bytes], [2]] + [[layer_bytes]] * 2,
+        [[0], [layers * layer_bytes - 1], [0], [0]])
+    assert bad == [layer_bytes, int(tierkv.ErrorCode.INVALID_PARAMS),
+                   int(tierkv.ErrorCode.BUFFER_NOT_REGISTERED),
+                   int(tierkv.ErrorCode.INVALID_PARAMS)]
+    assert s.batch_get_session_end(keys) == 0
+    assert s.batch_get_into_multi_buffer_ranges(
+        keys[:1], [[dst.ctypes.data]], [[1]], [[0]]) == [int(tierkv.ErrorCode.INVALID_PARAMS)]
+    s.close()
