@@ -146,6 +146,11 @@ class Client {
   // Mooncake's regex_search: anchor with ^ and $; leased ones only with `force`): the count, or
   // INVALID_PARAMS for a bad expression (RPC_FAIL when the master does not answer).
   virtual int64_t RemoveByRegex(const std::string& regex, bool force = false) = 0;
+  // RemoveByRegex within one key namespace (a tenant's key prefix, kKeyNamespaceMark + tenant +
+  // kKeyNamespaceMark; "" = keys outside every namespace), `regex` ("" = any) matched against
+  // the rest of the key.
+  virtual int64_t RemoveInNamespace(const std::string& key_namespace, const std::string& regex,
+                                    bool force = false) = 0;
   // Mooncake's batch_replica_clear, per key in one master call: 0 when cleared — the object
   // removed (`segment_name` empty) or its memory replicas on that segment dropped (the object
   // goes with its last replica) — else INVALID_KEY, OBJECT_NOT_FOUND, OBJECT_HAS_LEASE (a

@@ -87,6 +87,10 @@ struct StoreSetupOptions {
   std::string master_server_addr;  // "" = embedded, with an in-process master
   bool enable_ssd_offload = false;
   std::string ssd_offload_path;  // a directory; the tier file is <path>/tierkv-<pid>.tier
+  // Mooncake's tenant_id: the namespace of every key this store names (1..64 characters of
+  // [A-Za-z0-9_.-]; "default" = keys as given). A tenant's objects are invisible to the other
+  // tenants' calls, remove_all and remove_by_regex included (src/connector/tenant_client.h).
+  std::string tenant_id = "default";
   // tierkv Config keys applied on top (a JSON object, "" = none), e.g. {"mode": ...}.
   std::string extra_config_json;
 };

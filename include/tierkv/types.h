@@ -10,6 +10,9 @@ namespace tierkv {
 
 // Longest key accepted, in bytes. Keys are non-empty valid UTF-8 without NUL.
 inline constexpr size_t kMaxKeyLength = 4096;
+// Keys of a tenant other than "default" are stored as kKeyNamespaceMark + tenant +
+// kKeyNamespaceMark + key (DistributedStore's tenant_id; docs/python.md, "Tenants").
+inline constexpr char kKeyNamespaceMark = '\x1d';
 
 // How a batch of objects is placed and protected (Mooncake's ReplicateConfig).
 struct ReplicateConfig {

@@ -74,7 +74,7 @@ int SetupPositional(Store& s, py::args args, py::kwargs kwargs) {
   }
   if (v[8]) o.enable_ssd_offload = v[8].cast<bool>();
   if (v[9]) o.ssd_offload_path = str(9);
-  if (v[10] && str(10) != "default") return ToInt(ErrorCode::INVALID_CONFIG);
+  if (v[10]) o.tenant_id = str(10);
   if (v[11] && v[11].cast<bool>()) return ToInt(ErrorCode::INVALID_CONFIG);
   py::gil_scoped_release release;
   return s.Setup(o);

@@ -140,6 +140,16 @@ std::vector<int> ClientImpl::BatchReplicaClear(const std::vector<std::string>& k
   return out;
 }
 
+int64_t ClientImpl::RemoveInNamespace(const std::string& key_namespace, const std::string& regex,
+                                      bool force) {
+  auto removed = master_.RemoveInNamespace(key_namespace, regex, force);
+  if (!removed.ok()) {
+    spdlog::warn("remove_by_regex: {}", removed.status().ToString());
+    return ToInt(removed.code());
+  }
+  return static_cast<int64_t>(*removed);
+}
+
 int64_t ClientImpl::RemoveByRegex(const std::string& regex, bool force) {
   auto removed = master_.RemoveByRegex(regex, force);
   if (!removed.ok()) {

@@ -83,6 +83,8 @@ class ClientImpl final : public Client {
   int64_t RemoveAll(bool force = false) override;
   std::vector<int> BatchRemove(const std::vector<std::string>& keys, bool force = false) override;
   int64_t RemoveByRegex(const std::string& regex, bool force = false) override;
+  int64_t RemoveInNamespace(const std::string& key_namespace, const std::string& regex,
+                            bool force = false) override;
   std::vector<int> BatchReplicaClear(const std::vector<std::string>& keys,
                                      const std::string& segment_name = "") override;
   std::string LocalSegmentName() const override { return mounted_segment_name(); }

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "connector/distributed_store_internal.h"
+#include "connector/tenant_client.h"
 #include "tierkv/config.h"
 
 namespace tierkv {
@@ -149,6 +150,8 @@ int DistributedStore::Setup(const StoreSetupOptions& options) {
     return Code(code);
   };
   if (client_) return fail(ErrorCode::INVALID_PARAMS, "already set up (close() first)");
+  auto key_namespace = TenantKeyPrefix(options.tenant_id);
+  if (!key_namespace.ok()) return fail(ErrorCode::INVALID_CONFIG, key_namespace.status().message());
   Config config;
   if (!options.extra_config_json.empty()) {
     auto parsed = ParseConfig(options.extra_config_json);
@@ -197,7 +200,9 @@ int DistributedStore::Setup(const StoreSetupOptions& options) {
       return fail(st.code(), "registering the local buffer: " + st.message());
     }
   }
-  client_ = std::move(client);
+  client_ = key_namespace->empty()
+                ? std::move(client)
+                : std::make_shared<TenantClient>(std::move(client), *key_namespace);
   local_ = std::move(*local);
   hostname_ = options.local_hostname.empty() ? ThisHost() : options.local_hostname;
   spdlog::info("DistributedStore: set up ({}, segment {} bytes, local buffer {} bytes)",
@@ -250,12 +255,7 @@ int DistributedStore::SetupFromJson(std::string_view json_object) {
     } else if (key == "ssd_offload_path") {
       st = string_into(&o.ssd_offload_path);
     } else if (key == "tenant_id") {
-      std::string tenant;
-      st = string_into(&tenant);
-      if (st.ok() && tenant != "default") {
-        st = Status(ErrorCode::INVALID_CONFIG,
-                    "setup key 'tenant_id': only \"default\" is supported, got \"" + tenant + "\"");
-      }
+      st = string_into(&o.tenant_id);
     } else if (key == "enable_client_http_server") {
       auto b = JsonBool(key, value);
       st = !b.ok() ? b.status()

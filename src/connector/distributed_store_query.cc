@@ -45,7 +45,9 @@ std::vector<int> DistributedStore::BatchRemove(const std::vector<std::string>& k
 
 int64_t DistributedStore::RemoveByRegex(const std::string& regex, bool force) {
   TIERKV_REQUIRE_CLIENT("remove_by_regex", Code(ErrorCode::INVALID_PARAMS));
-  return client_->RemoveByRegex(regex, force);
+  // Only this store's tenant: the default tenant's calls never reach another tenant's keys.
+  // (A TenantClient's "" namespace is its tenant's.)
+  return client_->RemoveInNamespace("", regex, force);
 }
 
 std::vector<int> DistributedStore::BatchReplicaClear(const std::vector<std::string>& keys,
@@ -57,7 +59,7 @@ std::vector<int> DistributedStore::BatchReplicaClear(const std::vector<std::stri
 
 int64_t DistributedStore::RemoveAll(bool force) {
   TIERKV_REQUIRE_CLIENT("remove_all", Code(ErrorCode::INVALID_PARAMS));
-  return client_->RemoveAll(force);
+  return client_->RemoveInNamespace("", "", force);  // this store's tenant only
 }
 
 std::vector<Result<std::vector<StoreReplica>>> DistributedStore::BatchGetReplicaDesc(

@@ -62,6 +62,11 @@ class MasterApi {
   virtual std::vector<Status> BatchRemove(const std::vector<std::string>& keys, bool force) = 0;
   virtual uint64_t RemoveAll(bool force) = 0;
   virtual Result<uint64_t> RemoveByRegex(const std::string& regex, bool force) = 0;
+  // RemoveByRegex within one key namespace: keys that start with `key_namespace` (a tenant's
+  // prefix), or for "" keys that do not start with kKeyNamespaceMark, whose rest `regex` ("" =
+  // any) matches somewhere in.
+  virtual Result<uint64_t> RemoveInNamespace(const std::string& key_namespace,
+                                             const std::string& regex, bool force) = 0;
   // Mooncake's batch_replica_clear: per key, drops the object (segment_name "") or its memory
   // replicas on the segment of that name (the object goes with its last replica), only where no
   // lease is held.

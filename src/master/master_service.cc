@@ -691,6 +691,16 @@ uint64_t MasterService::RemoveAll(bool force) {
 }
 
 Result<uint64_t> MasterService::RemoveByRegex(const std::string& regex, bool force) {
+  return RemoveMatching(nullptr, regex, force);
+}
+
+Result<uint64_t> MasterService::RemoveInNamespace(const std::string& key_namespace,
+                                                  const std::string& regex, bool force) {
+  return RemoveMatching(&key_namespace, regex, force);
+}
+
+Result<uint64_t> MasterService::RemoveMatching(const std::string* key_namespace,
+                                               const std::string& regex, bool force) {
   // RE2: linear time and no recursion, so no expression a client sends can stall or overflow
   // the master's stack (std::regex can do both on 4 KiB keys).
   RE2::Options opts;
@@ -704,9 +714,17 @@ Result<uint64_t> MasterService::RemoveByRegex(const std::string& regex, bool for
   const SteadyTime now = options_.clock->Now();
   const uint64_t removed =
       EraseWhere(table_, [&](Shard& s, const StoredKey& key, const ObjectMeta& meta) {
+        std::string_view rest = key.str;
+        if (key_namespace != nullptr) {
+          if (key_namespace->empty() ? (!rest.empty() && rest[0] == kKeyNamespaceMark)
+                                     : !rest.starts_with(*key_namespace)) {
+            return false;
+          }
+          rest.remove_prefix(key_namespace->size());
+        }
         return meta.state == ObjectState::kComplete && !meta.next &&
                (force || !IsLeased(s, meta, now)) && meta.held_until <= now &&
-               RE2::PartialMatch(key.str, re);
+               RE2::PartialMatch(re2::StringPiece(rest.data(), rest.size()), re);
       });
   removes_.fetch_add(removed, std::memory_order_relaxed);
   return removed;

@@ -214,6 +214,8 @@ class MasterService final : public MasterApi {
   // The same restricted to keys `regex` (RE2 syntax) matches somewhere in (as Mooncake's
   // regex_search: anchor with ^ and $); INVALID_PARAMS for an expression that does not compile.
   Result<uint64_t> RemoveByRegex(const std::string& regex, bool force) override;
+  Result<uint64_t> RemoveInNamespace(const std::string& key_namespace, const std::string& regex,
+                                     bool force) override;
   // Per key (master_clear.cc): OK when cleared — the object removed (segment_name empty), or its
   // memory replicas on segment `segment_name` dropped (the object removed with its last
   // replica; disk replicas stay). Else INVALID_KEY, OBJECT_NOT_FOUND, OBJECT_HAS_LEASE (a reader
@@ -241,6 +243,9 @@ class MasterService final : public MasterApi {
   const EvictionPolicy& policy() const { return *policy_; }
 
  private:
+  // RemoveByRegex (key_namespace null) and RemoveInNamespace.
+  Result<uint64_t> RemoveMatching(const std::string* key_namespace, const std::string& regex,
+                                  bool force);
   // Exists over a vector of strings or a span of views.
   template <typename Keys>
   std::vector<int> ExistsOf(const Keys& keys);

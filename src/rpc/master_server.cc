@@ -263,7 +263,10 @@ void MasterRpcHandler::RemoveByRegex(const rpc::RemoveByRegexRequest& request,
                     Status(ErrorCode::INVALID_PARAMS, "regex longer than the longest key"));
     return;
   }
-  auto removed = master_.RemoveByRegex(request.regex(), request.force());
+  auto removed =
+      request.in_namespace()
+          ? master_.RemoveInNamespace(request.key_namespace(), request.regex(), request.force())
+          : master_.RemoveByRegex(request.regex(), request.force());
   if (!removed.ok()) {
     wire::SetStatus(response->mutable_status(), removed.status());
     return;

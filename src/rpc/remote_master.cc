@@ -890,6 +890,20 @@ Result<uint64_t> RemoteMaster::RemoveByRegex(const std::string& regex, bool forc
   rpc::RemoveByRegexRequest request;
   request.set_regex(regex);
   request.set_force(force);
+  return RemoveByRegexCall(request);
+}
+
+Result<uint64_t> RemoteMaster::RemoveInNamespace(const std::string& key_namespace,
+                                                 const std::string& regex, bool force) {
+  rpc::RemoveByRegexRequest request;
+  request.set_regex(regex);
+  request.set_force(force);
+  request.set_in_namespace(true);
+  request.set_key_namespace(key_namespace);
+  return RemoveByRegexCall(request);
+}
+
+Result<uint64_t> RemoteMaster::RemoveByRegexCall(const rpc::RemoveByRegexRequest& request) {
   rpc::CountResponse response;
   grpc::Status status = Call("RemoveByRegex", false, &response,
                              [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {

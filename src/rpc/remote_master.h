@@ -56,6 +56,10 @@ class Status;
 }  // namespace grpc
 
 namespace tierkv {
+namespace rpc {
+class RemoveByRegexRequest;
+}  // namespace rpc
+
 struct RemoteMasterOptions {
   Millis rpc_timeout{10000};        // deadline of each call
   Millis heartbeat_interval{1000};  // 0 = no heartbeat thread (tests: a silent client)
@@ -147,6 +151,8 @@ class RemoteMaster final : public MasterApi {
   std::vector<Status> BatchRemove(const std::vector<std::string>& keys, bool force) override;
   uint64_t RemoveAll(bool force) override;
   Result<uint64_t> RemoveByRegex(const std::string& regex, bool force) override;
+  Result<uint64_t> RemoveInNamespace(const std::string& key_namespace, const std::string& regex,
+                                     bool force) override;
   std::vector<Status> ClearReplicas(const std::vector<std::string>& keys,
                                     const std::string& segment_name) override;
 
@@ -227,6 +233,8 @@ class RemoteMaster final : public MasterApi {
   void HeartbeatLoop();
   Millis HeartbeatInterval() const;  // options_.heartbeat_interval, shortened for a short TTL
   void Kick();
+  // RemoveByRegex and RemoveInNamespace.
+  Result<uint64_t> RemoveByRegexCall(const rpc::RemoveByRegexRequest& request);
   // RPC_FAIL naming the call, the address and gRPC's reason; wakes the heartbeat.
   Status RpcFailure(const char* rpc, const grpc::Status& status);
 

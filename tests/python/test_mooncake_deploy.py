@@ -191,6 +191,48 @@ def test_batch_replica_clear_drops_one_segments_replica_over_the_rpc(master_shor
             s.close()
 
 
+def test_tenants_see_only_their_own_objects(master):
+    import tierkv
+
+    def store(tenant):
+        s = tierkv.MooncakeDistributedStore()
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", master,
+                       tenant_id=tenant) == 0, s.last_error()
+        return s
+
+    bad = tierkv.MooncakeDistributedStore()
+    assert bad.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", master,
+                     tenant_id="no/slash") == int(tierkv.ErrorCode.INVALID_CONFIG)
+    assert "tenant_id" in bad.last_error()
+    run = uuid.uuid4().hex[:8]
+    stores = {t: store(t) for t in ("default", "alpha", "beta")}
+    try:
+        for t, s in stores.items():
+            assert s.put(f"{run}-shared", t.encode()) == 0
+            assert s.put(f"{run}-only-{t}", b"x") == 0
+            assert s.put_batch([f"{run}-b1", f"{run}-b2"], [t.encode()] * 2) == 0
+        for t, s in stores.items():
+            assert s.get(f"{run}-shared") == t.encode()
+            assert s.get_batch([f"{run}-b1", f"{run}-b2"]) == [t.encode()] * 2
+            others = [o for o in stores if o != t]
+            assert s.batch_is_exist([f"{run}-only-{o}" for o in others]) == [0, 0]
+            assert s.get(f"{run}-only-{others[0]}") == b""
+            assert s.remove(f"{run}-only-{others[0]}") == int(tierkv.ErrorCode.OBJECT_NOT_FOUND)
+        # remove_by_regex and remove_all (forced: the gets above hold leases) stay inside the
+        # caller's tenant ("^" anchors the key as the tenant names it).
+        assert stores["default"].remove_by_regex(f"^{run}-shared$", True) == 1
+        assert stores["alpha"].is_exist(f"{run}-shared") == 1
+        assert stores["alpha"].remove_all(True) == 4
+        assert stores["alpha"].batch_is_exist([f"{run}-shared", f"{run}-b1"]) == [0, 0]
+        assert stores["beta"].batch_is_exist([f"{run}-shared", f"{run}-b1", f"{run}-only-beta"]) \
+            == [1, 1, 1]
+        assert stores["default"].is_exist(f"{run}-only-default") == 1
+    finally:
+        for s in stores.values():
+            s.remove_all(True)
+            s.close()
+
+
 def test_tierkv_master_takes_a_mooncake_deployments_flags():
     binary = tierkv_binary()
     child = Child([binary, "master", "--rpc_address=127.0.0.1", "--port=0",
