@@ -41,6 +41,9 @@ struct MasterFlags {
   int64_t ha_lease_ttl_s = 2;
   std::string advertise;  // the address published in etcd; "" = host:port bound
   int64_t free_ack_wait_ms = 1000;
+  std::string root_fs_dir;       // told to clients (ClientDefaults)
+  bool promote_on_hit = false;   // told to clients
+  uint32_t promote_min_hits = 0;  // told to clients; 0 = theirs
 };
 
 // ValidateConfig's message with each config key replaced by the flag that set it.
@@ -100,6 +103,9 @@ int RunMaster(const MasterFlags& flags) {
   options.master = MasterOptionsFrom(as_config);
   options.client_ttl = Millis(flags.client_ttl_ms);
   options.tier_move_timeout = Millis(flags.tier_move_timeout_ms);
+  options.client_defaults.root_fs_dir = flags.root_fs_dir;
+  options.client_defaults.promote_on_hit = flags.promote_on_hit;
+  options.client_defaults.promote_min_hits = flags.promote_min_hits;
   if (flags.metrics_port >= 0) options.metrics = std::make_shared<MetricsRegistry>();
 
   options.master.free_ack_wait = Millis(flags.free_ack_wait_ms);
@@ -238,6 +244,20 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
                    "object is removed (config key default_kv_soft_pin_ttl_ms; Mooncake's "
                    "--default_kv_soft_pin_ttl)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{365ull * 24 * 3600 * 1000}))
+      ->capture_default_str();
+  master
+      ->add_option("--root-fs-dir", flags->root_fs_dir,
+                   "Directory told to clients: one that enables an SSD tier and names no file "
+                   "puts its tier file there (Mooncake's --root_fs_dir); \"\" = none")
+      ->capture_default_str();
+  master->add_flag("--promote-on-hit", flags->promote_on_hit,
+                   "Tell clients to promote disk hits back to DRAM (their promote_on_hit; "
+                   "Mooncake's --promotion_on_hit)");
+  master
+      ->add_option("--promote-min-hits", flags->promote_min_hits,
+                   "With --promote-on-hit: disk hits before a promotion (clients' "
+                   "promote_min_hits; Mooncake's --promotion_admission_threshold); 0 = theirs")
+      ->check(CLI::Range(uint32_t{0}, uint32_t{1000000}))
       ->capture_default_str();
   master
       ->add_option("--high-watermark", flags->high_watermark,

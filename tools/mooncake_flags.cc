@@ -71,17 +71,10 @@ const std::map<std::string, MooncakeFlag>& Flags() {
        Refused("a tierkv segment with an SSD tier always demotes instead of dropping on eviction "
                "(enable_offload in its store's config)",
                true)},
-      {"promotion_on_hit",
-       Refused("promotion on hit is a client setting in tierkv: promote_on_hit in the client's "
-               "config",
-               true)},
-      {"promotion_admission_threshold",
-       Refused("the promotion admission threshold is a client setting in tierkv: "
-               "promote_min_hits in the client's config")},
-      {"root_fs_dir",
-       Refused("tierkv clients name their SSD tier's directory themselves (ssd_offload_path in "
-               "setup, offload_paths in the config, or MOONCAKE_OFFLOAD_FILE_STORAGE_PATH); the "
-               "master hands out no directory")},
+      // Told to clients at registration (RegisterClientResponse.defaults).
+      {"promotion_on_hit", Bool({"--promote-on-hit"}, {})},
+      {"promotion_admission_threshold", Maps("--promote-min-hits")},
+      {"root_fs_dir", Maps("--root-fs-dir")},
       {"cluster_id",
        Refused("tierkv has no cluster id: the masters of one cluster share the etcd endpoints "
                "given to --ha")},

@@ -183,13 +183,19 @@ int DistributedStore::Setup(const StoreSetupOptions& options) {
     if (dir.empty() && env != nullptr) dir = env;
     if (!dir.empty()) {
       config.offload_paths = {dir + "/tierkv-" + std::to_string(getpid()) + ".tier"};
-    } else if (config.offload_paths.empty()) {
+    } else if (config.offload_paths.empty() && options.master_server_addr.empty()) {
+      // (With a remote master, the master's --root-fs-dir may give the directory: Client::Create
+      // applies it, or names what is missing.)
       return fail(ErrorCode::INVALID_CONFIG,
                   "enable_ssd_offload needs a directory for the tier file: ssd_offload_path, or "
                   "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH in the environment");
     }
   }
-  if (Status st = ValidateConfig(config); !st.ok()) return fail(st.code(), st.message());
+  {
+    Config checked = config;  // a tier file the remote master names is checked by Client::Create
+    if (checked.enable_offload && checked.offload_paths.empty()) checked.enable_offload = false;
+    if (Status st = ValidateConfig(checked); !st.ok()) return fail(st.code(), st.message());
+  }
   auto created = Client::Create(config);
   if (!created.ok()) return fail(created.code(), created.status().message());
   std::shared_ptr<Client> client = std::move(created).value();

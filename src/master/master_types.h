@@ -84,4 +84,12 @@ struct SegmentRecovery {
   bool done = false;             // the first link finished (the segment is placeable)
 };
 
+// What a master tells its clients to use where their own config leaves it open
+// (RegisterClientResponse.defaults; rpc/create_client.cc applies them).
+struct ClientDefaults {
+  std::string root_fs_dir;  // SSD tier directory for clients that enable one with no path
+  bool promote_on_hit = false;
+  uint32_t promote_min_hits = 0;  // 0 = the client's own promote_min_hits
+};
+
 }  // namespace tierkv

@@ -3,6 +3,11 @@
 // (client/create_embedded.cc); a program links exactly one of the two.
 #include "rpc/create_client.h"
 
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+
 #include "common/host_name.h"
 #include "common/logging.h"
 #include "tierkv/client.h"
@@ -22,16 +27,52 @@ Result<std::shared_ptr<RemoteBackend>> ConnectRemoteBackend(const Config& config
                                 config.protocol, *ucx);
 }
 
-Result<std::unique_ptr<Client>> Client::Create(const Config& config) {
+namespace {
+
+// The master's defaults (tierkv master --root-fs-dir, --promote-on-hit, --promote-min-hits)
+// where `config` leaves them open: an SSD tier enabled with no file goes to root_fs_dir; the
+// master's promotion on hit turns the client's on (a client cannot turn a cluster's off).
+Status ApplyMasterDefaults(const ClientDefaults& defaults, Config& config) {
+  if (config.enable_offload && config.offload_paths.empty()) {
+    if (defaults.root_fs_dir.empty()) {
+      return Status(ErrorCode::INVALID_CONFIG,
+                    "config key 'offload_paths': enable_offload needs a tier file path, and the "
+                    "master gives no directory (tierkv master --root-fs-dir)");
+    }
+    static std::atomic<int> n{0};
+    config.offload_paths = {defaults.root_fs_dir + "/tierkv-" + std::to_string(getpid()) + "-" +
+                            std::to_string(n.fetch_add(1)) + ".tier"};
+  }
+  if (defaults.promote_on_hit && !config.promote_on_hit) {
+    config.promote_on_hit = true;
+    if (defaults.promote_min_hits > 0) config.promote_min_hits = defaults.promote_min_hits;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Client>> Client::Create(const Config& given) {
   InitLogging();
-  if (Status st = ClientImpl::CheckConfig(config); !st.ok()) return st;  // before connecting
-  if (config.master_server_address.empty()) {
-    auto client = ClientImpl::CreateEmbedded(config);
+  // An SSD tier with no file may take the remote master's directory: checked once that is known.
+  const bool tier_from_master = !given.master_server_address.empty() && given.enable_offload &&
+                                given.offload_paths.empty();
+  Config checked = given;
+  if (tier_from_master) checked.enable_offload = false;
+  if (Status st = ClientImpl::CheckConfig(checked); !st.ok()) return st;  // before connecting
+  if (given.master_server_address.empty()) {
+    auto client = ClientImpl::CreateEmbedded(given);
     if (!client.ok()) return client.status();
     return std::unique_ptr<Client>(std::move(client).value());
   }
-  auto backend = ConnectRemoteBackend(config);
+  auto backend = ConnectRemoteBackend(checked);
   if (!backend.ok()) return backend.status();
+  Config config = given;
+  if (Status st = ApplyMasterDefaults((*backend)->remote_master().client_defaults(), config);
+      !st.ok()) {
+    return st;
+  }
+  if (Status st = ClientImpl::CheckConfig(config); !st.ok()) return st;
   // A rank contributing a segment to a remote master serves it to every requester the master
   // may send there: shared memory on this host, and the network transport on local_hostname's
   // host (its port when it names one, as Mooncake's local_hostname "host:port" does).

@@ -94,6 +94,10 @@ void MasterRpcHandler::RegisterClient(const rpc::RegisterClientRequest& request,
   response->set_client_id(id);
   response->set_client_ttl_ms(static_cast<uint64_t>(clients_.ttl().count()));
   response->set_master_incarnation(incarnation_);
+  rpc::ClientDefaults* defaults = response->mutable_defaults();
+  defaults->set_root_fs_dir(client_defaults_.root_fs_dir);
+  defaults->set_promote_on_hit(client_defaults_.promote_on_hit);
+  defaults->set_promote_min_hits(client_defaults_.promote_min_hits);
   spdlog::info("client {} registered (host '{}')", id, Printable(host));
 }
 
@@ -747,6 +751,7 @@ std::shared_ptr<MasterServer::Term> MasterServer::NewTerm(uint64_t epoch,
   }
   auto term = std::make_shared<Term>(o, incarnation_, epoch, std::move(lease));
   term->handler.set_tier_move_timeout(o.tier_move_timeout);
+  term->handler.set_client_defaults(o.client_defaults);
   const Millis maint =
       o.maintenance_period.count() > 0 ? o.maintenance_period : MaintenancePeriod(o.master);
   const Millis reap = Millis(std::max<int64_t>(o.client_ttl.count() / 4, 1));

@@ -87,6 +87,7 @@ class MasterRpcHandler {
                       const std::string& why);
   // How long a tier move waits for the owner's answer (default 30 s).
   void set_tier_move_timeout(Millis timeout) { tier_move_timeout_ = timeout; }
+  void set_client_defaults(ClientDefaults defaults) { client_defaults_ = std::move(defaults); }
 
   // Expires silent clients and unmounts their segments (the reaper calls this). Returns the
   // number of clients expired.
@@ -104,6 +105,7 @@ class MasterRpcHandler {
   ClientRegistry& clients_;
   const uint64_t incarnation_;
   Millis tier_move_timeout_{30000};
+  ClientDefaults client_defaults_;
 };
 
 // What fences a leader's term (tierkv master --ha; rpc/leader_election.h): Valid() turns false
@@ -129,6 +131,8 @@ struct MasterServerOptions {
   // Where the server's metrics go (served by a MetricsServer); null = no metrics, and no
   // timing of calls. The server removes what it added in Shutdown().
   std::shared_ptr<MetricsRegistry> metrics;
+  // Told to every client at registration (master/master_service.h).
+  ClientDefaults client_defaults;
   // High availability: start as a standby. Every call answers not_leader until BeginTerm (the
   // election made this master the leader); each term has a fresh state.
   bool standby = false;

@@ -380,6 +380,12 @@ Status RemoteMaster::Register(Millis timeout) {
       }
       client_id_.store(response.client_id());
       master_client_ttl_ms_.store(response.client_ttl_ms());
+      {
+        std::lock_guard lock(defaults_mu_);
+        client_defaults_.root_fs_dir = response.defaults().root_fs_dir();
+        client_defaults_.promote_on_hit = response.defaults().promote_on_hit();
+        client_defaults_.promote_min_hits = response.defaults().promote_min_hits();
+      }
       registrations_.fetch_add(1);
       connected_.store(true);
       spdlog::debug("registered with the tierkv master at {} as client {}", ep->address,

@@ -185,6 +185,11 @@ class RemoteMaster final : public MasterApi {
   // The channel to the master it talks to now (SegmentLink opens its stream on it).
   std::shared_ptr<grpc::Channel> channel() const;
   uint64_t client_id() const { return client_id_.load(); }
+  // What the master told at the last registration (RegisterClientResponse.defaults).
+  ClientDefaults client_defaults() const {
+    std::lock_guard lock(defaults_mu_);
+    return client_defaults_;
+  }
   // Times this client registered (1 after Connect; +1 per re-registration).
   uint64_t registrations() const { return registrations_.load(); }
   // False after a failed heartbeat, until one succeeds.
@@ -246,6 +251,8 @@ class RemoteMaster final : public MasterApi {
   std::chrono::steady_clock::time_point last_follow_{};  // guarded by endpoint_mu_
   std::atomic<uint64_t> leader_changes_{0};
   std::atomic<uint64_t> client_id_{0};
+  mutable std::mutex defaults_mu_;
+  ClientDefaults client_defaults_;  // guarded by defaults_mu_
   std::atomic<uint64_t> master_client_ttl_ms_{0};  // from RegisterClient; 0 = not told
   std::atomic<uint64_t> registrations_{0};
   std::atomic<bool> connected_{true};

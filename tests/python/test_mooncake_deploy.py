@@ -269,7 +269,6 @@ def test_tierkv_master_takes_a_mooncake_deployments_flags():
                          text=True, timeout=30)
     assert out.returncode != 0 and "bogus" in out.stderr  # tierkv's own flags still checked
     refused = {
-        "--root_fs_dir=/tmp/x": "ssd_offload_path",
         "--enable_offload=true": "enable_offload",
         "--cluster_id=c1": "--ha",
         "--enable_ha=true": "ha_backend_connstring",
@@ -281,6 +280,37 @@ def test_tierkv_master_takes_a_mooncake_deployments_flags():
                              text=True, timeout=30)
         assert out.returncode == 2, (flag, out.stderr)
         assert flag.split("=")[0] in out.stderr and named in out.stderr, (flag, out.stderr)
+
+
+def test_root_fs_dir_and_promotion_from_the_masters_flags(tmp_path, monkeypatch):
+    import tierkv
+
+    monkeypatch.delenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", raising=False)
+    binary = tierkv_binary()
+    child = Child([binary, "master", "--rpc_address=127.0.0.1", "--port=0", "--metrics_port=-1",
+                   f"--root_fs_dir={tmp_path}", "--promotion_on_hit=true",
+                   "--promotion_admission_threshold=1"], r"tierkv master listening on (\S+)")
+    try:
+        s = tierkv.MooncakeDistributedStore()
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "",
+                       child.match.group(1), enable_ssd_offload=True) == 0, s.last_error()
+        tiers = [p.name for p in tmp_path.iterdir()]
+        assert len(tiers) == 1 and tiers[0].startswith(f"tierkv-{os.getpid()}-"), tiers
+        assert s.put("rfs", b"r" * 4096) == 0 and s.get("rfs") == b"r" * 4096
+        s.close()
+    finally:
+        child.kill()
+    # Without --root_fs_dir the setup names what is missing.
+    child = Child([binary, "master", "--host", "127.0.0.1", "--port", "0", "--metrics-port",
+                   "-1"], r"tierkv master listening on (\S+)")
+    try:
+        s = tierkv.MooncakeDistributedStore()
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "",
+                       child.match.group(1), enable_ssd_offload=True) == int(
+                           tierkv.ErrorCode.INVALID_CONFIG)
+        assert "--root-fs-dir" in s.last_error()
+    finally:
+        child.kill()
 
 
 def test_get_all_segments_lists_every_contributed_segment():
