@@ -66,7 +66,7 @@ def test_setup_dict_sizes_and_errors(cluster):
         assert s.setup(dict(base, global_segment_size=size, local_buffer_size="1MB")) == 0, size
         assert s.put("x", b"y") == 0 and s.close() == 0
     for bad in ({"global_segment_size": "50%"}, {"local_buffer_size": -1},
-                {"global_segment_size": 1.5}, {"no_such_key": 1}, {"tenant_id": "other"},
+                {"global_segment_size": 1.5}, {"no_such_key": 1}, {"tenant_id": "no/slash"},
                 {"enable_client_http_server": True}, {"protocol": object()}):
         assert s.setup(dict(base, **bad)) != 0, bad
     assert s.setup({"local_hostname": "h"}) == E.INVALID_CONFIG  # metadata_server is required

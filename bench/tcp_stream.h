@@ -1,0 +1,45 @@
+// The raw TCP baseline of the remote benches: a forked child process that streams the source
+// pattern to this process over one loopback TCP connection (tierkv bench remote, and its
+// --contributing mode). It must be started before this process uses gRPC (a child forked after
+// that could not use gRPC; this one never does, but the rule keeps it simple: fork first). The
+// child dies with this process (PR_SET_PDEATHSIG); the destructor kills and reaps it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "tierkv/status.h"
+#include "workload.h"
+
+namespace tierkv::bench {
+
+// Writes all of [data, data+size); false on an error or a closed peer.
+bool WriteAll(int fd, const void* data, size_t size);
+// Reads exactly `size` bytes; false on an error or EOF first.
+bool ReadAll(int fd, void* data, size_t size);
+
+class TcpStream {
+ public:
+  // The child allocates `buffer_bytes` of the pattern (kRemotePatternSeed) and connects.
+  static Result<std::unique_ptr<TcpStream>> Start(uint64_t buffer_bytes);
+  ~TcpStream();
+  TcpStream(const TcpStream&) = delete;
+  TcpStream& operator=(const TcpStream&) = delete;
+
+  // The child sends the workload's objects, in order; each lands in its dst slot with one
+  // receive loop. Poisoned before, checked after; returns the seconds from request to the
+  // last byte.
+  Result<double> Receive(TransferWorkload& workload, int rep);
+  // Asks the child to exit and reaps it; INTERNAL_ERROR unless it exits 0.
+  Status Stop();
+
+ private:
+  TcpStream() = default;
+  pid_t pid_ = -1;
+  int fd_ = -1;
+};
+
+}  // namespace tierkv::bench
