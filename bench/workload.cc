@@ -113,12 +113,13 @@ TransferWorkload::TransferWorkload(std::string name, uint64_t object_bytes, size
   }
 }
 
-Result<double> TransferWorkload::Put(Client& client) {
+Result<double> TransferWorkload::Put(Client& client, const ReplicateConfig& config) {
   std::vector<std::vector<int>> codes(batches_.size());
   Stopwatch watch;
   for (size_t b = 0; b < batches_.size(); ++b) {
     const Batch& batch = batches_[b];
-    codes[b] = client.BatchPutFromMultiBuffers(batch.keys, batch.src_ptrs, batch.piece_sizes);
+    codes[b] =
+        client.BatchPutFromMultiBuffers(batch.keys, batch.src_ptrs, batch.piece_sizes, config);
   }
   const double seconds = watch.Seconds();
   const FailureLog failures = CheckCodes("put", batches_, codes, [](int code) {

@@ -12,6 +12,7 @@
 
 #include "bench_util.h"
 #include "tierkv/status.h"
+#include "tierkv/types.h"
 
 namespace tierkv {
 class Client;
@@ -52,8 +53,8 @@ class TransferWorkload {
   uint8_t* dst_object(size_t i) const { return dst_.data() + i * object_bytes_; }
   const uint8_t* src_object(size_t i) const { return src_.data() + i * object_bytes_; }
 
-  // Every batch put (timed); then every code must be 0. Returns the seconds.
-  Result<double> Put(Client& client);
+  // Every batch put (timed) with `config`; then every code must be 0. Returns the seconds.
+  Result<double> Put(Client& client, const ReplicateConfig& config = {});
   // Poisons dst, every batch get (timed); then every code must be the object size and the
   // bytes right (CheckBytes). Returns the seconds.
   Result<double> Get(Client& client, int rep);

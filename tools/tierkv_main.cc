@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "contributing_bench.h"
 #include "disk_bench.h"
 #include "embedded_bench.h"
 #include "exit_codes.h"
@@ -333,13 +334,36 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   remote->add_flag("--small-pages", remote_options.small_pages,
                    "The store's segment on 4 KiB pages (default: 2 MiB pages when available)");
+  size_t remote_contributing = 0;
+  remote
+      ->add_option("--contributing", remote_contributing,
+                   "Mooncake's deployment instead: N engine processes (>= 2) each contributing a "
+                   "segment to the master over TCP, process i writing to and reading from "
+                   "process i+1's segment, all at once, against a raw loopback TCP stream "
+                   "(--working-set is per process; 0 = the store mode)")
+      ->check(CLI::Range(0, 16))
+      ->capture_default_str();
   remote->callback([&] {
     remote_options.working_set_bytes = SizeOf(remote_working_set);
     remote_options.object_sizes.clear();
     for (const std::string& size : remote_sizes) {
       remote_options.object_sizes.push_back(SizeOf(size));
     }
-    exit_code = Report("remote", tierkv::bench::RunRemoteBench(remote_options));
+    exit_code = Report(
+        "remote", remote_contributing > 0
+                      ? tierkv::bench::RunContributingBench(remote_options, remote_contributing)
+                      : tierkv::bench::RunRemoteBench(remote_options));
+  });
+  // The engine process of `remote --contributing` (started by it; not for direct use).
+  std::vector<std::string> worker_args;
+  CLI::App* contributing_worker = bench->add_subcommand("contributing-worker", "");
+  contributing_worker->group("");  // hidden: started by `bench remote --contributing` only
+  contributing_worker->add_option("args", worker_args)->expected(7);
+  contributing_worker->callback([&] {
+    exit_code = tierkv::bench::RunContributingWorker(
+        worker_args[0], std::stoul(worker_args[1]), std::stoull(worker_args[2]),
+        std::stoull(worker_args[3]), std::stoul(worker_args[4]), std::stoul(worker_args[5]),
+        worker_args[6] == "-" ? std::string() : worker_args[6]);
   });
 
   tierkv::bench::RedisBenchOptions redis_options;
