@@ -41,8 +41,8 @@ struct MasterFlags {
   int64_t ha_lease_ttl_s = 2;
   std::string advertise;  // the address published in etcd; "" = host:port bound
   int64_t free_ack_wait_ms = 1000;
-  std::string root_fs_dir;       // told to clients (ClientDefaults)
-  bool promote_on_hit = false;   // told to clients
+  std::string root_fs_dir;        // told to clients (ClientDefaults)
+  bool promote_on_hit = false;    // told to clients
   uint32_t promote_min_hits = 0;  // told to clients; 0 = theirs
 };
 

@@ -8,8 +8,8 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "exit_codes.h"
 #include "metrics/metrics_registry.h"

@@ -136,7 +136,8 @@ std::vector<int> ClientImpl::BatchReplicaClear(const std::vector<std::string>& k
                                                const std::string& segment_name) {
   std::vector<int> out;
   out.reserve(keys.size());
-  for (const Status& st : master_.ClearReplicas(keys, segment_name)) out.push_back(ToInt(st.code()));
+  for (const Status& st : master_.ClearReplicas(keys, segment_name))
+    out.push_back(ToInt(st.code()));
   return out;
 }
 

@@ -56,8 +56,8 @@ Result<std::string> HttpGetBody(const std::string& address, const std::string& p
   }
   freeaddrinfo(found);
   if (!fd.valid()) {
-    return Status(ErrorCode::RPC_FAIL, "setup_dummy: no tierkv store answers at " + address +
-                                           " (" + why +
+    return Status(ErrorCode::RPC_FAIL, "setup_dummy: no tierkv store answers at " + address + " (" +
+                                           why +
                                            "): start one with `tierkv store --master M "
                                            "--metrics-port PORT`");
   }
@@ -73,15 +73,15 @@ Result<std::string> HttpGetBody(const std::string& address, const std::string& p
     if (n == 0) break;
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status(ErrorCode::RPC_FAIL, "setup_dummy: reading from " + address + ": " +
-                                             std::strerror(errno));
+      return Status(ErrorCode::RPC_FAIL,
+                    "setup_dummy: reading from " + address + ": " + std::strerror(errno));
     }
     answer.append(chunk, static_cast<size_t>(n));
     if (answer.size() > (1u << 20)) break;  // a page this size is not a store's
   }
   const size_t head_end = answer.find("\r\n\r\n");
-  if (answer.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos ||
-      answer.size() < 12 || answer.compare(9, 3, "200") != 0) {
+  if (answer.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos || answer.size() < 12 ||
+      answer.compare(9, 3, "200") != 0) {
     return Status(ErrorCode::RPC_FAIL, "setup_dummy: " + address + path +
                                            " did not answer 200: is it a tierkv store's "
                                            "metrics address?");

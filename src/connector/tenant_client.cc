@@ -5,8 +5,9 @@ namespace tierkv {
 Result<std::string> TenantKeyPrefix(const std::string& tenant) {
   if (tenant == "default") return std::string();
   const bool ok_chars = !tenant.empty() && tenant.size() <= 64 &&
-                        tenant.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                                 "0123456789_.-") == std::string::npos;
+                        tenant.find_first_not_of(
+                            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                            "0123456789_.-") == std::string::npos;
   if (!ok_chars) {
     return Status(ErrorCode::INVALID_PARAMS,
                   "tenant_id '" + tenant + "': 1 to 64 characters of A-Z a-z 0-9 _ . -");
@@ -83,7 +84,9 @@ std::vector<Result<std::vector<ReplicaDesc>>> TenantClient::BatchGetReplicaDesc(
 int TenantClient::Remove(const std::string& key, bool force) {
   return inner_->Remove(Key(key), force);
 }
-int64_t TenantClient::RemoveAll(bool force) { return inner_->RemoveInNamespace(prefix_, "", force); }
+int64_t TenantClient::RemoveAll(bool force) {
+  return inner_->RemoveInNamespace(prefix_, "", force);
+}
 std::vector<int> TenantClient::BatchRemove(const std::vector<std::string>& keys, bool force) {
   return inner_->BatchRemove(Keys(keys), force);
 }

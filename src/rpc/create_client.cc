@@ -55,8 +55,8 @@ Status ApplyMasterDefaults(const ClientDefaults& defaults, Config& config) {
 Result<std::unique_ptr<Client>> Client::Create(const Config& given) {
   InitLogging();
   // An SSD tier with no file may take the remote master's directory: checked once that is known.
-  const bool tier_from_master = !given.master_server_address.empty() && given.enable_offload &&
-                                given.offload_paths.empty();
+  const bool tier_from_master =
+      !given.master_server_address.empty() && given.enable_offload && given.offload_paths.empty();
   Config checked = given;
   if (tier_from_master) checked.enable_offload = false;
   if (Status st = ClientImpl::CheckConfig(checked); !st.ok()) return st;  // before connecting

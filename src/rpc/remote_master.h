@@ -252,7 +252,7 @@ class RemoteMaster final : public MasterApi {
   std::atomic<uint64_t> leader_changes_{0};
   std::atomic<uint64_t> client_id_{0};
   mutable std::mutex defaults_mu_;
-  ClientDefaults client_defaults_;  // guarded by defaults_mu_
+  ClientDefaults client_defaults_;                 // guarded by defaults_mu_
   std::atomic<uint64_t> master_client_ttl_ms_{0};  // from RegisterClient; 0 = not told
   std::atomic<uint64_t> registrations_{0};
   std::atomic<bool> connected_{true};
