@@ -33,9 +33,10 @@ ReplicaType = ReplicaTier
 #: Every public error code (docs/errors.md), as returned per key by the store's calls.
 ErrorCode = _enum.IntEnum("ErrorCode", dict(_tierkv._error_codes()), module=__name__)
 
-from . import _mooncake_tensor  # noqa: E402
+from . import _mooncake_session, _mooncake_tensor  # noqa: E402
 
 _mooncake_tensor.attach(DistributedStore, ErrorCode.INVALID_PARAMS)
+_mooncake_session.attach(DistributedStore)
 
 from . import connector  # noqa: E402  (after the names connector users may import from here)
 

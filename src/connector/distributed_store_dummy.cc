@@ -110,8 +110,12 @@ int DistributedStore::SetupDummy(uint64_t mem_pool_size, uint64_t local_buffer_s
   o.global_segment_size = 0;
   o.local_buffer_size = local_buffer_size;
   o.master_server_addr = info["master"].get<std::string>();
-  if (info.contains("protocol") && info["protocol"].is_string()) {
-    o.protocol = info["protocol"].get<std::string>();
+  // The store is on this host: its segment over shared memory ("auto"), other hosts' segments
+  // over TCP — or everything over RDMA when the store serves RDMA.
+  o.protocol = "auto";
+  if (info.contains("protocol") && info["protocol"].is_string() &&
+      info["protocol"].get<std::string>() == "rdma") {
+    o.protocol = "rdma";
   }
   if (const int rc = Setup(o); rc != 0) return rc;
   {

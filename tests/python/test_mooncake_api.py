@@ -119,8 +119,9 @@ def test_layer_wise_sessions_read_ranges_byte_exact_without_the_master():
               for i in range(3)]
     for k, v in zip(keys, values):
         assert s.put(k, v.tobytes()) == 0
-    assert s.batch_get_session_start(keys + ["absent"]) == [0, 0, 0,
-                                                           int(tierkv.ErrorCode.OBJECT_NOT_FOUND)]
+    codes, sources = s.batch_get_session_start_with_sources(keys + ["absent"])
+    assert codes == [0, 0, 0, int(tierkv.ErrorCode.OBJECT_NOT_FOUND)]
+    assert sources == ["memory"] * 3 + [None]
     # The session holds the bytes: removing the objects now changes nothing for it.
     assert s.batch_remove(keys, True) == [0, 0, 0]
     dst = np.zeros((3, layers * layer_bytes), dtype=np.uint8)

@@ -58,6 +58,10 @@ def test_two_dummy_clients_share_the_stores_pool(store_address):
         assert b.register_buffer(ptr, 1 * MiB) == 0
         assert b.get_into("dummy-k", ptr, 1 * MiB) == len(b"hello dummy")
         assert ctypes.string_at(ptr, 11) == b"hello dummy"
+        # The store's segment was read over shared memory (a dummy is on the store's host).
+        with urllib.request.urlopen(f"http://{store_address}/metrics", timeout=5) as r:
+            shm = re.search(r"^tierkv_store_shm_connections (\S+)$", r.read().decode(), re.M)
+        assert shm and float(shm.group(1)) >= 1, "no shared-memory connection to the store"
         ctypes.memmove(ptr, b"z" * 4096, 4096)
         assert b.put_from("dummy-zero-copy", ptr, 4096) == 0
         assert a.get("dummy-zero-copy") == b"z" * 4096
