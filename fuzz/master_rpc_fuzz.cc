@@ -299,6 +299,23 @@ const std::vector<Target>& Targets() {
          r.set_regex("(a*)*b|[");
          r.set_force(true);
          seeds.add(r);
+         r.set_regex("^k");
+         r.set_in_namespace(true);
+         r.set_key_namespace("\x1dtenant\x1d");
+         seeds.add(r);
+         return seeds.out;
+       }},
+      {"req_ClearReplicas",
+       [](const uint8_t* data, size_t size) {
+         FuzzRequest(data, size, &MasterRpcHandler::ClearReplicas);
+       },
+       [] {
+         SeedList seeds;
+         ClearReplicasRequest r;
+         *r.mutable_keys() = Keys(kKeys);
+         seeds.add(r);
+         r.set_segment_name("seg-0");
+         seeds.add(r);
          return seeds.out;
        }},
       {"req_DropDiskReplicas",
