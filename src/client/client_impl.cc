@@ -141,23 +141,24 @@ std::vector<int> ClientImpl::BatchReplicaClear(const std::vector<std::string>& k
   return out;
 }
 
-int64_t ClientImpl::RemoveInNamespace(const std::string& key_namespace, const std::string& regex,
-                                      bool force) {
-  auto removed = master_.RemoveInNamespace(key_namespace, regex, force);
+namespace {
+// The count removed, or the error's code (logged): RemoveByRegex and RemoveInNamespace.
+int64_t RemovedOrCode(const Result<uint64_t>& removed) {
   if (!removed.ok()) {
     spdlog::warn("remove_by_regex: {}", removed.status().ToString());
     return ToInt(removed.code());
   }
   return static_cast<int64_t>(*removed);
 }
+}  // namespace
+
+int64_t ClientImpl::RemoveInNamespace(const std::string& key_namespace, const std::string& regex,
+                                      bool force) {
+  return RemovedOrCode(master_.RemoveInNamespace(key_namespace, regex, force));
+}
 
 int64_t ClientImpl::RemoveByRegex(const std::string& regex, bool force) {
-  auto removed = master_.RemoveByRegex(regex, force);
-  if (!removed.ok()) {
-    spdlog::warn("remove_by_regex: {}", removed.status().ToString());
-    return ToInt(removed.code());
-  }
-  return static_cast<int64_t>(*removed);
+  return RemovedOrCode(master_.RemoveByRegex(regex, force));
 }
 
 }  // namespace tierkv
