@@ -8,6 +8,7 @@
 
 #include "client/batch_pieces.h"
 #include "client/client_impl.h"
+#include "common/optimistic_read.h"
 
 namespace tierkv {
 namespace {
@@ -15,11 +16,16 @@ namespace {
 // Copies the memory replica at `offset` of a mapped segment into `dst`: the object's size, or
 // TRANSFER_FAIL (its owner was gone by the end of the copy: the bytes may be a dead store's
 // leftovers) or CHECKSUM_MISMATCH (with `verify`; logged). The owner is asked after the copy:
-// alive then, it was alive through it (death is final).
+// alive then, it was alive through it (death is final). The copy may race a put that reuses
+// the space once the lease has run out: the caller checks the lease after it and discards.
 int64_t CopyMappedReplica(const SegmentAccess& seg, uint64_t offset,
                           const std::vector<MutPiece>& dst, const ObjectReplicas& obj,
                           const std::string& key, bool verify) {
-  const uint64_t sum = ScatterCopy(seg.base() + offset, dst, verify);
+  uint64_t sum = 0;
+  {
+    OptimisticReadScope racing_put_is_discarded;
+    sum = ScatterCopy(seg.base() + offset, dst, verify);
+  }
   if (!seg.alive()) return ToInt(ErrorCode::TRANSFER_FAIL);
   if (verify && sum != obj.checksum) {
     spdlog::error("checksum mismatch reading {} from segment {} at offset {}", key, seg.name(),
