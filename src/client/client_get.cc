@@ -23,7 +23,7 @@ int64_t CopyMappedReplica(const SegmentAccess& seg, uint64_t offset,
                           const std::string& key, bool verify) {
   uint64_t sum = 0;
   {
-    OptimisticReadScope racing_put_is_discarded;
+    [[maybe_unused]] OptimisticReadScope racing_put_is_discarded;
     sum = ScatterCopy(seg.base() + offset, dst, verify);
   }
   if (!seg.alive()) return ToInt(ErrorCode::TRANSFER_FAIL);

@@ -25,7 +25,7 @@ class OptimisticReadScope {
   OptimisticReadScope() { AnnotateIgnoreReadsBegin(__FILE__, __LINE__); }
   ~OptimisticReadScope() { AnnotateIgnoreReadsEnd(__FILE__, __LINE__); }
 #else
-  OptimisticReadScope() = default;
+  OptimisticReadScope() {}  // user-provided: a scope variable is not "unused"
 #endif
   OptimisticReadScope(const OptimisticReadScope&) = delete;
   OptimisticReadScope& operator=(const OptimisticReadScope&) = delete;
