@@ -25,6 +25,7 @@ from tierkv.connector import KVConnector, KVConnectorRole, KVRole, chunk_hashes,
 
 from .kv_cache import BlockManager
 from .model import ModelConfig, TinyModel
+from .vllm_shapes import StepBuilder, is_vllm_config, make_connectors
 
 WAITING, WAITING_FOR_REMOTE_KVS, RUNNING, FINISHED = "waiting", "remote", "running", "finished"
 
@@ -50,6 +51,16 @@ class Request:
     remote_computed: int = 0  # num_computed_tokens once an async load is done
     hashes: list = None
     released: bool = False
+    kv_transfer_params: dict = None  # a producer's (vLLM integration): what it stored
+
+    @property
+    def block_hashes(self):
+        """vLLM's request.block_hashes: one hash (bytes) per full block of the prompt."""
+        return [bytes.fromhex(h) for h in self.hashes]
+
+    @property
+    def num_tokens(self):
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
 
     @property
     def ttft(self):
@@ -94,8 +105,16 @@ class Engine:
         self.lock = threading.Lock()  # one step at a time (HTTP server threads)
         self._ids = 0
         self.scheduler = self.worker = None
+        self.steps = None  # vLLM-shaped scheduler outputs (the vLLM integration)
         self.layer_names = [f"model.layers.{i}.self_attn" for i in range(self.cfg.n_layers)]
-        if kv_transfer_config is not None:
+        if is_vllm_config(kv_transfer_config):
+            # tierkv.integrations.vllm, loaded and driven as vLLM does (vllm_shapes.py).
+            self.scheduler, self.worker = make_connectors(
+                kv_transfer_config, self.cfg, num_blocks, block_size, self.layer_names)
+            self.worker.register_kv_caches(dict(zip(self.layer_names, self.kv)))
+            self.role = kv_transfer_config.get("kv_role", "kv_both")
+            self.steps = StepBuilder()
+        elif kv_transfer_config is not None:
             conf = parse_config(kv_transfer_config)
             kw = dict(model=self.cfg.name, num_layers=self.cfg.n_layers, block_size=block_size,
                       num_kv_heads=self.cfg.n_kv_heads)
@@ -202,6 +221,7 @@ class Engine:
         errors = set()
         if self.worker is not None:
             sending, recving = self.worker.get_finished(set(self.finishing))
+            sending, recving = sending or set(), recving or set()  # vLLM's None = nothing
             for rid in sending:
                 r = self.finishing.pop(rid)
                 self.blocks.release(r.block_ids)
@@ -218,7 +238,7 @@ class Engine:
         batch = [r for r in self.running if r.status == RUNNING]
         if not batch:
             if self.worker is not None:  # asynchronous loads start without a forward step
-                meta = self.scheduler.build_connector_meta(SchedulerOutput([]))
+                meta = self.scheduler.build_connector_meta(self._scheduler_output([]))
                 if meta.loads:
                     self.worker.bind_connector_metadata(meta)
                     self.worker.start_load_kv()
@@ -241,7 +261,7 @@ class Engine:
             work.append((toks, nc, ends, r.block_ids))
             sched.append((r, r.block_ids, after))
         if self.worker is not None:
-            meta = self.scheduler.build_connector_meta(SchedulerOutput(sched))
+            meta = self.scheduler.build_connector_meta(self._scheduler_output(sched))
             self.worker.bind_connector_metadata(meta)
             self.worker.start_load_kv()
         logits = self.model.forward(work, self.kv, bs, self.hooks)
@@ -268,8 +288,25 @@ class Engine:
                 self._finish(r, now)
         self.running = [r for r in self.running if r.status != FINISHED]
 
+    def _scheduler_output(self, sched):
+        return self.steps.build(sched) if self.steps is not None else SchedulerOutput(sched)
+
+    def connector_stats(self):
+        """The worker-side connector's counters (either connector), or {}."""
+        if self.worker is None:
+            return {}
+        st = self.worker.stats
+        if not hasattr(st, "total"):
+            return dict(st)
+        both = dict(st.total)  # the integration counts lookups on the scheduler side
+        for k, v in self.scheduler.stats.total.items():
+            both[k] += v
+        return both
+
     def _finish(self, r, now):
         r.status = FINISHED
+        if self.steps is not None:
+            self.steps.finished(r.request_id)
         r.finish_time = now
         delay = False
         if self.scheduler is not None:

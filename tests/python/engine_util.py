@@ -62,3 +62,37 @@ def same(a, b):
     """Tokens equal and every sampled step's float32 logits bitwise equal."""
     return (a.output_token_ids == b.output_token_ids and len(a.logits) == len(b.logits)
             and all(torch.equal(x, y) and x.dtype == y.dtype for x, y in zip(a.logits, b.logits)))
+
+
+# ---- the tiny engine through tierkv.integrations.vllm (test_vllm_engine.py) -------------------
+
+STORE_CONF = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
+              "global_segment_size": "64MB", "local_buffer_size": "4MB", "protocol": "tcp",
+              "master_server_address": ""}
+
+
+def vllm_kv_config(role="kv_both", store=None, **extra):
+    """A --kv-transfer-config for tierkv's vLLM integration (each test its own prefix)."""
+    e = {"load_async": False, "cache_prefix": f"v{uuid.uuid4().hex[:8]}",
+         "store": dict(store or STORE_CONF), "staging_buffer_size": 8 << 20}
+    e.update(extra)
+    return {"kv_connector": "TierkvConnector",
+            "kv_connector_module_path": "tierkv.integrations.vllm", "kv_role": role,
+            "kv_connector_extra_config": e}
+
+
+class HeldStore:
+    """Holds the process's shared store of a setup config for a test (engines come and go;
+    the objects stay), and closes it with its last user."""
+
+    def __init__(self, conf=None):
+        from tierkv.integrations import _common
+        self._common = _common
+        setup, _ = _common.store_setup_config(dict(conf or STORE_CONF))
+        self.store = _common.shared_store(setup)
+
+    def __enter__(self):
+        return self.store
+
+    def __exit__(self, *exc):
+        self._common.release_store(self.store)
