@@ -345,3 +345,23 @@ def test_layout_fingerprint_covers_what_determines_the_bytes():
                  ("pp_size", 2)):
         assert layout_fingerprint(**dict(base, **{k: v})) != fp, k
     assert len(fp) == 16
+
+
+def test_tier_log_names_memory_and_disk_hits(monkeypatch, caplog):
+    monkeypatch.setenv("VLLM_MOONCAKE_STORE_TIER_LOG", "true")
+    with HeldStore():
+        vc, kcc = _configs()
+        s, w, caches = _pair(vc, kcc)
+        tokens = list(range(1, 19))
+        _prefill(s, w, caches, _Request("a", tokens), [[1, 2, 3, 4, 5]])
+        w.flush(30)
+        req = _Request("b", tokens)
+        s.get_num_new_matched_tokens(req, 0)
+        s.update_state_after_alloc(req, _Blocks([6, 7, 8, 9, 10]), 16)
+        meta = s.build_connector_meta(_output([_new(req, [[6, 7, 8, 9, 10]], 16)],
+                                              scheduled={"b": 2}))
+        with caplog.at_level("INFO", logger="tierkv.integrations.vllm"):
+            _step(w, meta, caches)
+        assert "4 objects, 4 from memory, 0 from disk, 0 missing" in caplog.text
+        s.shutdown()
+        w.shutdown()

@@ -15,7 +15,6 @@ failed in a step computed that step from missing KV: its saves of the step are d
 """
 
 import logging
-import os
 import queue
 import threading
 import time
@@ -81,7 +80,6 @@ class VllmWorker:
         self._load_q, self._copy_q, self._put_q = queue.Queue(), queue.Queue(), queue.Queue()
         self._threads = []
         self._closed = False
-        self.tier_log = os.environ.get("VLLM_MOONCAKE_STORE_TIER_LOG", "") not in ("", "0")
 
     # ---- registration ---------------------------------------------------------------------
 
@@ -323,7 +321,7 @@ class VllmWorker:
             got = self.store.batch_get_into([k for _, k in batch],
                                             [base + i * obj for i in range(len(batch))],
                                             [obj] * len(batch))
-            if self.tier_log:
+            if self.opt.tier_log:
                 self._log_tiers([k for _, k in batch])
             ok_rows, ok_blocks = [], []
             for i, (((b, _), k), g) in enumerate(zip(batch, got)):
