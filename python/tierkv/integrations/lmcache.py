@@ -1,0 +1,373 @@
+"""tierkv as an LMCache storage backend (docs/engine.md, "LMCache").
+
+LMCache loads it by configuration alone, through its dynamic (external) storage backends::
+
+    # lmcache.yaml (LMCACHE_CONFIG_FILE)
+    chunk_size: 256
+    local_cpu: true
+    external_backends: "tierkv"
+    extra_config:
+      external_backend.tierkv.module_path: tierkv.integrations.lmcache
+      external_backend.tierkv.class_name: TierkvBackend
+      tierkv.master_server_address: "10.0.0.1:50051"   # omit: an embedded store
+
+Memory objects move zero-copy: LMCache's pinned CPU buffer (its allocator's) is registered
+with the store once; a put reads an object's bytes from there, a get allocates the object from
+LMCache's local CPU backend and reads straight into it. Beside each object lies a 96-byte
+header naming its shape, dtype and format (a get reads the headers first to allocate the right
+object; header and data are two objects of one eviction group), under a key carrying a
+layout fingerprint::
+
+    [cache_prefix@]lmcache@<model>@fp:<fingerprint>@<CacheEngineKey.to_string()>
+"""
+
+import logging
+import struct
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import torch
+
+from .. import _tierkv
+from ..connector import model_name as _model_name
+from . import _common
+
+_log = logging.getLogger("tierkv.integrations.lmcache")
+
+try:
+    from lmcache.v1.storage_backend.abstract_backend import StorageBackendInterface as _Base
+    HAVE_LMCACHE = True
+except ImportError:  # standalone: the same methods, no LMCache import anywhere in tierkv
+    HAVE_LMCACHE = False
+
+    class _Base:
+        def __init__(self, dst_device="cuda"):
+            self.dst_device = dst_device
+
+_OBJECT_ALREADY_EXISTS = -705
+_OBJECT_NOT_FOUND = -704
+
+# Header: magic, version, dtype code, format code, ndim, 8 dims (int64), data bytes.
+_MAGIC = b"TKVL"
+_HEADER = struct.Struct("<4sHHHH8qQ")
+HEADER_BYTES = 96
+assert _HEADER.size <= HEADER_BYTES
+_HEADER_SUFFIX = "@hdr"  # the header object's key: the data key + this
+
+_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.uint8, torch.int8,
+           torch.float64, torch.int32, torch.int64]
+for _name in ("float8_e4m3fn", "float8_e5m2"):
+    if hasattr(torch, _name):
+        _DTYPES.append(getattr(torch, _name))
+_DTYPE_CODE = {d: i for i, d in enumerate(_DTYPES)}
+
+_EXTRA_PREFIX = "tierkv."
+_OWN_KEYS = {"master_server_address", "store", "cache_prefix", "put_threads"}
+
+
+def _cfg(obj, name, default=None):
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def _extra_options(config):
+    """The ``tierkv.*`` keys of LMCache's ``extra_config`` (an unknown one is an error)."""
+    extra = _cfg(config, "extra_config", None) or {}
+    own = {k[len(_EXTRA_PREFIX):]: v for k, v in extra.items() if k.startswith(_EXTRA_PREFIX)}
+    unknown = set(own) - _OWN_KEYS
+    if unknown:
+        raise ValueError(f"LMCache extra_config: unknown key(s) "
+                         f"{sorted(_EXTRA_PREFIX + k for k in unknown)} (tierkv reads "
+                         f"{sorted(_EXTRA_PREFIX + k for k in _OWN_KEYS)})")
+    return own
+
+
+def _fmt_code(fmt):
+    v = getattr(fmt, "value", fmt)
+    return int(v) if isinstance(v, int) else 0
+
+
+def _find_pinned_buffer(allocator):
+    """The tensor behind LMCache's CPU allocator (its pinned buffer), or None."""
+    seen = set()
+    todo = [allocator]
+    while todo:
+        a = todo.pop(0)
+        if a is None or id(a) in seen:
+            continue
+        seen.add(id(a))
+        for name in ("buffer", "_buffer", "kv_cache_buffer"):
+            t = getattr(a, name, None)
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.numel() > 0:
+                return t
+        for name in ("pin_allocator", "cpu_allocator", "allocator", "memory_allocator",
+                     "base_allocator"):
+            todo.append(getattr(a, name, None))
+    return None
+
+
+class TierkvBackend(_Base):
+    """An LMCache ``StorageBackendInterface`` backed by tierkv, constructed by LMCache's
+    dynamic-backend loader as ``(config, metadata, loop, memory_allocator,
+    local_cpu_backend, dst_device, lookup_server)``."""
+
+    def __init__(self, config, metadata, loop=None, memory_allocator=None,
+                 local_cpu_backend=None, dst_device="cpu", lookup_server=None):
+        try:
+            super().__init__(dst_device=dst_device)
+        except TypeError:
+            super().__init__()
+        self.config = config
+        self.metadata = metadata
+        self.loop = loop
+        self.local_cpu_backend = local_cpu_backend
+        self.memory_allocator = memory_allocator or getattr(local_cpu_backend,
+                                                            "memory_allocator", None)
+        opts = _extra_options(config)
+        store_conf = opts.get("store") or {}
+        if not isinstance(store_conf, dict):
+            raise ValueError("tierkv.store: must be a mapping of DistributedStore.setup keys")
+        store_conf = dict(store_conf)
+        if opts.get("master_server_address"):
+            store_conf["master_server_address"] = str(opts["master_server_address"])
+        prefix = opts.get("cache_prefix", "") or ""
+        if not isinstance(prefix, str) or "@" in prefix:
+            raise ValueError(f"tierkv.cache_prefix: {prefix!r} must be a string without '@'")
+        threads = _common.parse_positive_int("tierkv.put_threads", opts.get("put_threads", 1))
+        setup, source = _common.store_setup_config(store_conf)
+        self.store = _common.shared_store(setup)
+        self.fingerprint = _common.layout_fingerprint(
+            engine="lmcache", model=str(_cfg(metadata, "model_name", "")),
+            kv_dtype=_cfg(metadata, "kv_dtype", None),
+            kv_shape=list(_cfg(metadata, "kv_shape", ()) or ()),
+            fmt=str(_cfg(metadata, "fmt", "")), world_size=_cfg(metadata, "world_size", None),
+            mla=bool(_cfg(metadata, "use_mla", False)),
+            chunk_size=_cfg(config, "chunk_size", None))
+        model = _model_name(str(_cfg(metadata, "model_name", "") or "model"))
+        self.prefix = f"{prefix + '@' if prefix else ''}lmcache@{model}@fp:{self.fingerprint}@"
+        # The pinned buffer LMCache allocates memory objects from: registered once.
+        self._registered = []
+        buf = _find_pinned_buffer(self.memory_allocator)
+        if buf is None:
+            raise RuntimeError("tierkv: LMCache's CPU allocator exposes no buffer to register "
+                               "(zero-copy needs it)")
+        self._register(buf.data_ptr(), buf.numel() * buf.element_size(), "LMCache's CPU buffer")
+        # Headers: a registered area of 256 slots of HEADER_BYTES (puts and gets of a batch).
+        self._hslots = 256
+        self._headers = torch.zeros(self._hslots * HEADER_BYTES, dtype=torch.uint8)
+        self._register(self._headers.data_ptr(), self._headers.numel(), "the header area")
+        self._hlock = threading.Lock()
+        self._put_pool = ThreadPoolExecutor(threads, thread_name_prefix="tierkv-lmcache-put")
+        self._get_pool = ThreadPoolExecutor(1, thread_name_prefix="tierkv-lmcache-get")
+        self._inflight = set()
+        self._inflight_lock = threading.Lock()
+        self._closed = False
+        _log.info("tierkv LMCache backend: model %s, fingerprint %s, store %s", model,
+                  self.fingerprint, source)
+
+    def __str__(self):
+        return "TierkvBackend"
+
+    def _register(self, ptr, nbytes, what):
+        rc = self.store.register_buffer(ptr, nbytes)
+        if rc != 0:
+            raise RuntimeError(f"tierkv: register_buffer of {what} ({nbytes} bytes) failed: "
+                               f"{_tierkv.strerror(rc)}")
+        self._registered.append(ptr)
+
+    def _key(self, key):
+        s = key.to_string() if hasattr(key, "to_string") else str(key)
+        return self.prefix + s
+
+    # ---- queries --------------------------------------------------------------------------
+
+    def contains(self, key, pin=False):
+        return self.store.is_exist(self._key(key)) == 1
+
+    def batched_contains(self, keys, pin=False):
+        """How many keys from the first are stored."""
+        found = self.store.batch_is_exist([self._key(k) for k in keys])
+        for i, f in enumerate(found):
+            if f != 1:
+                return i
+        return len(keys)
+
+    def exists_in_put_tasks(self, key):
+        with self._inflight_lock:
+            return self._key(key) in self._inflight
+
+    # ---- puts -----------------------------------------------------------------------------
+
+    def batched_submit_put_task(self, keys, objs, transfer_spec=None):
+        """Puts the memory objects in the background (a reference held on each until its put
+        ended); returns one Future per batch of up to 256 objects (True when all stored)."""
+        if not keys:
+            return None
+        full = [self._key(k) for k in keys]
+        for o in objs:
+            o.ref_count_up()
+        with self._inflight_lock:
+            self._inflight.update(full)
+        futures = []
+        for i in range(0, len(full), self._hslots):
+            futures.append(self._put_pool.submit(self._put, full[i:i + self._hslots],
+                                                 objs[i:i + self._hslots]))
+        return futures
+
+    def _put(self, keys, objs):
+        try:
+            with self._hlock:  # the header area is one batch's at a time
+                hkeys, hptrs, dptrs, dsizes = [], [], [], []
+                for i, (k, o) in enumerate(zip(keys, objs)):
+                    hdr, data_ptr, nbytes = self._header_of(o)
+                    off = i * HEADER_BYTES
+                    self._headers[off:off + HEADER_BYTES].copy_(
+                        torch.frombuffer(bytearray(hdr), dtype=torch.uint8))
+                    hkeys.append(k + _HEADER_SUFFIX)
+                    hptrs.append(self._headers.data_ptr() + off)
+                    dptrs.append(data_ptr)
+                    dsizes.append(nbytes)
+                # Header and data in one eviction group: evicted and removed together.
+                cfg = _tierkv.ReplicateConfig()
+                cfg.group_ids = list(keys) + list(keys)
+                got = self.store.batch_put_from(list(keys) + hkeys, dptrs + hptrs,
+                                                dsizes + [HEADER_BYTES] * len(hkeys), cfg)
+            ok = [a in (0, _OBJECT_ALREADY_EXISTS) and b in (0, _OBJECT_ALREADY_EXISTS)
+                  for a, b in zip(got[:len(keys)], got[len(keys):])]
+            if not all(ok):
+                first = next(rc for rc in got if rc not in (0, _OBJECT_ALREADY_EXISTS))
+                _log.warning("tierkv: %d of %d LMCache puts failed (%s)", ok.count(False),
+                             len(keys), _tierkv.strerror(first))
+            return all(ok)
+        finally:
+            with self._inflight_lock:
+                self._inflight.difference_update(keys)
+            for o in objs:
+                o.ref_count_down()
+
+    def _header_of(self, obj):
+        meta = obj.metadata
+        t = obj.tensor
+        shape = list(getattr(meta, "shape", None) or (t.shape if t is not None else ()))
+        dtype = getattr(meta, "dtype", None) or (t.dtype if t is not None else torch.uint8)
+        if len(shape) > 8:
+            raise ValueError(f"memory object of {len(shape)} dimensions (at most 8)")
+        nbytes = t.numel() * t.element_size() if t is not None else obj.get_size()
+        code = _DTYPE_CODE.get(dtype)
+        if code is None:
+            raise ValueError(f"memory object dtype {dtype} has no tierkv code")
+        hdr = _HEADER.pack(_MAGIC, 1, code, _fmt_code(getattr(meta, "fmt", 0)), len(shape),
+                           *(list(shape) + [0] * (8 - len(shape))), nbytes)
+        ptr = t.data_ptr() if t is not None else meta.address
+        return hdr.ljust(HEADER_BYTES, b"\0"), ptr, nbytes
+
+    # ---- gets -----------------------------------------------------------------------------
+
+    def get_blocking(self, key):
+        return self.batched_get_blocking([key])[0]
+
+    def get_non_blocking(self, key):
+        if not self.contains(key):
+            return None
+        return self._get_pool.submit(self.get_blocking, key)
+
+    def batched_get_non_blocking(self, lookup_id, keys, transfer_spec=None):
+        fut = Future()
+        try:
+            fut.set_result([o for o in self.batched_get_blocking(keys) if o is not None])
+        except Exception as e:
+            fut.set_exception(e)
+        return fut
+
+    def submit_prefetch_task(self, key):
+        """Nothing to prefetch into: tierkv's gets land in LMCache's CPU buffer directly."""
+        return False
+
+    def batched_get_blocking(self, keys):
+        """Memory objects read zero-copy into LMCache's CPU buffer (None for a key not
+        stored, unreadable, or whose object cannot be allocated)."""
+        if not keys:
+            return []
+        out = []
+        for i in range(0, len(keys), self._hslots):
+            out.extend(self._get_batch([self._key(k) for k in keys[i:i + self._hslots]]))
+        return out
+
+    def _get_batch(self, full):
+        """Headers first (each a HEADER_BYTES object beside its data), then each object's
+        data straight into a memory object allocated from LMCache's CPU backend."""
+        with self._hlock:
+            base = self._headers.data_ptr()
+            got = self.store.batch_get_into([k + _HEADER_SUFFIX for k in full],
+                                            [base + i * HEADER_BYTES for i in range(len(full))],
+                                            [HEADER_BYTES] * len(full))
+            headers = [bytes(self._headers[i * HEADER_BYTES:i * HEADER_BYTES + _HEADER.size]
+                             .numpy()) if g == HEADER_BYTES else None
+                       for i, g in enumerate(got)]
+        objs, reads = [None] * len(full), []
+        for i, h in enumerate(headers):
+            if h is None:
+                continue
+            magic, version, code, fmt, ndim, *rest = _HEADER.unpack(h)
+            dims, nbytes = rest[:8], rest[8]
+            if magic != _MAGIC or version != 1 or code >= len(_DTYPES) or ndim > 8:
+                _log.error("tierkv: %s has no valid LMCache object header", full[i])
+                continue
+            obj = self._allocate(torch.Size(dims[:ndim]), _DTYPES[code], fmt)
+            if obj is None:
+                continue
+            if obj.tensor.numel() * obj.tensor.element_size() != nbytes:
+                obj.ref_count_down()
+                continue
+            objs[i] = obj
+            reads.append(i)
+        if reads:
+            sizes = [objs[i].tensor.numel() * objs[i].tensor.element_size() for i in reads]
+            got = self.store.batch_get_into([full[i] for i in reads],
+                                            [objs[i].tensor.data_ptr() for i in reads], sizes)
+            for i, g, n in zip(reads, got, sizes):
+                if g != n:
+                    objs[i].ref_count_down()
+                    objs[i] = None
+        return objs
+
+    def _allocate(self, shape, dtype, fmt_code):
+        fmt = fmt_code
+        try:
+            from lmcache.v1.memory_management import MemoryFormat
+            fmt = MemoryFormat(fmt_code)
+        except Exception:
+            pass
+        backend = self.local_cpu_backend
+        alloc = getattr(backend, "allocate", None) or getattr(self.memory_allocator, "allocate")
+        try:
+            return alloc(shape, dtype, fmt)
+        except TypeError:
+            return alloc(shape, dtype)
+
+    # ---- the rest -------------------------------------------------------------------------
+
+    def pin(self, key):
+        return self.contains(key)
+
+    def unpin(self, key):
+        return self.contains(key)
+
+    def remove(self, key, force=True):
+        k = self._key(key)
+        self.store.remove(k + _HEADER_SUFFIX, bool(force))
+        return self.store.remove(k, bool(force)) == 0
+
+    def get_allocator_backend(self):
+        return self.local_cpu_backend
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        self._put_pool.shutdown(wait=True)
+        self._get_pool.shutdown(wait=True)
+        for ptr in self._registered:
+            self.store.unregister_buffer(ptr)
+        _common.release_store(self.store)
