@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import uuid
 
 import pytest
@@ -26,6 +27,10 @@ import tierkv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+# The engines' test doubles (vllm, sglang, lmcache; written from their public source, see
+# doubles/*/README.md): importable first, so tierkv.integrations subclasses their classes as it
+# would the real engines'.
+sys.path.insert(0, os.path.join(HERE, "doubles"))
 
 
 def tierkv_binary():

@@ -75,7 +75,7 @@ class VllmWorker:
         self._finished = set()   # finished requests not yet reported done_sending
         self._paused = set()     # requests whose saves stopped (store full)
         self._bad_keys = set()   # present but unreadable: the next save replaces them
-        self._events = []        # (kind, [hash hex]) stored, for KV events
+        self._events = []        # (group, [hash hex]) stored, for KV events
         self._cross = None       # group -> cross-layer batches of the step being gathered
         self._load_q, self._copy_q, self._put_q = queue.Queue(), queue.Queue(), queue.Queue()
         self._threads = []
@@ -401,7 +401,8 @@ class VllmWorker:
                 self._cross = {}
             if pos == 0 or g not in self._cross:
                 self._cross[g] = self._start_batches(self._save_pairs(saves, g), layers,
-                                                     lambda h: self.keys.cross_key(g, h))
+                                                     lambda h: self.keys.cross_key(g, h), g,
+                                                     emit=True)
             batches = self._cross[g]
             off = sum(x.block_bytes for x in layers[:pos])
             for b in batches:
@@ -409,12 +410,15 @@ class VllmWorker:
             return  # put at the step's end, every layer in
         li = self.layer_index[layer_name]
         batches = self._start_batches(self._save_pairs(saves, g), [lt],
-                                      lambda h: self.keys.layer_key(g, li, h))
+                                      lambda h: self.keys.layer_key(g, li, h), g,
+                                      emit=lt is layers[-1])
         for b in batches:
             self._gather_into(b, lt, 0, after)
         self._put_q.put((batches, job, None))
 
-    def _start_batches(self, triples, layers, key_of):
+    def _start_batches(self, triples, layers, key_of, group, emit):
+        """Save batches of one staging slot each; ``emit``: their stored blocks make KV
+        events (the group's last layer, or cross-layer objects)."""
         obj = sum(lt.block_bytes for lt in layers)
         per = max(1, self.save_staging.slot_bytes // obj)
         seen, uniq = set(), []
@@ -426,7 +430,8 @@ class VllmWorker:
         for i in range(0, len(uniq), per):
             part = uniq[i:i + per]
             out.append({"slot": self.save_staging.acquire(), "obj": obj, "rows": part,
-                        "keys": [key_of(h) for _, h, _ in part], "event": None})
+                        "keys": [key_of(h) for _, h, _ in part], "event": None,
+                        "group": group, "emit": emit})
         return out
 
     def _gather_into(self, batch, lt, off, after):
@@ -498,6 +503,6 @@ class VllmWorker:
         if errors:
             _log.warning("tierkv: %d block saves failed", errors)
         self.stats.add(saved_objects=saved, save_errors=errors, saved_bytes=saved * obj)
-        if stored:
+        if stored and b["emit"]:
             with self._lock:
-                self._events.append((b["keys"][0].rsplit("@", 2)[0], stored))
+                self._events.append((b["group"], stored))

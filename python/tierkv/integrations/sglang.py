@@ -48,6 +48,10 @@ _OBJECT_ALREADY_EXISTS = -705
 # Keys of the extra config this backend reads; the factory's own keys are accepted too.
 _FACTORY_KEYS = {"backend_name", "module_path", "class_name", "interface_v1"}
 _OWN_KEYS = {"master_server_address", "store", "cache_prefix", "enable_group_semantics"}
+# Mooncake's backend reads these store settings from the same extra config: taken as store
+# setup keys, so a Mooncake configuration works unchanged.
+_STORE_KEYS = {"local_hostname", "metadata_server", "protocol", "device_name",
+               "global_segment_size", "local_buffer_size"}
 
 
 def _cfg(obj, name, default=None):
@@ -56,65 +60,57 @@ def _cfg(obj, name, default=None):
     return getattr(obj, name, default)
 
 
+def _runs(view):
+    """The contiguous byte runs of a tensor view, in its logical order (adjacent runs
+    merged)."""
+    if view.is_contiguous():
+        return [[view.data_ptr(), view.numel() * view.element_size()]]
+    out = []
+    for i in range(view.shape[0]):
+        for ptr, n in _runs(view[i]):
+            if out and out[-1][0] + out[-1][1] == ptr:
+                out[-1][1] += n
+            else:
+                out.append([ptr, n])
+    return out
+
+
+# The page starting at host token t in each layout, as SGLang's get_data_page views it: the
+# object holds exactly the bytes of the flat data page (K then V for MHA), so the zero-copy and
+# the flat-tensor paths read each other's objects.
+_MHA_PAGE = {
+    "layer_first": lambda b, t, p: b[:, :, t:t + p],
+    "page_first": lambda b, t, p: b[:, t:t + p],
+    "page_first_direct": lambda b, t, p: b[:, t // p],
+    "page_head": lambda b, t, p: b[:, t // p],
+}
+_MLA_PAGE = {
+    "layer_first": lambda b, t, p: b[:, t:t + p],
+    "page_first": lambda b, t, p: b[t:t + p],
+    "page_first_direct": lambda b, t, p: b[t // p],
+}
+
+
 class _PagePieces:
     """Where each page's bytes lie in the host pool's buffer, for its layout."""
 
     def __init__(self, pool, is_mla):
-        self.pool = pool
         self.layout = str(getattr(pool, "layout", "layer_first"))
         self.page_size = int(pool.page_size)
-        buf = pool.kv_buffer
-        self.buf = buf
-        self.base = buf.data_ptr()
-        self.elem = buf.element_size()
-        self.strides = [s * self.elem for s in buf.stride()]
-        self.is_mla = is_mla
-        shape = list(buf.shape)
-        if not buf.is_contiguous():
-            raise ValueError("the host KV pool's buffer must be contiguous")
-        if is_mla:
-            # layer_first [L, size, 1, d]; page_first [size, L, 1, d];
-            # page_first_direct [pages, L, page_size, 1, d]
-            self.layer_num = shape[0] if self.layout == "layer_first" else shape[1]
-            self.kv_parts = 1
-        else:
-            # layer_first [2, L, size, h, d]; page_first [2, size, L, h, d];
-            # page_first_direct [2, pages, L, page_size, h, d]
-            self.layer_num = shape[1] if self.layout == "layer_first" else shape[2]
-            self.kv_parts = 2
-        if self.layout not in ("layer_first", "page_first", "page_first_direct"):
+        self.buf = pool.kv_buffer
+        table = _MLA_PAGE if is_mla else _MHA_PAGE
+        if self.layout not in table:
             raise ValueError(f"host KV pool layout {self.layout!r} is not supported by tierkv "
-                             "(layer_first, page_first, page_first_direct)")
-        self.token_bytes = self.elem
-        for n in shape[-2:]:
-            self.token_bytes *= n  # one token of one layer: heads x head_dim (or 1 x d)
-        self.part_bytes = self.token_bytes * self.page_size * self.layer_num
-        self.object_bytes = self.part_bytes * self.kv_parts
+                             f"for {'MLA' if is_mla else 'MHA'} models ({sorted(table)})")
+        self._page = table[self.layout]
+        first = self._page(self.buf, 0, self.page_size)
+        self.object_bytes = first.numel() * first.element_size()
+        self.layer_num = int(getattr(pool, "layer_num", 0) or 0)
 
     def pieces(self, token_index):
         """(pointers, sizes) of the page starting at host token ``token_index``."""
-        ptrs, sizes = [], []
-        off0 = 0
-        for part in range(self.kv_parts):
-            if not self.is_mla:
-                off0 = part * self.strides[0]
-            if self.layout == "page_first_direct":
-                page = token_index // self.page_size
-                d = 1 if not self.is_mla else 0
-                ptrs.append(self.base + off0 + page * self.strides[d])
-                sizes.append(self.part_bytes)
-            elif self.layout == "page_first":
-                d = 1 if not self.is_mla else 0
-                ptrs.append(self.base + off0 + token_index * self.strides[d])
-                sizes.append(self.part_bytes)
-            else:  # layer_first: one piece per layer
-                ld, td = (1, 2) if not self.is_mla else (0, 1)
-                per = self.token_bytes * self.page_size
-                for layer in range(self.layer_num):
-                    ptrs.append(self.base + off0 + layer * self.strides[ld]
-                                + token_index * self.strides[td])
-                    sizes.append(per)
-        return ptrs, sizes
+        runs = _runs(self._page(self.buf, token_index, self.page_size))
+        return [r[0] for r in runs], [r[1] for r in runs]
 
 
 class TierkvHiCacheStorage(_Base):
@@ -125,7 +121,7 @@ class TierkvHiCacheStorage(_Base):
     def __init__(self, storage_config=None, kwargs=None, **more):
         self.config = storage_config
         extra = dict(_cfg(storage_config, "extra_config", None) or {})
-        unknown = set(extra) - _FACTORY_KEYS - _OWN_KEYS
+        unknown = set(extra) - _FACTORY_KEYS - _OWN_KEYS - _STORE_KEYS
         if unknown:
             raise ValueError(f"hicache storage extra config: unknown key(s) {sorted(unknown)} "
                              f"(tierkv reads {sorted(_OWN_KEYS)})")
@@ -138,6 +134,7 @@ class TierkvHiCacheStorage(_Base):
         if not isinstance(store_conf, dict):
             raise ValueError("store: must be a JSON object of DistributedStore.setup keys")
         store_conf = dict(store_conf)
+        store_conf.update({k: extra[k] for k in _STORE_KEYS if k in extra})
         if extra.get("master_server_address"):
             store_conf["master_server_address"] = str(extra["master_server_address"])
         self.tp_rank = int(_cfg(storage_config, "tp_rank", 0) or 0)
@@ -175,14 +172,15 @@ class TierkvHiCacheStorage(_Base):
         rc = self.store.register_buffer(buf.data_ptr(), nbytes)
         if rc != 0:
             raise RuntimeError(f"register_buffer of the host KV pool ({nbytes} bytes) failed: "
-                               f"{_tierkv.strerror(rc)}")
+                               f"{_tierkv.strerror(rc)}: {self.store.last_error()}")
         self._registered = buf.data_ptr()
-        shape = list(buf.shape)
+        # What a page's bytes depend on: the pool's page shape (layers, heads, head size or
+        # latent size) in its layout, the dtype, and the placement of this rank's slice.
+        page_shape = list(self.pieces._page(buf, 0, self.pieces.page_size).shape)
         fp = _common.layout_fingerprint(
             engine="sglang", model=self.model, kv_dtype=getattr(mem_pool_host, "dtype",
                                                                 buf.dtype),
-            page_size=self.pieces.page_size, layout=self.pieces.layout,
-            num_layers=self.pieces.layer_num, kv_heads=shape[-2], head_size=shape[-1],
+            page_size=self.pieces.page_size, layout=self.pieces.layout, page_shape=page_shape,
             mla=self.is_mla, tp_size=self.tp_size, pp_size=self.pp_size, cp_size=self.cp_size)
         self.fingerprint = fp
         head = f"{self.cache_prefix}@" if self.cache_prefix else ""
@@ -317,6 +315,8 @@ class TierkvHiCacheStorage(_Base):
         self.store.remove_by_regex("^" + re.escape(self.prefix), True)
 
     def get_stats(self):
+        """Counters since the last call (pages, bytes, seconds of prefetches and backups;
+        errors), as a dict."""
         out, self._stats = self._stats, {k: 0 for k in self._stats}
         return out
 

@@ -112,6 +112,7 @@ class BlockTransfer:
 class TierkvConnectorMetadata(_MetadataBase):
     loads: list = field(default_factory=list)
     saves: list = field(default_factory=list)
+    preempted_req_ids: set = field(default_factory=set)  # handle_preemptions reads these
 
 
 _COUNTERS = ("lookups", "lookup_hit_tokens", "loaded_blocks", "load_error_blocks",
@@ -250,7 +251,7 @@ class TierkvConnector(_Base, _HMA):
         self._is_scheduler = _role_name(role) == "SCHEDULER"
         self._reqs = {}
         self._pending_loads = []
-        self._events = []
+        self._event_acc = None
         self._lookup_pool = (ThreadPoolExecutor(1, thread_name_prefix="tierkv-lookup")
                              if self.options.lookup_async and self._is_scheduler else None)
         self.worker = None
@@ -363,7 +364,8 @@ class TierkvConnector(_Base, _HMA):
         meta = TierkvConnectorMetadata(loads=self._pending_loads)
         self._pending_loads = []
         scheduled = getattr(scheduler_output, "num_scheduled_tokens", {}) or {}
-        for rid in getattr(scheduler_output, "preempted_req_ids", None) or ():
+        meta.preempted_req_ids = set(getattr(scheduler_output, "preempted_req_ids", None) or ())
+        for rid in meta.preempted_req_ids:
             st = self._reqs.get(rid)
             if st is not None:
                 st.block_ids = None  # freed; the resumed request gets new blocks
@@ -421,10 +423,16 @@ class TierkvConnector(_Base, _HMA):
         st.saves_scheduled = True
 
     def update_connector_output(self, connector_output):
+        """Collects the workers' KV events (vLLM has already merged the workers' outputs)."""
         events = getattr(connector_output, "kv_cache_events", None)
-        if events is not None:
-            got = events.get_all_events() if hasattr(events, "get_all_events") else events
-            self._events.extend(got or [])
+        if events is None:
+            return
+        if self._event_acc is None:
+            self._event_acc = events
+        elif hasattr(self._event_acc, "merge"):
+            self._event_acc = self._event_acc.merge(events)
+        else:
+            self._event_acc.add_events(events.get_all_events())
 
     def request_finished(self, request, block_ids):
         """(delay_free, kv_transfer_params): the blocks stay until ``get_finished`` reports the
@@ -445,8 +453,25 @@ class TierkvConnector(_Base, _HMA):
         return self.request_finished(request, block_ids)
 
     def take_events(self):
-        out, self._events = self._events, []
-        yield from out
+        """The blocks stored by every worker since the last call (BlockStored events)."""
+        acc, self._event_acc = self._event_acc, None
+        if acc is None:
+            return
+        if hasattr(acc, "aggregate"):
+            acc = acc.aggregate()
+        yield from acc.get_all_events()
+
+    @property
+    def requires_kv_delivery(self):
+        return False  # a cache: a preempted request's saves are best effort
+
+    @property
+    def prefer_cross_layer_blocks(self):
+        return self.options.cross_layers
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config):
+        return True  # saves (and layer-wise loads) hook every attention layer
 
     def get_finished_count(self):
         return None
@@ -517,8 +542,10 @@ class TierkvConnector(_Base, _HMA):
     def wait_for_save(self):
         self.worker.wait_for_save()
 
-    def handle_preemptions(self, preempted_req_ids=None, *args, **kwargs):
-        ids = preempted_req_ids
+    def handle_preemptions(self, kv_connector_metadata=None, *args, **kwargs):
+        """Before the preempted requests' blocks are overwritten: vLLM passes the step's
+        connector metadata (older versions: the preempted request ids)."""
+        ids = kv_connector_metadata
         if ids is not None and not isinstance(ids, (set, list, tuple, frozenset)):
             ids = getattr(ids, "preempted_req_ids", None)
         self.worker.handle_preemptions(ids)
@@ -592,18 +619,91 @@ def _resumed_set(cached):
     return {r for r, f in zip(cached.req_ids, flags) if f}
 
 
+def _event_fields(cls):
+    for name in ("__struct_fields__", "__dataclass_fields__"):
+        f = getattr(cls, name, None)
+        if f is not None:
+            return set(f)
+    return set()
+
+
 def _kv_events(stored, block_size):
-    """BlockStored events (vLLM's kv_events classes when importable) for the hashes stored."""
+    """The workers' KV events of the blocks stored: vLLM's KVConnectorKVEvents holding
+    BlockStored events when vLLM is importable (fields filled as the installed version
+    declares them), else a plain holder of dicts."""
     try:
         from vllm.distributed.kv_events import BlockStored
     except ImportError:
         BlockStored = None
-    out = []
-    for _prefix, hashes in stored:
+    events = []
+    for group, hashes in stored:
         hs = [bytes.fromhex(h) for h in hashes]
-        if BlockStored is not None:
-            out.append(BlockStored(block_hashes=hs, parent_block_hash=None, token_ids=[],
-                                   block_size=block_size, lora_id=None, medium="tierkv"))
+        if BlockStored is None:
+            events.append({"type": "BlockStored", "block_hashes": hs, "medium": "tierkv",
+                           "group_idx": group})
+            continue
+        fields = _event_fields(BlockStored)
+        kw = dict(block_hashes=hs, parent_block_hash=None, token_ids=[],
+                  block_size=block_size, lora_id=None, medium="tierkv")
+        for name, value in (("lora_name", None), ("group_idx", group)):
+            if name in fields:
+                kw[name] = value
+        events.append(BlockStored(**kw))
+    return _TierkvKVEvents.of(events)
+
+
+try:
+    from vllm.distributed.kv_events import KVConnectorKVEvents as _EventsBase
+    from vllm.distributed.kv_events import KVEventAggregator as _Aggregator
+except ImportError:
+    _EventsBase, _Aggregator = object, None
+
+
+class _TierkvKVEvents(_EventsBase):
+    """vLLM's KVConnectorKVEvents over its KVEventAggregator: the events every worker
+    reported (one worker each when created; merged across workers by vLLM)."""
+
+    def __init__(self, num_workers=1):
+        self._agg = _Aggregator(num_workers) if _Aggregator is not None else None
+        self._plain = []
+
+    @classmethod
+    def of(cls, events):
+        out = cls(1)
+        out.add_events(events)
+        return out
+
+    def add_events(self, events):
+        if self._agg is not None:
+            self._agg.add_events(events)
         else:
-            out.append({"type": "BlockStored", "block_hashes": hs, "medium": "tierkv"})
-    return out
+            self._plain.extend(events)
+
+    def aggregate(self):
+        if self._agg is not None:
+            common = self._agg.get_common_events()
+            self._agg.clear_events()
+            self._agg.add_events(common)
+            self._agg.reset_workers()
+        return self
+
+    def increment_workers(self, count=1):
+        if self._agg is not None:
+            self._agg.increment_workers(count)
+
+    def get_all_events(self):
+        return self._agg.get_all_events() if self._agg is not None else list(self._plain)
+
+    def get_number_of_workers(self):
+        return self._agg.get_number_of_workers() if self._agg is not None else 1
+
+    def clear_events(self):
+        if self._agg is not None:
+            self._agg.clear_events()
+            self._agg.reset_workers()
+        self._plain = []
+
+    def merge(self, other):
+        self.add_events(other.get_all_events())
+        self.increment_workers(other.get_number_of_workers())
+        return self

@@ -1,0 +1,1 @@
+# TEST DOUBLE (tierkv tests), not vLLM (package marker).
