@@ -1,19 +1,22 @@
 """tierkv as an LMCache storage backend (docs/engine.md, "LMCache").
 
-LMCache loads it by configuration alone, through its dynamic (external) storage backends::
+LMCache loads it by configuration alone, as a storage plugin::
 
     # lmcache.yaml (LMCACHE_CONFIG_FILE)
     chunk_size: 256
     local_cpu: true
-    external_backends: "tierkv"
+    storage_plugins: ["tierkv"]
     extra_config:
-      external_backend.tierkv.module_path: tierkv.integrations.lmcache
-      external_backend.tierkv.class_name: TierkvBackend
+      storage_plugin.tierkv.module_path: tierkv.integrations.lmcache
+      storage_plugin.tierkv.class_name: TierkvBackend
       tierkv.master_server_address: "10.0.0.1:50051"   # omit: an embedded store
+
+(older LMCache: ``external_backends`` with ``external_backend.tierkv.*`` keys; the constructor
+takes both call forms).
 
 Memory objects move zero-copy: LMCache's pinned CPU buffer (its allocator's) is registered
 with the store once; a put reads an object's bytes from there, a get allocates the object from
-LMCache's local CPU backend and reads straight into it. Beside each object lies a 96-byte
+LMCache's local CPU backend and reads straight into it. Beside each object lies a 512-byte
 header naming its shape, dtype and format (a get reads the headers first to allocate the right
 object; header and data are two objects of one eviction group), under a key carrying a
 layout fingerprint::
@@ -21,10 +24,11 @@ layout fingerprint::
     [cache_prefix@]lmcache@<model>@fp:<fingerprint>@<CacheEngineKey.to_string()>
 """
 
+import json
 import logging
 import struct
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -35,31 +39,60 @@ from . import _common
 _log = logging.getLogger("tierkv.integrations.lmcache")
 
 try:
-    from lmcache.v1.storage_backend.abstract_backend import StorageBackendInterface as _Base
+    from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface as _Base
     HAVE_LMCACHE = True
-except ImportError:  # standalone: the same methods, no LMCache import anywhere in tierkv
-    HAVE_LMCACHE = False
+except ImportError:
+    try:  # older LMCache: external backends subclass the plain interface
+        from lmcache.v1.storage_backend.abstract_backend import (
+            StorageBackendInterface as _Base,
+        )
+        HAVE_LMCACHE = True
+    except ImportError:  # standalone: the same methods, no LMCache import anywhere in tierkv
+        HAVE_LMCACHE = False
 
-    class _Base:
-        def __init__(self, dst_device="cuda"):
-            self.dst_device = dst_device
+        class _Base:
+            def __init__(self, dst_device="cuda", **kwargs):
+                self.dst_device = dst_device
 
 _OBJECT_ALREADY_EXISTS = -705
 _OBJECT_NOT_FOUND = -704
 
-# Header: magic, version, dtype code, format code, ndim, 8 dims (int64), data bytes.
+# Header object: magic, version, JSON length, then JSON {"shapes", "dtypes", "fmt", "bytes"}
+# (a memory object may hold several tensors: LMCache's multi-group objects), zero-padded.
 _MAGIC = b"TKVL"
-_HEADER = struct.Struct("<4sHHHH8qQ")
-HEADER_BYTES = 96
-assert _HEADER.size <= HEADER_BYTES
+_HEAD = struct.Struct("<4sHH")
+HEADER_BYTES = 512
 _HEADER_SUFFIX = "@hdr"  # the header object's key: the data key + this
 
-_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.uint8, torch.int8,
-           torch.float64, torch.int32, torch.int64]
-for _name in ("float8_e4m3fn", "float8_e5m2"):
-    if hasattr(torch, _name):
-        _DTYPES.append(getattr(torch, _name))
-_DTYPE_CODE = {d: i for i, d in enumerate(_DTYPES)}
+_DTYPE_BY_NAME = {n: getattr(torch, n) for n in (
+    "float32", "float16", "bfloat16", "uint8", "int8", "float64", "int32", "int64",
+    "float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)}
+
+
+def _dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def _call_or(obj, name, default):
+    fn = getattr(obj, name, None)
+    try:
+        return fn() if callable(fn) else default
+    except Exception:  # an object kind without that accessor
+        return default
+
+
+def _parse_header(raw):
+    try:
+        magic, version, n = _HEAD.unpack(raw[:_HEAD.size])
+        if magic != _MAGIC or version != 1 or n > HEADER_BYTES - _HEAD.size:
+            return None
+        doc = json.loads(raw[_HEAD.size:_HEAD.size + n])
+        if (len(doc["shapes"]) != len(doc["dtypes"]) or not doc["shapes"]
+                or any(d not in _DTYPE_BY_NAME for d in doc["dtypes"])):
+            return None
+        return doc
+    except (ValueError, KeyError, TypeError, struct.error):
+        return None
 
 _EXTRA_PREFIX = "tierkv."
 _OWN_KEYS = {"master_server_address", "store", "cache_prefix", "put_threads"}
@@ -112,18 +145,25 @@ class TierkvBackend(_Base):
     dynamic-backend loader as ``(config, metadata, loop, memory_allocator,
     local_cpu_backend, dst_device, lookup_server)``."""
 
-    def __init__(self, config, metadata, loop=None, memory_allocator=None,
+    def __init__(self, config=None, metadata=None, loop=None, memory_allocator=None,
                  local_cpu_backend=None, dst_device="cpu", lookup_server=None):
+        # Current LMCache passes keywords (config, dst_device, metadata, local_cpu_backend,
+        # loop); older releases passed (config, metadata, loop, memory_allocator,
+        # local_cpu_backend, dst_device, lookup_server) by position.
         try:
-            super().__init__(dst_device=dst_device)
+            super().__init__(dst_device=dst_device, config=config, metadata=metadata,
+                             local_cpu_backend=local_cpu_backend, loop=loop)
         except TypeError:
-            super().__init__()
+            super().__init__(dst_device=dst_device)
         self.config = config
         self.metadata = metadata
         self.loop = loop
         self.local_cpu_backend = local_cpu_backend
-        self.memory_allocator = memory_allocator or getattr(local_cpu_backend,
-                                                            "memory_allocator", None)
+        if memory_allocator is None and local_cpu_backend is not None:
+            get = getattr(local_cpu_backend, "get_memory_allocator", None)
+            memory_allocator = get() if callable(get) else getattr(
+                local_cpu_backend, "memory_allocator", None)
+        self.memory_allocator = memory_allocator
         opts = _extra_options(config)
         store_conf = opts.get("store") or {}
         if not isinstance(store_conf, dict):
@@ -146,13 +186,17 @@ class TierkvBackend(_Base):
             chunk_size=_cfg(config, "chunk_size", None))
         model = _model_name(str(_cfg(metadata, "model_name", "") or "model"))
         self.prefix = f"{prefix + '@' if prefix else ''}lmcache@{model}@fp:{self.fingerprint}@"
-        # The pinned buffer LMCache allocates memory objects from: registered once.
+        # The pinned buffer LMCache allocates memory objects from: registered once. Without
+        # a local CPU backend (LMCache's scheduler side) there are no objects to move: queries
+        # only.
         self._registered = []
-        buf = _find_pinned_buffer(self.memory_allocator)
-        if buf is None:
-            raise RuntimeError("tierkv: LMCache's CPU allocator exposes no buffer to register "
-                               "(zero-copy needs it)")
-        self._register(buf.data_ptr(), buf.numel() * buf.element_size(), "LMCache's CPU buffer")
+        if self.memory_allocator is not None:
+            buf = _find_pinned_buffer(self.memory_allocator)
+            if buf is None:
+                raise RuntimeError("tierkv: LMCache's CPU allocator exposes no buffer to "
+                                   "register (zero-copy needs it)")
+            self._register(buf.data_ptr(), buf.numel() * buf.element_size(),
+                           "LMCache's CPU buffer")
         # Headers: a registered area of 256 slots of HEADER_BYTES (puts and gets of a batch).
         self._hslots = 256
         self._headers = torch.zeros(self._hslots * HEADER_BYTES, dtype=torch.uint8)
@@ -199,9 +243,12 @@ class TierkvBackend(_Base):
 
     # ---- puts -----------------------------------------------------------------------------
 
-    def batched_submit_put_task(self, keys, objs, transfer_spec=None):
+    def batched_submit_put_task(self, keys, objs, transfer_spec=None,
+                                on_complete_callback=None):
         """Puts the memory objects in the background (a reference held on each until its put
-        ended); returns one Future per batch of up to 256 objects (True when all stored)."""
+        ended: LMCache drops its own once every backend has the objects); returns one Future
+        per batch of up to 256 objects (True when all stored). ``on_complete_callback(key)``
+        runs once per key whose put ended."""
         if not keys:
             return None
         full = [self._key(k) for k in keys]
@@ -211,11 +258,12 @@ class TierkvBackend(_Base):
             self._inflight.update(full)
         futures = []
         for i in range(0, len(full), self._hslots):
-            futures.append(self._put_pool.submit(self._put, full[i:i + self._hslots],
-                                                 objs[i:i + self._hslots]))
+            futures.append(self._put_pool.submit(
+                self._put, full[i:i + self._hslots], objs[i:i + self._hslots],
+                list(keys[i:i + self._hslots]), on_complete_callback))
         return futures
 
-    def _put(self, keys, objs):
+    def _put(self, keys, objs, lm_keys=(), on_complete=None):
         try:
             with self._hlock:  # the header area is one batch's at a time
                 hkeys, hptrs, dptrs, dsizes = [], [], [], []
@@ -245,22 +293,34 @@ class TierkvBackend(_Base):
                 self._inflight.difference_update(keys)
             for o in objs:
                 o.ref_count_down()
+            if on_complete is not None:
+                for k in lm_keys:
+                    try:
+                        on_complete(k)
+                    except Exception as e:  # the engine's callback must not kill puts
+                        _log.error("tierkv: LMCache put callback failed: %s", e)
 
     def _header_of(self, obj):
-        meta = obj.metadata
-        t = obj.tensor
-        shape = list(getattr(meta, "shape", None) or (t.shape if t is not None else ()))
-        dtype = getattr(meta, "dtype", None) or (t.dtype if t is not None else torch.uint8)
-        if len(shape) > 8:
-            raise ValueError(f"memory object of {len(shape)} dimensions (at most 8)")
-        nbytes = t.numel() * t.element_size() if t is not None else obj.get_size()
-        code = _DTYPE_CODE.get(dtype)
-        if code is None:
-            raise ValueError(f"memory object dtype {dtype} has no tierkv code")
-        hdr = _HEADER.pack(_MAGIC, 1, code, _fmt_code(getattr(meta, "fmt", 0)), len(shape),
-                           *(list(shape) + [0] * (8 - len(shape))), nbytes)
-        ptr = t.data_ptr() if t is not None else meta.address
-        return hdr.ljust(HEADER_BYTES, b"\0"), ptr, nbytes
+        """(header bytes, data address, data bytes) of a memory object: its tensors' shapes
+        and dtypes (one or several groups) and its format."""
+        shapes = _call_or(obj, "get_shapes", None)
+        dtypes = _call_or(obj, "get_dtypes", None)
+        if not shapes or not isinstance(shapes, (list, tuple)):
+            shapes, dtypes = [obj.get_shape()], [obj.get_dtype()]
+        fmt = _fmt_code(_call_or(obj, "get_memory_format", getattr(obj.metadata, "fmt", 0)))
+        nbytes = int(obj.get_size())
+        for d in dtypes:
+            if _dtype_name(d) not in _DTYPE_BY_NAME:
+                raise ValueError(f"memory object dtype {d} has no tierkv name")
+        doc = json.dumps({"shapes": [list(x) for x in shapes],
+                          "dtypes": [_dtype_name(d) for d in dtypes], "fmt": fmt,
+                          "bytes": nbytes}, separators=(",", ":")).encode()
+        if _HEAD.size + len(doc) > HEADER_BYTES:
+            raise ValueError(f"memory object header of {len(doc)} bytes (at most "
+                             f"{HEADER_BYTES - _HEAD.size})")
+        hdr = _HEAD.pack(_MAGIC, 1, len(doc)) + doc
+        ptr = obj.data_ptr() if callable(obj.data_ptr) else obj.data_ptr
+        return hdr.ljust(HEADER_BYTES, b"\0"), int(ptr), nbytes
 
     # ---- gets -----------------------------------------------------------------------------
 
@@ -272,13 +332,24 @@ class TierkvBackend(_Base):
             return None
         return self._get_pool.submit(self.get_blocking, key)
 
-    def batched_get_non_blocking(self, lookup_id, keys, transfer_spec=None):
-        fut = Future()
-        try:
-            fut.set_result([o for o in self.batched_get_blocking(keys) if o is not None])
-        except Exception as e:
-            fut.set_exception(e)
-        return fut
+    async def batched_get_non_blocking(self, lookup_id, keys, transfer_spec=None):
+        """The memory objects of the longest stored prefix of ``keys`` (LMCache's
+        asynchronous loading path); the reads run on a thread."""
+        import asyncio
+        objs = await asyncio.get_running_loop().run_in_executor(
+            self._get_pool, self.batched_get_blocking, list(keys))
+        out = []
+        for o in objs:
+            if o is None:
+                break
+            out.append(o)
+        for o in objs[len(out):]:
+            if o is not None:
+                o.ref_count_down()
+        return out
+
+    async def batched_async_contains(self, lookup_id, keys, pin=False):
+        return self.batched_contains(keys, pin)
 
     def submit_prefetch_task(self, key):
         """Nothing to prefetch into: tierkv's gets land in LMCache's CPU buffer directly."""
@@ -297,54 +368,55 @@ class TierkvBackend(_Base):
     def _get_batch(self, full):
         """Headers first (each a HEADER_BYTES object beside its data), then each object's
         data straight into a memory object allocated from LMCache's CPU backend."""
+        if self.local_cpu_backend is None and self.memory_allocator is None:
+            raise RuntimeError("tierkv: no LMCache CPU backend to allocate memory objects in")
         with self._hlock:
             base = self._headers.data_ptr()
             got = self.store.batch_get_into([k + _HEADER_SUFFIX for k in full],
                                             [base + i * HEADER_BYTES for i in range(len(full))],
                                             [HEADER_BYTES] * len(full))
-            headers = [bytes(self._headers[i * HEADER_BYTES:i * HEADER_BYTES + _HEADER.size]
-                             .numpy()) if g == HEADER_BYTES else None
-                       for i, g in enumerate(got)]
+            headers = [bytes(self._headers[i * HEADER_BYTES:(i + 1) * HEADER_BYTES].numpy())
+                       if g == HEADER_BYTES else None for i, g in enumerate(got)]
         objs, reads = [None] * len(full), []
         for i, h in enumerate(headers):
             if h is None:
                 continue
-            magic, version, code, fmt, ndim, *rest = _HEADER.unpack(h)
-            dims, nbytes = rest[:8], rest[8]
-            if magic != _MAGIC or version != 1 or code >= len(_DTYPES) or ndim > 8:
+            doc = _parse_header(h)
+            if doc is None:
                 _log.error("tierkv: %s has no valid LMCache object header", full[i])
                 continue
-            obj = self._allocate(torch.Size(dims[:ndim]), _DTYPES[code], fmt)
+            obj = self._allocate(doc)
             if obj is None:
                 continue
-            if obj.tensor.numel() * obj.tensor.element_size() != nbytes:
+            if int(obj.get_size()) != doc["bytes"]:
                 obj.ref_count_down()
                 continue
             objs[i] = obj
             reads.append(i)
         if reads:
-            sizes = [objs[i].tensor.numel() * objs[i].tensor.element_size() for i in reads]
-            got = self.store.batch_get_into([full[i] for i in reads],
-                                            [objs[i].tensor.data_ptr() for i in reads], sizes)
+            ptrs = [objs[i].data_ptr() if callable(objs[i].data_ptr) else objs[i].data_ptr
+                    for i in reads]
+            sizes = [int(objs[i].get_size()) for i in reads]
+            got = self.store.batch_get_into([full[i] for i in reads], ptrs, sizes)
             for i, g, n in zip(reads, got, sizes):
                 if g != n:
                     objs[i].ref_count_down()
                     objs[i] = None
         return objs
 
-    def _allocate(self, shape, dtype, fmt_code):
-        fmt = fmt_code
+    def _allocate(self, doc):
+        shapes = [torch.Size(x) for x in doc["shapes"]]
+        dtypes = [_DTYPE_BY_NAME[d] for d in doc["dtypes"]]
+        fmt = doc["fmt"]
         try:
             from lmcache.v1.memory_management import MemoryFormat
-            fmt = MemoryFormat(fmt_code)
-        except Exception:
+            fmt = MemoryFormat(fmt)
+        except Exception:  # no LMCache, or a format this LMCache does not know
             pass
-        backend = self.local_cpu_backend
-        alloc = getattr(backend, "allocate", None) or getattr(self.memory_allocator, "allocate")
-        try:
-            return alloc(shape, dtype, fmt)
-        except TypeError:
-            return alloc(shape, dtype)
+        shape_arg = shapes if len(shapes) > 1 else shapes[0]
+        dtype_arg = dtypes if len(dtypes) > 1 else dtypes[0]
+        owner = self.local_cpu_backend or self.memory_allocator
+        return owner.allocate(shape_arg, dtype_arg, fmt)
 
     # ---- the rest -------------------------------------------------------------------------
 
