@@ -106,6 +106,7 @@ class Engine:
         self._ids = 0
         self.scheduler = self.worker = None
         self.steps = None  # vLLM-shaped scheduler outputs (the vLLM integration)
+        self._preempted = set()  # named in the next step's scheduler output
         self.layer_names = [f"model.layers.{i}.self_attn" for i in range(self.cfg.n_layers)]
         if is_vllm_config(kv_transfer_config):
             # tierkv.integrations.vllm, loaded and driven as vLLM does (vllm_shapes.py).
@@ -262,6 +263,8 @@ class Engine:
             sched.append((r, r.block_ids, after))
         if self.worker is not None:
             meta = self.scheduler.build_connector_meta(self._scheduler_output(sched))
+            if self.steps is not None:  # vLLM's runner: before anything is written this step
+                self.worker.handle_preemptions(meta)
             self.worker.bind_connector_metadata(meta)
             self.worker.start_load_kv()
         logits = self.model.forward(work, self.kv, bs, self.hooks)
@@ -289,7 +292,27 @@ class Engine:
         self.running = [r for r in self.running if r.status != FINISHED]
 
     def _scheduler_output(self, sched):
-        return self.steps.build(sched) if self.steps is not None else SchedulerOutput(sched)
+        if self.steps is None:
+            return SchedulerOutput(sched)
+        preempted, self._preempted = self._preempted, set()
+        return self.steps.build(sched, preempted)
+
+    def preempt(self, request_id):
+        """vLLM-style preemption (the vLLM integration only): the request's blocks are freed
+        at once (another request may take them in the next step) and it starts over from its
+        prompt (its output tokens are generated again: greedy, so the same ones); the next
+        step's scheduler output names it in ``preempted_req_ids`` and the worker's
+        ``handle_preemptions`` runs before that step writes any block."""
+        if self.steps is None:
+            raise RuntimeError("preempt needs the vLLM integration (kv_connector_module_path)")
+        r = next(x for x in self.running if x.request_id == request_id)
+        self.running.remove(r)
+        self.blocks.release(r.block_ids)
+        r.block_ids, r.num_computed_tokens, r.status = [], 0, WAITING
+        r.output_token_ids, r.logits, r.first_token_time = [], [], None
+        r.load_blocks, r.no_external = set(), False
+        self.waiting.insert(0, r)
+        self._preempted.add(request_id)
 
     def connector_stats(self):
         """The worker-side connector's counters (either connector), or {}."""

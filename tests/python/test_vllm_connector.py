@@ -367,3 +367,17 @@ def test_tier_log_names_memory_and_disk_hits(monkeypatch, caplog):
         assert "4 objects, 4 from memory, 0 from disk, 0 missing" in caplog.text
         s.shutdown()
         w.shutdown()
+
+
+def test_disk_staging_usable_ratio_bounds_each_load_batch(monkeypatch):
+    from tierkv.integrations._common import parse_size
+    assert parse_size("x", "4MB") == 4 << 20 and parse_size("x", "1.5GiB") == 3 << 29
+    assert parse_size("x", 1024) == 1024
+    with pytest.raises(ValueError, match="x"):
+        parse_size("x", "4 parsecs")
+    monkeypatch.setenv("VLLM_MOONCAKE_DISK_STAGING_USABLE_RATIO", "0.5")
+    with HeldStore(dict(STORE_CONF, staging_buffer_size="2MB")):
+        vc, kcc = _configs(store=dict(STORE_CONF, staging_buffer_size="2MB"))
+        c = tv.TierkvConnector(vc, tv.KVConnectorRole.SCHEDULER, kcc)
+        assert c.options.load_batch_bytes == 1 << 20  # half of the 2 MiB staging buffer
+        c.shutdown()

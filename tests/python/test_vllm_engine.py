@@ -97,7 +97,7 @@ def _layer_keys(e, tokens, nblocks):
     return [e.worker.keys.layer_key(0, layer, h) for h in hashes for layer in range(2)]
 
 
-def test_ssd_hits_are_bitwise_identical():
+def test_full_and_partial_ssd_hits_are_bitwise_identical():
     (ref,) = scratch([P])
     with tempfile.TemporaryDirectory(dir="/tmp") as d:
         conf = _ssd_conf(d)
@@ -113,6 +113,13 @@ def test_ssd_hits_are_bitwise_identical():
             e2.close()
             assert r2.external_hit_tokens == 96 and r2.load_error_blocks == 0
             assert same(r2, ref)
+            _push_to_disk(store, keys)
+            (ref_q,) = scratch([Q])
+            e3 = engine(cfg)  # a partial hit, from disk only
+            (r3,) = e3.generate([Q], MAX_TOKENS)
+            e3.close()
+            assert r3.external_hit_tokens == 48 and r3.load_error_blocks == 0
+            assert same(r3, ref_q)
 
 
 class _FailingGets:
@@ -268,3 +275,37 @@ def test_blocks_stay_until_their_puts_end_and_steps_never_wait_for_puts():
         assert e.connector_stats()["saved_objects"] == 12
         assert e.blocks.num_available() == e.blocks.num_blocks
         e.close()
+
+
+def test_preemption_in_the_middle_of_a_save_never_stores_wrong_bytes():
+    """A request is preempted while its puts are held back, and another request's prefill
+    overwrites its freed blocks before the puts run: what tierkv stored is still the
+    preempted request's KV (the saves read from staging, not from the engine's blocks)."""
+    r_prompt = prompt(3, 100)
+    ref_p, ref_r = scratch([P, r_prompt])
+    with HeldStore():
+        cfg = vllm_kv_config()
+        e = engine(cfg, num_blocks=7)  # one request's worth: the next one reuses its blocks
+        gated = _GatedPuts(e.worker.worker.store)
+        e.worker.worker.store = gated
+        a = e.add_request(P, MAX_TOKENS)
+        e.step()  # a's prefill: its blocks gathered into staging, the puts held
+        assert a.output_token_ids and gated.gate.is_set() is False
+        old_blocks = list(a.block_ids)
+        e.preempt(a.request_id)
+        b = e.add_request(r_prompt, MAX_TOKENS)
+        e.waiting.remove(b)
+        e.waiting.insert(0, b)  # b first: it takes (and overwrites) a's freed blocks
+        e.step()
+        assert b.output_token_ids and set(b.block_ids) == set(old_blocks)
+        gated.gate.set()
+        deadline = time.monotonic() + 60
+        while e.has_work():
+            assert time.monotonic() < deadline
+            e.step()
+        assert same(a, ref_p) and same(b, ref_r)  # a started over and finished alike
+        e.close()
+        e2 = engine(cfg)
+        (r,) = e2.generate([P], MAX_TOKENS)
+        e2.close()
+        assert r.external_hit_tokens == 96 and r.load_error_blocks == 0 and same(r, ref_p)

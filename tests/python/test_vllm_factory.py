@@ -170,3 +170,31 @@ def test_handle_preemptions_takes_the_steps_metadata():
         assert cached.resumed_req_ids == set()
         for c in (s, w):
             c.shutdown()
+
+
+def test_built_as_a_multiconnector_child_it_reads_its_own_transfer_config():
+    """vLLM's MultiConnector builds each child as cls(copy of vllm_config with the child's
+    KVTransferConfig, role, kv_cache_config) — always three arguments."""
+    import copy
+
+    with HeldStore():
+        parent = _vllm_config()
+        parent.kv_transfer_config = KVTransferConfig(
+            kv_connector="MultiConnector", kv_role="kv_both",
+            kv_connector_extra_config={"connectors": [
+                {"kv_connector": "SomeP2PConnector", "kv_role": "kv_both"},
+                {"kv_connector": "TierkvConnector",
+                 "kv_connector_module_path": "tierkv.integrations.vllm",
+                 "kv_role": "kv_consumer",
+                 "kv_connector_extra_config": {"store": dict(STORE_CONF),
+                                               "cache_prefix": "child", "load_async": False}},
+            ]})
+        child = parent.kv_transfer_config.kv_connector_extra_config["connectors"][1]
+        temp = copy.copy(parent)
+        temp.kv_transfer_config = KVTransferConfig(
+            **child, engine_id=parent.kv_transfer_config.engine_id)
+        cls = KVConnectorFactory.get_connector_class(temp.kv_transfer_config)
+        c = cls(temp, KVConnectorRole.WORKER, _kv_cache_config())
+        assert c.kv_role == "kv_consumer" and c.options.cache_prefix == "child"
+        assert not c.options.load_async
+        c.shutdown()

@@ -64,6 +64,29 @@ def parse_ratio(name, value):
     return r
 
 
+_SIZE_SHIFT = {"": 0, "b": 0, "k": 10, "kb": 10, "kib": 10, "m": 20, "mb": 20, "mib": 20,
+               "g": 30, "gb": 30, "gib": 30, "t": 40, "tb": 40, "tib": 40}
+
+
+def parse_size(name, value):
+    """Bytes of a size as the store's config writes it: an integer, or a number with a
+    1024-based unit ("4MB", "1.5GiB"); anything else is a ValueError naming the option."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: {value!r} is not a size")
+    if isinstance(value, int) and value >= 0:
+        return value
+    text = str(value).strip().lower()
+    num = text.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
+    unit = text[len(num):].strip() if num else ""
+    try:
+        n = float(num)
+    except ValueError:
+        raise ValueError(f"{name}: {value!r} is not a size such as 1024 or \"80GB\"") from None
+    if n < 0 or unit not in _SIZE_SHIFT:
+        raise ValueError(f"{name}: {value!r} is not a size such as 1024 or \"80GB\"")
+    return int(n * (1 << _SIZE_SHIFT[unit]))
+
+
 # ---- the store ------------------------------------------------------------------------------
 
 #: An embedded store's defaults (an in-process master): one per process, shared by every

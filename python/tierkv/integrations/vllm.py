@@ -246,6 +246,14 @@ class TierkvConnector(_Base, _HMA):
         self.fingerprint = self.facts.fingerprint(self.options.cross_layers)
         self.keys = _Keys(self.facts, self.fingerprint, self.options)
         setup, source = _common.store_setup_config(self.options.store)
+        # Mooncake's VLLM_MOONCAKE_DISK_STAGING_USABLE_RATIO: a load batch fills at most that
+        # share of the SSD tier's staging buffer (the store's staging_buffer_size, 1280 MiB by
+        # default), so a batch of disk-resident objects never overruns it.
+        staging = _common.parse_size("staging_buffer_size",
+                                     setup.get("staging_buffer_size", 1280 << 20))
+        self.options.load_batch_bytes = max(1, min(
+            self.options.load_batch_bytes,
+            int(staging * self.options.disk_staging_usable_ratio)))
         self.store = _common.shared_store(setup)
         self.stats = _Counters()
         self._is_scheduler = _role_name(role) == "SCHEDULER"
