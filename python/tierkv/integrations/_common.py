@@ -206,8 +206,13 @@ def env_ratio(names, default, env=None):
 
 
 def env_bool(names, default, env=None):
+    """The first of ``names`` set: 1/0 or true/false (any case); anything else is a
+    ValueError naming the variable."""
     env = os.environ if env is None else env
     for n in names:
-        if env.get(n):
-            return parse_bool(n, env[n])
+        v = env.get(n)
+        if v:
+            if v.strip() in ("1", "0"):
+                return v.strip() == "1"
+            return parse_bool(n, v)
     return default
