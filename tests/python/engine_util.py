@@ -4,6 +4,7 @@ settings, stores, and the bitwise comparison of two runs."""
 import os
 import random
 import sys
+import time
 import uuid
 
 import torch
@@ -96,3 +97,20 @@ class HeldStore:
 
     def __exit__(self, *exc):
         self._common.release_store(self.store)
+
+
+def push_to_disk(store, keys):
+    """Fills DRAM with 256 KiB fillers until every key has only disk replicas."""
+    import numpy as np
+    import pytest
+    filler = np.random.default_rng(0).integers(0, 255, size=256 << 10, dtype=np.uint8).tobytes()
+    i, tag = 0, uuid.uuid4().hex[:8]
+    for _ in range(20):
+        for _ in range(16):
+            assert store.put(f"filler-{tag}-{i}", filler) == 0
+            i += 1
+        time.sleep(0.3)
+        descs = store.batch_get_replica_desc(keys)
+        if all(descs.get(k) and all(d.is_disk_replica() for d in descs[k]) for k in keys):
+            return
+    pytest.fail("the engine's blocks never moved to the SSD tier")

@@ -8,15 +8,13 @@ import os
 import tempfile
 import threading
 import time
-import uuid
 
-import numpy as np
 import pytest
 
 import tierkv
 from tierkv import connector as c
 from engine_util import (BS, MAX_TOKENS, ModelConfig, embedded_store, engine, kv_config, prompt,
-                         same, scratch)
+                         push_to_disk, same, scratch)
 
 P = prompt(1, 100)            # 6 full blocks before its last token
 Q = P[:50] + prompt(2, 40)    # shares 3 blocks with P
@@ -69,21 +67,6 @@ def _ssd_store(path):
         eviction_high_watermark_ratio=0.5, eviction_ratio=0.5, default_kv_lease_ttl_ms=200)
 
 
-def _push_to_disk(store, keys):
-    """Fills DRAM until every key has only disk replicas."""
-    filler = np.random.default_rng(0).integers(0, 255, size=256 << 10, dtype=np.uint8).tobytes()
-    i, tag = 0, uuid.uuid4().hex[:8]
-    for _ in range(20):
-        for _ in range(16):
-            assert store.put(f"filler-{tag}-{i}", filler) == 0
-            i += 1
-        time.sleep(0.3)
-        descs = store.batch_get_replica_desc(keys)
-        if all(descs.get(k) and all(d.is_disk_replica() for d in descs[k]) for k in keys):
-            return
-    pytest.fail("the engine's blocks never moved to the SSD tier")
-
-
 def test_ssd_hits_are_bitwise_identical_and_a_corrupted_block_is_recomputed():
     (ref,) = scratch([P])
     with tempfile.TemporaryDirectory(dir="/tmp") as d:
@@ -94,12 +77,12 @@ def test_ssd_hits_are_bitwise_identical_and_a_corrupted_block_is_recomputed():
         e1.close()
         hashes = e1.worker.chunk_hashes_hex(P)[:6]
         keys = [e1.worker.key(layer, h) for h in hashes for layer in range(2)]
-        _push_to_disk(store, keys)
+        push_to_disk(store, keys)
         e2 = engine(cfg, store)
         (r2,) = e2.generate([P], MAX_TOKENS)
         assert r2.external_hit_tokens == 96 and r2.load_error_blocks == 0 and same(r2, ref)
         e2.close()
-        _push_to_disk(store, keys)
+        push_to_disk(store, keys)
         # Flip one byte of layer 0 of block 2 in the tier file (found by its bytes): what layer
         # 1 computes from it would be wrong too.
         value = e1.kv[0][r1.block_ids[2]].numpy().tobytes()

@@ -4,7 +4,6 @@ vLLM's FlashAttention layout, several KV-cache groups (full attention plus slidi
 chunked prefill, preemption in the middle of a save, KV events, stats, and strict config."""
 
 import json
-import os
 import time
 import uuid
 from types import SimpleNamespace

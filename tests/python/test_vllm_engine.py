@@ -4,17 +4,15 @@ vllm_shapes.py): bitwise-identical tokens and logits on full and partial hits fr
 the SSD tier, cross-layer objects, a load error recomputed, producer/consumer roles, and the
 layout fingerprint keeping engines of another dtype, block size or layout apart."""
 
-import os
 import tempfile
 import threading
 import time
 import uuid
 
-import numpy as np
 import pytest
 
-from engine_util import (BS, MAX_TOKENS, STORE_CONF, HeldStore, ModelConfig, prompt, same,
-                         scratch, vllm_kv_config)
+from engine_util import (BS, MAX_TOKENS, STORE_CONF, HeldStore, ModelConfig, prompt,
+                         push_to_disk, same, scratch, vllm_kv_config)
 from tiny_engine import Engine
 
 P = prompt(1, 100)            # 6 full blocks before its last token
@@ -77,20 +75,6 @@ def _ssd_conf(path):
                 eviction_ratio=0.5, default_kv_lease_ttl_ms=200)
 
 
-def _push_to_disk(store, keys):
-    filler = np.random.default_rng(0).integers(0, 255, size=256 << 10, dtype=np.uint8).tobytes()
-    i, tag = 0, uuid.uuid4().hex[:8]
-    for _ in range(20):
-        for _ in range(16):
-            assert store.put(f"filler-{tag}-{i}", filler) == 0
-            i += 1
-        time.sleep(0.3)
-        descs = store.batch_get_replica_desc(keys)
-        if all(descs.get(k) and all(d.is_disk_replica() for d in descs[k]) for k in keys):
-            return
-    pytest.fail("the engine's blocks never moved to the SSD tier")
-
-
 def _layer_keys(e, tokens, nblocks):
     hashes = [h for h in e.add_request(tokens, 1).hashes[:nblocks]]
     e.waiting.clear()
@@ -107,13 +91,13 @@ def test_full_and_partial_ssd_hits_are_bitwise_identical():
             e1.generate([P], MAX_TOKENS)
             e1.close()
             keys = _layer_keys(e1, P, 6)
-            _push_to_disk(store, keys)
+            push_to_disk(store, keys)
             e2 = engine(cfg)
             (r2,) = e2.generate([P], MAX_TOKENS)
             e2.close()
             assert r2.external_hit_tokens == 96 and r2.load_error_blocks == 0
             assert same(r2, ref)
-            _push_to_disk(store, keys)
+            push_to_disk(store, keys)
             (ref_q,) = scratch([Q])
             e3 = engine(cfg)  # a partial hit, from disk only
             (r3,) = e3.generate([Q], MAX_TOKENS)

@@ -312,17 +312,9 @@ class TierkvConnector(_Base, _HMA):
             if not st.lookup.done():
                 return None, False
             fut, st.lookup = st.lookup, None
-            try:
-                hit = fut.result()
-            except Exception as e:
-                _log.warning("tierkv lookup of %s failed: %s", rid, e)
-                hit = 0
+            hit = _miss_on_error(rid, fut.result)
         else:
-            try:
-                hit = self._lookup(hashes, n)
-            except Exception as e:
-                _log.warning("tierkv lookup of %s failed: %s", rid, e)
-                hit = 0
+            hit = _miss_on_error(rid, lambda: self._lookup(hashes, n))
         want = _producer_tokens(request)
         if want and hit < min(want, (n - 1) // self.facts.block_size * self.facts.block_size) \
                 and time.monotonic() < st.wait_until:
@@ -597,6 +589,15 @@ class TierkvConnector(_Base, _HMA):
     def _last_layer_name(self):
         names = [n for g in self.facts.groups for n in g.layer_names]
         return names[-1] if names else "all_layers"
+
+
+def _miss_on_error(rid, lookup):
+    """A lookup's hit tokens; a store failure is a miss (logged), never a wrong hit."""
+    try:
+        return lookup()
+    except Exception as e:
+        _log.warning("tierkv lookup of %s failed: %s", rid, e)
+        return 0
 
 
 def _role_name(role):
