@@ -380,3 +380,26 @@ def test_disk_staging_usable_ratio_bounds_each_load_batch(monkeypatch):
         c = tv.TierkvConnector(vc, tv.KVConnectorRole.SCHEDULER, kcc)
         assert c.options.load_batch_bytes == 1 << 20  # half of the 2 MiB staging buffer
         c.shutdown()
+
+
+def test_done_sending_names_only_requests_whose_free_was_delayed():
+    """vLLM frees a request's blocks when done_sending names it: a request that never saved
+    (request_finished said free now) must never be named."""
+    with HeldStore():
+        vc, kcc = _configs()
+        s, w, caches = _pair(vc, kcc)
+        req = _Request("saved", list(range(1, 19)))
+        _prefill(s, w, caches, req, [[1, 2, 3, 4, 5]])
+        short = _Request("short", [1, 2, 3])  # no full block: nothing to save
+        assert s.get_num_new_matched_tokens(short, 0) == (0, False)
+        s.update_state_after_alloc(short, _Blocks([9]), 0)
+        meta = s.build_connector_meta(_output([_new(short, [[9]], 0)], scheduled={"short": 3}))
+        assert meta.saves == []
+        _step(w, meta, caches)
+        assert s.request_finished(short, [9]) == (False, None)
+        assert s.request_finished(req, [1, 2, 3, 4, 5])[0] is True
+        assert w.flush(30)
+        assert w.get_finished({"saved", "short"}) == ({"saved"}, None)
+        assert w.get_finished({"short"}) == (None, None)
+        s.shutdown()
+        w.shutdown()

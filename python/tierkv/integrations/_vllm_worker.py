@@ -190,8 +190,16 @@ class VllmWorker:
                 job.all_done.wait()
 
     def get_finished(self, finished_req_ids):
+        """(done_sending, done_recving). done_sending names only finished requests that had
+        saves (those whose request_finished asked vLLM to keep the blocks: vLLM frees a
+        request's blocks when it is named here, and a request it already freed must not be),
+        once their puts ended; finished requests that never saved are forgotten."""
         with self._lock:
-            self._finished.update(finished_req_ids or ())
+            for r in finished_req_ids or ():
+                if r in self._put_pending:
+                    self._finished.add(r)
+                else:
+                    self._paused.discard(r)
             sending = {r for r in self._finished if not self._put_pending.get(r)}
             for r in sending:
                 self._finished.discard(r)
