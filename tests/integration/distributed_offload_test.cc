@@ -213,7 +213,13 @@ TEST(DistributedOffload, AStoreKilledDuringStagedLoadsNeverYieldsWrongBytes) {
       if (was_killed) after_kill_batches.fetch_add(1);
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  // Kill once a batch has come back whole (a fixed delay was shorter than one batch under
+  // ASan on a loaded machine), then a little later: in the middle of the next one.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (exact.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   c.store->Kill();
   killed.store(true);
   loader.join();
