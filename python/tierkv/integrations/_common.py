@@ -21,6 +21,28 @@ _log = logging.getLogger("tierkv.integrations")
 OBJECT_FORMAT_VERSION = 1
 
 
+# The store's result codes the integrations act on (docs/errors.md).
+_CODES = dict(_tierkv._error_codes())
+OBJECT_NOT_FOUND = _CODES["OBJECT_NOT_FOUND"]
+OBJECT_ALREADY_EXISTS = _CODES["OBJECT_ALREADY_EXISTS"]
+NO_AVAILABLE_HANDLE = _CODES["NO_AVAILABLE_HANDLE"]
+
+
+def is_stored(rc):
+    """A put's result code: stored now, or stored already (same key: counts as stored)."""
+    return rc == 0 or rc == OBJECT_ALREADY_EXISTS
+
+
+def field_of(obj, name, default=None):
+    """``obj.name`` (or ``obj[name]`` for a dict); ``default`` when obj is None or lacks it:
+    the engines' config objects differ across versions and test doubles."""
+    if obj is None:
+        return default
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
 def dtype_name(dtype):
     """'bfloat16' for torch.bfloat16, 'float16' for 'half'-like names; strings pass through."""
     s = str(dtype)

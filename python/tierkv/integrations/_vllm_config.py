@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ._common import (
     dtype_name,
+    field_of,
     env_bool,
     env_ratio,
     layout_fingerprint,
@@ -141,33 +142,29 @@ class EngineFacts:
                      g.sliding_window, len(g.layer_names)] for g in self.groups])
 
 
-def _get(obj, name, default=None):
-    return getattr(obj, name, default) if obj is not None else default
-
-
 def engine_facts(vllm_config, kv_cache_config):
     """What determines the bytes and placement of the KV blocks, from vLLM's configs."""
-    mc = _get(vllm_config, "model_config")
-    cc = _get(vllm_config, "cache_config")
-    pc = _get(vllm_config, "parallel_config")
-    model = str(_get(mc, "model", "") or _get(mc, "served_model_name", "") or "model")
-    block_size = int(_get(cc, "block_size", 16) or 16)
-    model_dtype = dtype_name(_get(mc, "dtype", ""))
-    cache_dtype = str(_get(cc, "cache_dtype", "auto") or "auto")
+    mc = field_of(vllm_config, "model_config")
+    cc = field_of(vllm_config, "cache_config")
+    pc = field_of(vllm_config, "parallel_config")
+    model = str(field_of(mc, "model", "") or field_of(mc, "served_model_name", "") or "model")
+    block_size = int(field_of(cc, "block_size", 16) or 16)
+    model_dtype = dtype_name(field_of(mc, "dtype", ""))
+    cache_dtype = str(field_of(cc, "cache_dtype", "auto") or "auto")
     kv_dtype = model_dtype if cache_dtype == "auto" else cache_dtype
     groups = []
-    specs = _get(kv_cache_config, "kv_cache_groups") or []
+    specs = field_of(kv_cache_config, "kv_cache_groups") or []
     for i, gs in enumerate(specs):
-        spec = _get(gs, "kv_cache_spec")
+        spec = field_of(gs, "kv_cache_spec")
         kind = type(spec).__name__ if spec is not None else "FullAttentionSpec"
         groups.append(GroupInfo(
             index=i, kind=kind,
-            block_size=int(_get(spec, "block_size", block_size) or block_size),
-            layer_names=list(_get(gs, "layer_names", []) or []),
-            num_kv_heads=int(_get(spec, "num_kv_heads", 0) or 0),
-            head_size=int(_get(spec, "head_size", 0) or 0),
-            dtype=dtype_name(_get(spec, "dtype", kv_dtype)),
-            sliding_window=int(_get(spec, "sliding_window", 0) or 0),
+            block_size=int(field_of(spec, "block_size", block_size) or block_size),
+            layer_names=list(field_of(gs, "layer_names", []) or []),
+            num_kv_heads=int(field_of(spec, "num_kv_heads", 0) or 0),
+            head_size=int(field_of(spec, "head_size", 0) or 0),
+            dtype=dtype_name(field_of(spec, "dtype", kv_dtype)),
+            sliding_window=int(field_of(spec, "sliding_window", 0) or 0),
             loadable="Mamba" not in kind))
     num_layers = sum(len(g.layer_names) for g in groups)
     if not groups:
@@ -176,21 +173,21 @@ def engine_facts(vllm_config, kv_cache_config):
                                 num_kv_heads=int(heads), head_size=int(_call(mc, "get_head_size")
                                                                        or 0),
                                 dtype=kv_dtype))
-        num_layers = int(_get(_get(mc, "hf_config"), "num_hidden_layers", 0) or 0)
+        num_layers = int(field_of(field_of(mc, "hf_config"), "num_hidden_layers", 0) or 0)
     return EngineFacts(
         model=model, block_size=block_size, groups=groups,
-        tp_rank=int(_get(pc, "rank", 0) or 0) % max(1, int(_get(pc, "tensor_parallel_size", 1)
+        tp_rank=int(field_of(pc, "rank", 0) or 0) % max(1, int(field_of(pc, "tensor_parallel_size", 1)
                                                           or 1)),
-        tp_size=int(_get(pc, "tensor_parallel_size", 1) or 1),
-        pp_size=int(_get(pc, "pipeline_parallel_size", 1) or 1),
-        pcp_size=int(_get(pc, "prefill_context_parallel_size", 1) or 1),
-        dcp_size=int(_get(pc, "decode_context_parallel_size", 1) or 1),
-        num_layers=num_layers, use_mla=bool(_get(mc, "use_mla", False)),
+        tp_size=int(field_of(pc, "tensor_parallel_size", 1) or 1),
+        pp_size=int(field_of(pc, "pipeline_parallel_size", 1) or 1),
+        pcp_size=int(field_of(pc, "prefill_context_parallel_size", 1) or 1),
+        dcp_size=int(field_of(pc, "decode_context_parallel_size", 1) or 1),
+        num_layers=num_layers, use_mla=bool(field_of(mc, "use_mla", False)),
         layout=os.environ.get("VLLM_KV_CACHE_LAYOUT", "NHD") or "NHD", kv_dtype=kv_dtype)
 
 
 def _call(obj, name):
-    fn = _get(obj, name)
+    fn = field_of(obj, name)
     try:
         return fn() if callable(fn) else None
     except Exception:  # a partial config of a test or an older vLLM

@@ -19,13 +19,11 @@ import queue
 import threading
 import time
 
+from ._common import NO_AVAILABLE_HANDLE, OBJECT_NOT_FOUND, is_stored
 from ._kv_blocks import LayerTensor, Staging, _Streams, pin_wanted
 
 _log = logging.getLogger("tierkv.integrations.vllm")
 
-_OBJECT_ALREADY_EXISTS = -705
-_NO_AVAILABLE_HANDLE = -200
-_OBJECT_NOT_FOUND = -704
 
 
 class _LoadJob:
@@ -62,6 +60,7 @@ class VllmWorker:
         self.layer_group = {}    # layer name -> group index
         self.layer_index = {}    # layer name -> global layer index (key)
         self.group_layers = {}   # group -> [LayerTensor] in forward order
+        self.single_tensor_names = set()  # layers held by one cross-layer tensor
         self.streams = None
         self.load_staging = self.save_staging = None
         self._meta = None
@@ -338,7 +337,7 @@ class VllmWorker:
                     ok_blocks.append(b)
                 else:
                     job.failed_blocks.add(b)
-                    if g != _OBJECT_NOT_FOUND:
+                    if g != OBJECT_NOT_FOUND:
                         self._bad_keys.add(k)
             if ok_rows:
                 data = self.load_staging.view(slot, len(batch) * obj).view(len(batch), obj)
@@ -497,10 +496,10 @@ class VllmWorker:
                     self._bad_keys.discard(keys[i])
         saved, errors, stored = 0, 0, []
         for i, rc in codes.items():
-            if rc == 0 or rc == _OBJECT_ALREADY_EXISTS:
+            if is_stored(rc):
                 saved += 1
                 stored.append(rows[i][1])
-            elif rc == _NO_AVAILABLE_HANDLE:
+            elif rc == NO_AVAILABLE_HANDLE:
                 r = rows[i][2]
                 if r not in self._paused:
                     self._paused.add(r)

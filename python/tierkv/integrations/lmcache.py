@@ -54,8 +54,6 @@ except ImportError:
             def __init__(self, dst_device="cuda", **kwargs):
                 self.dst_device = dst_device
 
-_OBJECT_ALREADY_EXISTS = -705
-_OBJECT_NOT_FOUND = -704
 
 # Header object: magic, version, JSON length, then JSON {"shapes", "dtypes", "fmt", "bytes"}
 # (a memory object may hold several tensors: LMCache's multi-group objects), zero-padded.
@@ -98,15 +96,9 @@ _EXTRA_PREFIX = "tierkv."
 _OWN_KEYS = {"master_server_address", "store", "cache_prefix", "put_threads"}
 
 
-def _cfg(obj, name, default=None):
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
-
-
 def _extra_options(config):
     """The ``tierkv.*`` keys of LMCache's ``extra_config`` (an unknown one is an error)."""
-    extra = _cfg(config, "extra_config", None) or {}
+    extra = _common.field_of(config, "extra_config", None) or {}
     own = {k[len(_EXTRA_PREFIX):]: v for k, v in extra.items() if k.startswith(_EXTRA_PREFIX)}
     unknown = set(own) - _OWN_KEYS
     if unknown:
@@ -178,13 +170,13 @@ class TierkvBackend(_Base):
         setup, source = _common.store_setup_config(store_conf)
         self.store = _common.shared_store(setup)
         self.fingerprint = _common.layout_fingerprint(
-            engine="lmcache", model=str(_cfg(metadata, "model_name", "")),
-            kv_dtype=_cfg(metadata, "kv_dtype", None),
-            kv_shape=list(_cfg(metadata, "kv_shape", ()) or ()),
-            fmt=str(_cfg(metadata, "fmt", "")), world_size=_cfg(metadata, "world_size", None),
-            mla=bool(_cfg(metadata, "use_mla", False)),
-            chunk_size=_cfg(config, "chunk_size", None))
-        model = _model_name(str(_cfg(metadata, "model_name", "") or "model"))
+            engine="lmcache", model=str(_common.field_of(metadata, "model_name", "")),
+            kv_dtype=_common.field_of(metadata, "kv_dtype", None),
+            kv_shape=list(_common.field_of(metadata, "kv_shape", ()) or ()),
+            fmt=str(_common.field_of(metadata, "fmt", "")), world_size=_common.field_of(metadata, "world_size", None),
+            mla=bool(_common.field_of(metadata, "use_mla", False)),
+            chunk_size=_common.field_of(config, "chunk_size", None))
+        model = _model_name(str(_common.field_of(metadata, "model_name", "") or "model"))
         self.prefix = f"{prefix + '@' if prefix else ''}lmcache@{model}@fp:{self.fingerprint}@"
         # The pinned buffer LMCache allocates memory objects from: registered once. Without
         # a local CPU backend (LMCache's scheduler side) there are no objects to move: queries
@@ -281,10 +273,10 @@ class TierkvBackend(_Base):
                 cfg.group_ids = list(keys) + list(keys)
                 got = self.store.batch_put_from(list(keys) + hkeys, dptrs + hptrs,
                                                 dsizes + [HEADER_BYTES] * len(hkeys), cfg)
-            ok = [a in (0, _OBJECT_ALREADY_EXISTS) and b in (0, _OBJECT_ALREADY_EXISTS)
+            ok = [_common.is_stored(a) and _common.is_stored(b)
                   for a, b in zip(got[:len(keys)], got[len(keys):])]
             if not all(ok):
-                first = next(rc for rc in got if rc not in (0, _OBJECT_ALREADY_EXISTS))
+                first = next(rc for rc in got if not _common.is_stored(rc))
                 _log.warning("tierkv: %d of %d LMCache puts failed (%s)", ok.count(False),
                              len(keys), _tierkv.strerror(first))
             return all(ok)

@@ -43,7 +43,6 @@ except ImportError:  # standalone: the same methods, no SGLang import anywhere i
         def register_mem_pool_host(self, mem_pool_host):
             self.mem_pool_host = mem_pool_host
 
-_OBJECT_ALREADY_EXISTS = -705
 
 # Keys of the extra config this backend reads; the factory's own keys are accepted too.
 _FACTORY_KEYS = {"backend_name", "module_path", "class_name", "interface_v1"}
@@ -52,12 +51,6 @@ _OWN_KEYS = {"master_server_address", "store", "cache_prefix", "enable_group_sem
 # setup keys, so a Mooncake configuration works unchanged.
 _STORE_KEYS = {"local_hostname", "metadata_server", "protocol", "device_name",
                "global_segment_size", "local_buffer_size"}
-
-
-def _cfg(obj, name, default=None):
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
 
 
 def _runs(view):
@@ -105,7 +98,7 @@ class _PagePieces:
         self._page = table[self.layout]
         first = self._page(self.buf, 0, self.page_size)
         self.object_bytes = first.numel() * first.element_size()
-        self.layer_num = int(getattr(pool, "layer_num", 0) or 0)
+        self.page_shape = list(first.shape)
 
     def pieces(self, token_index):
         """(pointers, sizes) of the page starting at host token ``token_index``."""
@@ -120,7 +113,7 @@ class TierkvHiCacheStorage(_Base):
 
     def __init__(self, storage_config=None, kwargs=None, **more):
         self.config = storage_config
-        extra = dict(_cfg(storage_config, "extra_config", None) or {})
+        extra = dict(_common.field_of(storage_config, "extra_config", None) or {})
         unknown = set(extra) - _FACTORY_KEYS - _OWN_KEYS - _STORE_KEYS
         if unknown:
             raise ValueError(f"hicache storage extra config: unknown key(s) {sorted(unknown)} "
@@ -137,14 +130,14 @@ class TierkvHiCacheStorage(_Base):
         store_conf.update({k: extra[k] for k in _STORE_KEYS if k in extra})
         if extra.get("master_server_address"):
             store_conf["master_server_address"] = str(extra["master_server_address"])
-        self.tp_rank = int(_cfg(storage_config, "tp_rank", 0) or 0)
-        self.tp_size = int(_cfg(storage_config, "tp_size", 1) or 1)
-        self.pp_rank = int(_cfg(storage_config, "pp_rank", 0) or 0)
-        self.pp_size = int(_cfg(storage_config, "pp_size", 1) or 1)
-        self.cp_rank = int(_cfg(storage_config, "attn_cp_rank", 0) or 0)
-        self.cp_size = int(_cfg(storage_config, "attn_cp_size", 1) or 1)
-        self.is_mla = bool(_cfg(storage_config, "is_mla_model", False))
-        self.model = str(_cfg(storage_config, "model_name", "") or "model")
+        self.tp_rank = int(_common.field_of(storage_config, "tp_rank", 0) or 0)
+        self.tp_size = int(_common.field_of(storage_config, "tp_size", 1) or 1)
+        self.pp_rank = int(_common.field_of(storage_config, "pp_rank", 0) or 0)
+        self.pp_size = int(_common.field_of(storage_config, "pp_size", 1) or 1)
+        self.cp_rank = int(_common.field_of(storage_config, "attn_cp_rank", 0) or 0)
+        self.cp_size = int(_common.field_of(storage_config, "attn_cp_size", 1) or 1)
+        self.is_mla = bool(_common.field_of(storage_config, "is_mla_model", False))
+        self.model = str(_common.field_of(storage_config, "model_name", "") or "model")
         setup, source = _common.store_setup_config(store_conf)
         self.store = _common.shared_store(setup)
         self.mem_pool_host = None
@@ -176,11 +169,10 @@ class TierkvHiCacheStorage(_Base):
         self._registered = buf.data_ptr()
         # What a page's bytes depend on: the pool's page shape (layers, heads, head size or
         # latent size) in its layout, the dtype, and the placement of this rank's slice.
-        page_shape = list(self.pieces._page(buf, 0, self.pieces.page_size).shape)
         fp = _common.layout_fingerprint(
             engine="sglang", model=self.model, kv_dtype=getattr(mem_pool_host, "dtype",
                                                                 buf.dtype),
-            page_size=self.pieces.page_size, layout=self.pieces.layout, page_shape=page_shape,
+            page_size=self.pieces.page_size, layout=self.pieces.layout, page_shape=self.pieces.page_shape,
             mla=self.is_mla, tp_size=self.tp_size, pp_size=self.pp_size, cp_size=self.cp_size)
         self.fingerprint = fp
         head = f"{self.cache_prefix}@" if self.cache_prefix else ""
@@ -223,7 +215,7 @@ class TierkvHiCacheStorage(_Base):
         ok = [g == want for g in got]
         self._count(prefetch_pages=sum(ok), prefetch_bytes=sum(ok) * want,
                     prefetch_seconds=time.perf_counter() - t0,
-                    get_errors=sum(1 for g in got if g < 0 and g != -704))
+                    get_errors=sum(1 for g in got if g < 0 and g != _common.OBJECT_NOT_FOUND))
         return ok
 
     def batch_set_v1(self, keys, host_indices, extra_info=None):
@@ -239,7 +231,7 @@ class TierkvHiCacheStorage(_Base):
         full = [self._key(k) for k in keys]
         got = self.store.batch_put_from_multi_buffers(full, list(ptrs), list(sizes),
                                                       self._config(full))
-        ok = [rc == 0 or rc == _OBJECT_ALREADY_EXISTS for rc in got]
+        ok = [_common.is_stored(rc) for rc in got]
         self._count(backup_pages=sum(ok), backup_bytes=sum(ok) * self.pieces.object_bytes,
                     backup_seconds=time.perf_counter() - t0, set_errors=len(ok) - sum(ok))
         return ok
@@ -291,7 +283,7 @@ class TierkvHiCacheStorage(_Base):
         data = [v.contiguous().view(-1).view(torch.uint8).numpy() for v in values]
         got = self.store.put_batch(full, data, self._config(full))
         got = got if isinstance(got, list) else [got] * len(full)
-        stored = sum(rc == 0 or rc == _OBJECT_ALREADY_EXISTS for rc in got)
+        stored = sum(_common.is_stored(rc) for rc in got)
         self._count(backup_pages=stored, set_errors=len(got) - stored)
         return stored == len(got)
 

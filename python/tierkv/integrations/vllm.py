@@ -30,6 +30,7 @@ from .. import _tierkv
 from ..connector import (
     AttentionKind,
     KeyMetadata,
+    group_id,
     key_prefix,
     key_tp_rank,
     longest_prefix_hit,
@@ -188,7 +189,6 @@ class _Keys:
     def replicate_config(self, hashes):
         cfg = _tierkv.ReplicateConfig()
         if self.opt.group_semantics:
-            from ..connector import group_id
             cfg.group_ids = [group_id(self.opt.cache_prefix, self.model_key, h) for h in hashes]
         if self.opt.preferred_segment:
             cfg.preferred_segment = self.opt.preferred_segment
@@ -260,6 +260,7 @@ class TierkvConnector(_Base, _HMA):
         self._reqs = {}
         self._pending_loads = []
         self._event_acc = None
+        self._lookup_ns = self._namespaces()  # the key namespaces every lookup checks
         self._lookup_pool = (ThreadPoolExecutor(1, thread_name_prefix="tierkv-lookup")
                              if self.options.lookup_async and self._is_scheduler else None)
         self.worker = None
@@ -289,7 +290,7 @@ class TierkvConnector(_Base, _HMA):
     def _lookup(self, hashes, num_tokens):
         bs = self.facts.block_size
         usable = (num_tokens - 1) // bs  # never the block holding the last token
-        hit = longest_prefix_hit(self.store, hashes[:usable], self._namespaces(),
+        hit = longest_prefix_hit(self.store, hashes[:usable], self._lookup_ns,
                                  usable * bs, bs)
         return hit.hit_chunks * bs
 
@@ -583,8 +584,7 @@ class TierkvConnector(_Base, _HMA):
     close = shutdown
 
     def _tensor_name(self, layer_name):
-        names = getattr(self.worker, "single_tensor_names", None)
-        return "all_layers" if names and layer_name in names else layer_name
+        return "all_layers" if layer_name in self.worker.single_tensor_names else layer_name
 
     def _last_layer_name(self):
         names = [n for g in self.facts.groups for n in g.layer_names]
