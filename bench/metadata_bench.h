@@ -32,6 +32,8 @@ struct MetadataBenchOptions {
   double seconds = 2.0;    // timing budget, split evenly over the reps
   size_t batches = 0;      // > 0: this many batches per rep instead of `seconds`
   bool remote = false;     // through a `tierkv master` child process over gRPC
+  // With remote: paired reps against a master without and one with a cluster token.
+  bool auth = false;
   // Paired runs: each rep puts and queries with a fresh LRU client and a fresh client with this
   // eviction policy (order alternating), reporting both and the median of the per-pair ratios.
   std::string compare_policy;
@@ -47,6 +49,8 @@ inline constexpr double kPolicyCostRatioTarget = 0.90;
 
 inline constexpr double kKeysPerSecondTarget = 5e6;
 inline constexpr double kRemoteKeysPerSecondTarget = 1e6;
+// The control plane with the cluster token against without it, same run: >= 0.90.
+inline constexpr double kAuthControlPlaneRatioTarget = 0.90;
 
 // Runs the bench and prints its results (JSON lines on stdout with --json, a
 // table otherwise). Fails on bad options, a client that cannot start, a failed

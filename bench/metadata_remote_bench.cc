@@ -11,45 +11,79 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/cluster_token.h"
 #include "metadata_bench.h"
 #include "rpc/master_process.h"
 #include "rpc/remote_master.h"
 
 namespace tierkv::bench {
-namespace {}  // namespace
+namespace {
 
-Status RunRemoteMetadataBench(const MetadataBenchOptions& options) {
-  Progress progress("metadata", options.common.progress);
+// A `tierkv master` child filled with the bench's objects, and the RemoteMaster that filled it.
+struct FilledMaster {
+  std::unique_ptr<MasterProcess> process;
+  std::unique_ptr<RemoteMaster> master;
+  SegmentId segment = 0;
+  double put_keys_per_s = 0;
+
+  // Unregisters (unmounts the segment), then SIGTERM and a clean exit.
+  Status Stop() {
+    (void)master->UnmountSegment(segment);
+    master.reset();
+    const std::optional<int> exit_status = process->Stop();
+    if (!exit_status || !WIFEXITED(*exit_status) || WEXITSTATUS(*exit_status) != 0) {
+      return Status(ErrorCode::INTERNAL_ERROR, "tierkv master did not exit cleanly on SIGTERM");
+    }
+    return Status::Ok();
+  }
+};
+
+// `token_file` non-empty: the master is started with it and every call carries it.
+Result<FilledMaster> StartFilledMaster(const MetadataBenchOptions& options,
+                                       const std::string& token_file, Progress& progress) {
   const std::string self = SelfExecutable();
   if (self.empty()) return Status(ErrorCode::INTERNAL_ERROR, "cannot read /proc/self/exe");
-
   progress.Update("starting tierkv master");
   MasterProcessOptions child_options;
   child_options.binary = self;
   // Metrics served (on a free port) as by a production master: every RPC is timed.
   child_options.args = {"--port", "0", "--host", "127.0.0.1", "--metrics-port", "0"};
+  if (!token_file.empty()) {
+    child_options.args.insert(child_options.args.end(), {"--token-file", token_file});
+  }
   if (std::getenv("TIERKV_LOG_LEVEL") == nullptr)
-    child_options.env = {{"TIERKV_LOG_LEVEL", "warn"}};
+    child_options.env = {{"TIERKV_LOG_LEVEL", "error"}};
   Result<std::unique_ptr<MasterProcess>> child = MasterProcess::Start(child_options);
   if (!child.ok()) return child.status();
-  std::unique_ptr<MasterProcess> master_process = std::move(child).value();
+  FilledMaster out;
+  out.process = std::move(child).value();
 
+  RemoteMasterOptions remote_options;
+  if (!token_file.empty()) {
+    auto tokens = TokenSet::Load(token_file);
+    if (!tokens.ok()) return tokens.status();
+    remote_options.security.tokens = std::move(tokens).value();
+  }
   Result<std::unique_ptr<RemoteMaster>> connected =
-      RemoteMaster::Connect(master_process->address(), Millis(5000));
+      RemoteMaster::Connect(out.process->address(), Millis(5000), remote_options);
   if (!connected.ok()) return connected.status();
-  std::unique_ptr<RemoteMaster> master = std::move(connected).value();
+  out.master = std::move(connected).value();
+  RemoteMaster* master = out.master.get();
 
   // A segment with room for every object twice (metadata only: nothing is allocated here).
   const uint64_t rounded = (options.object_bytes + 63) / 64 * 64;
   const uint64_t capacity = 2 * options.objects * rounded + 64 * kMiB;
   Result<SegmentId> segment = master->MountSegment("bench-remote-segment", capacity);
   if (!segment.ok()) return segment.status();
+  out.segment = *segment;
 
   progress.Update("putting " + std::to_string(options.objects) + " objects (metadata)");
   FailureLog failures;
@@ -83,7 +117,98 @@ Status RunRemoteMetadataBench(const MetadataBenchOptions& options) {
     }
   }
   if (!failures.empty()) return failures.ToStatus("remote metadata put");
-  const double put_keys_per_s = put_seconds > 0 ? options.objects / put_seconds : 0;
+  out.put_keys_per_s = put_seconds > 0 ? options.objects / put_seconds : 0;
+  return out;
+}
+
+// `--auth`: a master without a token and one with a token, filled alike; each rep times
+// Exists on both (the order alternating), and the ratio with / without is the figure.
+Status RunRemoteMetadataAuthBench(const MetadataBenchOptions& options) {
+  Progress progress("metadata", options.common.progress);
+  char dir[] = "/tmp/tierkv-bench-auth-XXXXXX";
+  if (mkdtemp(dir) == nullptr) return Status(ErrorCode::INTERNAL_ERROR, "mkdtemp failed");
+  struct RemoveDir {
+    std::string path;
+    ~RemoveDir() { std::filesystem::remove_all(path); }
+  } remove_dir{dir};
+  const std::string token_file = std::string(dir) + "/token";
+  {
+    const TokenDigest secret = RandomNonce();
+    std::ofstream out(token_file);
+    for (uint8_t b : secret) out << "0123456789abcdef"[b >> 4] << "0123456789abcdef"[b & 15];
+  }
+  std::filesystem::permissions(
+      token_file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  Result<FilledMaster> plain = StartFilledMaster(options, "", progress);
+  if (!plain.ok()) return plain.status();
+  Result<FilledMaster> token = StartFilledMaster(options, token_file, progress);
+  if (!token.ok()) return token.status();
+  const std::vector<MetadataQuery> queries = BuildMetadataQueries(options);
+  MetadataBenchOptions one = options;
+  one.common.reps = 1;
+  one.seconds = options.seconds / std::max(1, options.common.reps);
+  std::vector<double> plain_rates, token_rates, ratios;
+  for (int rep = 0; rep < options.common.reps; ++rep) {
+    double rate[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      const int which = (rep + k) % 2;  // 0 plain, 1 token; the order alternates
+      RemoteMaster* master = which == 0 ? plain->master.get() : token->master.get();
+      auto loop = RunExistsLoop(
+          one, queries, [&](const std::vector<std::string>& keys) { return master->Exists(keys); },
+          which == 0 ? "Exists over gRPC" : "Exists over gRPC with the token", progress);
+      if (!loop.ok()) return loop.status();
+      rate[which] = loop->rates.at(0);
+    }
+    plain_rates.push_back(rate[0]);
+    token_rates.push_back(rate[1]);
+    ratios.push_back(rate[0] > 0 ? rate[1] / rate[0] : 0);
+  }
+  if (Status st = plain->Stop(); !st.ok()) return st;
+  if (Status st = token->Stop(); !st.ok()) return st;
+  const double ratio = Median(ratios);
+  const double low = *std::min_element(ratios.begin(), ratios.end());
+  const double high = *std::max_element(ratios.begin(), ratios.end());
+  const bool pass = ratio >= kAuthControlPlaneRatioTarget;
+  if (options.common.json) {
+    JsonLine()
+        .Add("bench", "metadata")
+        .Add("mode", "remote-auth")
+        .Add("objects", options.objects)
+        .Add("batch", options.batch)
+        .Add("reps", options.common.reps)
+        .Add("keys_per_s_without_token", std::llround(Median(plain_rates)))
+        .Add("keys_per_s_with_token", std::llround(Median(token_rates)))
+        .Add("ratio", std::round(ratio * 1000) / 1000)
+        .Add("ratio_min", std::round(low * 1000) / 1000)
+        .Add("ratio_max", std::round(high * 1000) / 1000)
+        .Add("target_ratio", kAuthControlPlaneRatioTarget)
+        .Add("pass", pass)
+        .Emit();
+  }
+  std::ostream& out = options.common.json ? std::cerr : std::cout;
+  char line[320];
+  std::snprintf(line, sizeof(line),
+                "tierkv bench metadata --remote --auth: batch_is_exist over gRPC (127.0.0.1), "
+                "%zu objects, batch %zu, %d paired reps (order alternating)\n"
+                "  without a token: %12.0f keys/s (median)\n"
+                "  with the token:  %12.0f keys/s (median)\n"
+                "  ratio with/without: %.3f (min %.3f, max %.3f; target >= %.2f: %s)\n",
+                options.objects, options.batch, options.common.reps, Median(plain_rates),
+                Median(token_rates), ratio, low, high, kAuthControlPlaneRatioTarget,
+                pass ? "PASS" : "FAIL");
+  out << line << std::flush;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunRemoteMetadataBench(const MetadataBenchOptions& options) {
+  if (options.auth) return RunRemoteMetadataAuthBench(options);
+  Progress progress("metadata", options.common.progress);
+  Result<FilledMaster> filled = StartFilledMaster(options, "", progress);
+  if (!filled.ok()) return filled.status();
+  RemoteMaster* master = filled->master.get();
+  const double put_keys_per_s = filled->put_keys_per_s;
 
   progress.Update("building query batches");
   const std::vector<MetadataQuery> queries = BuildMetadataQueries(options);
@@ -96,13 +221,7 @@ Status RunRemoteMetadataBench(const MetadataBenchOptions& options) {
   const size_t total_batches = loop->batches;
   const double total_seconds = loop->seconds;
 
-  // Stop the child: unregister (unmounts the segment), then SIGTERM and a clean exit.
-  (void)master->UnmountSegment(*segment);
-  master.reset();
-  const std::optional<int> exit_status = master_process->Stop();
-  if (!exit_status || !WIFEXITED(*exit_status) || WEXITSTATUS(*exit_status) != 0) {
-    return Status(ErrorCode::INTERNAL_ERROR, "tierkv master did not exit cleanly on SIGTERM");
-  }
+  if (Status st = filled->Stop(); !st.ok()) return st;
 
   const double keys_per_s = Median(rates);
   const size_t hits = static_cast<size_t>(std::llround(options.batch * options.hit_ratio));

@@ -35,7 +35,8 @@ PACKAGES=(
   zlib1g-dev           # gzip of /metrics
   libucx-dev           # the cross-host transport (src/transport/ucx_*): UCX over tcp, or verbs/RDMA
   python3              # scripts/test.sh checks the bench's JSON output with it
-  libssl-dev           # tierkv::connector: SHA-256 chunk hashes (OpenSSL libcrypto)
+  libssl-dev           # libcrypto: the cluster token's HMAC, the connector's SHA-256 chunk hashes
+  openssl              # the TLS tests make their certificates with it (docs/security.md's example)
   libre2-dev           # the master's remove_by_regex (RE2: linear time, no recursion)
   python3-dev          # the Python module: Python.h of Debian's /usr/bin/python3
   pybind11-dev         # the Python module's binding (CMake package pybind11)

@@ -11,10 +11,13 @@
 #include <string>
 #include <utility>
 
+#include "common/cluster_token.h"
+#include "common/host_port.h"
 #include "exit_codes.h"
 #include "metrics/ha_collector.h"
 #include "metrics/metrics_registry.h"
 #include "metrics/metrics_server.h"
+#include "rpc/channel_security.h"
 #include "rpc/etcd_client.h"
 #include "rpc/leader_election.h"
 #include "rpc/master_server.h"
@@ -44,7 +47,48 @@ struct MasterFlags {
   std::string root_fs_dir;        // told to clients (ClientDefaults)
   bool promote_on_hit = false;    // told to clients
   uint32_t promote_min_hits = 0;  // told to clients; 0 = theirs
+  std::string token_file;         // the cluster token; "" = none (trust whoever connects)
+  std::string accept_token_file;  // a second accepted token (rotation)
+  std::string tls_cert;           // TLS: certificate and key (PEM); "" = plaintext
+  std::string tls_key;
+  std::string tls_ca;  // given: clients must present a certificate it signed (mutual TLS)
+  int64_t idle_timeout_ms = 60000;
 };
+
+// Loads the token and TLS files named by the flags into `options`; false (and the error
+// printed, naming the flag) when one is refused.
+bool LoadSecurity(const MasterFlags& flags, MasterServerOptions* options) {
+  auto fail = [](const std::string& message) {
+    std::cerr << "tierkv master: error: " << message << std::endl;
+    return false;
+  };
+  if (!flags.accept_token_file.empty() && flags.token_file.empty()) {
+    return fail("--accept-token-file needs --token-file (the token of the cluster)");
+  }
+  if (!flags.token_file.empty()) {
+    auto tokens = TokenSet::Load(flags.token_file, flags.accept_token_file);
+    if (!tokens.ok()) return fail("--token-file: " + tokens.status().message());
+    options->tokens = std::move(tokens).value();
+  }
+  if (flags.tls_cert.empty() != flags.tls_key.empty()) {
+    return fail("--tls-cert and --tls-key go together");
+  }
+  if (!flags.tls_ca.empty() && flags.tls_cert.empty()) {
+    return fail("--tls-ca (mutual TLS) needs --tls-cert and --tls-key");
+  }
+  const std::pair<const std::string*, std::string*> files[] = {
+      {&flags.tls_cert, &options->tls_cert_pem},
+      {&flags.tls_key, &options->tls_key_pem},
+      {&flags.tls_ca, &options->tls_ca_pem}};
+  const char* names[] = {"--tls-cert", "--tls-key", "--tls-ca"};
+  for (size_t i = 0; i < 3; ++i) {
+    if (files[i].first->empty()) continue;
+    auto pem = ReadPemFile(*files[i].first, names[i]);
+    if (!pem.ok()) return fail(pem.status().message());
+    *files[i].second = std::move(pem).value();
+  }
+  return true;
+}
 
 // ValidateConfig's message with each config key replaced by the flag that set it.
 std::string FlagsInMessage(std::string message) {
@@ -79,8 +123,15 @@ int RunMaster(const MasterFlags& flags) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);  // re-reads the token files
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a reader that went away must not kill the master
+  if (!flags.advertise.empty()) {
+    if (Status st = CheckHostPort(flags.advertise, "--advertise"); !st.ok()) {
+      std::cerr << "tierkv master: error: " << st.message() << std::endl;
+      return kExitUsage;
+    }
+  }
 
   // The master's flags are the config keys of an embedded master: one validation for both
   // (ValidateConfig), the error naming the flag.
@@ -102,6 +153,8 @@ int RunMaster(const MasterFlags& flags) {
   options.port = flags.port;
   options.master = MasterOptionsFrom(as_config);
   options.client_ttl = Millis(flags.client_ttl_ms);
+  options.idle_timeout = Millis(flags.idle_timeout_ms);
+  if (!LoadSecurity(flags, &options)) return kExitUsage;
   options.tier_move_timeout = Millis(flags.tier_move_timeout_ms);
   options.client_defaults.root_fs_dir = flags.root_fs_dir;
   options.client_defaults.promote_on_hit = flags.promote_on_hit;
@@ -201,8 +254,23 @@ int RunMaster(const MasterFlags& flags) {
                        : "; standing by for election in " + flags.ha + " (lease TTL " +
                              std::to_string(flags.ha_lease_ttl_s) + " s)");
 
+  if (options.tokens == nullptr) {
+    spdlog::warn(
+        "tierkv master: no cluster token (--token-file): anyone who reaches {} is "
+        "trusted",
+        server->address());
+  }
+
   int signal_number = 0;
-  while (sigwait(&stop_signals, &signal_number) != 0) {
+  while (true) {
+    while (sigwait(&stop_signals, &signal_number) != 0) {
+    }
+    if (signal_number != SIGHUP) break;
+    if (Status st = ReloadAllTokenSets(); !st.ok()) {
+      spdlog::error("tierkv master: SIGHUP: keeping the tokens it had: {}", st.message());
+    } else {
+      spdlog::info("tierkv master: SIGHUP: token files re-read");
+    }
   }
   spdlog::info("tierkv master: {} received, shutting down",
                signal_number == SIGINT ? "SIGINT" : "SIGTERM");
@@ -227,8 +295,8 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
   master
       ->add_option("--host", flags->host,
                    "Address to listen on. The default serves this host only; use 0.0.0.0 (or a "
-                   "NIC's address) for other hosts. The control plane has no authentication yet: "
-                   "expose it on trusted networks only")
+                   "NIC's address) for other hosts; then give it a --token-file (and TLS): "
+                   "without one, whoever reaches the port is trusted")
       ->capture_default_str();
   master->add_option("--port", flags->port, "gRPC port; 0 = a free port chosen by the kernel")
       ->check(CLI::Range(0, 65535))
@@ -236,7 +304,8 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
   master
       ->add_option("--lease-ttl-ms", flags->lease_ttl_ms,
                    "Read lease granted by Exists/GetReplicas, in ms (leased objects are not "
-                   "evicted or removed)")
+                   "evicted or removed), 1..86400000")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{86'400'000}))
       ->capture_default_str();
   master
       ->add_option("--soft-pin-ttl-ms", flags->soft_pin_ttl_ms,
@@ -263,11 +332,13 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
       ->add_option("--high-watermark", flags->high_watermark,
                    "Segment usage ratio above which eviction starts, in (0, 1] and at least "
                    "--eviction-ratio (config key eviction_high_watermark_ratio)")
+      ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   master
       ->add_option("--eviction-ratio", flags->eviction_ratio,
                    "Share of a segment freed below the watermark by one eviction pass, in (0, 1] "
                    "(config key eviction_ratio)")
+      ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   master
       ->add_option("--eviction-policy", flags->eviction_policy,
@@ -285,8 +356,9 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   master
       ->add_option("--put-timeout-ms", flags->put_timeout_ms,
-                   "Pending puts (PutStart without PutEnd) older than this are reclaimed; > 0 "
-                   "(config key put_start_discard_timeout_ms)")
+                   "Pending puts (PutStart without PutEnd) older than this are reclaimed, in ms, "
+                   "1..86400000 (config key put_start_discard_timeout_ms)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{86'400'000}))
       ->capture_default_str();
   master
       ->add_option("--tier-move-timeout-ms", flags->tier_move_timeout_ms,
@@ -298,6 +370,7 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
   master
       ->add_option("--shards", flags->shards,
                    "Metadata shards (lock striping), 1..4096 (config key metadata_shards)")
+      ->check(CLI::Range(uint32_t{1}, uint32_t{4096}))
       ->capture_default_str();
   master
       ->add_option("--metrics-port", flags->metrics_port,
@@ -332,6 +405,36 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
                    "its eviction (a freed range is reused only once its store knows) before "
                    "NO_AVAILABLE_HANDLE")
       ->check(CLI::Range(int64_t{0}, int64_t{60'000}))
+      ->capture_default_str();
+  master
+      ->add_option("--token-file", flags->token_file,
+                   "The cluster token: a file of mode 0600 or stricter (e.g. from openssl rand "
+                   "-hex 32). Every call must carry it (stores and clients: cluster_token_file); "
+                   "without it the master trusts whoever reaches its port. SIGHUP re-reads it")
+      ->capture_default_str();
+  master
+      ->add_option("--accept-token-file", flags->accept_token_file,
+                   "A second token accepted too, while clients move to a new one (rotation; "
+                   "docs/security.md)")
+      ->capture_default_str();
+  master
+      ->add_option("--tls-cert", flags->tls_cert,
+                   "TLS for the control plane: the master's certificate (PEM), with --tls-key; "
+                   "default: plaintext")
+      ->capture_default_str();
+  master->add_option("--tls-key", flags->tls_key, "The private key of --tls-cert (PEM)")
+      ->capture_default_str();
+  master
+      ->add_option("--tls-ca", flags->tls_ca,
+                   "Mutual TLS: every client must present a certificate signed by this CA (PEM; "
+                   "clients: tls_cert_file, tls_key_file)")
+      ->capture_default_str();
+  master
+      ->add_option("--idle-timeout-ms", flags->idle_timeout_ms,
+                   "A gRPC connection with no call for this long is closed (clients heartbeat "
+                   "every second); one that does not finish its handshake within 10 s too, in "
+                   "ms, 1000..86400000")
+      ->check(CLI::Range(int64_t{1000}, int64_t{86'400'000}))
       ->capture_default_str();
   master->callback([flags, exit_code] { *exit_code = RunMaster(*flags); });
 }

@@ -9,8 +9,10 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/host_port.h"
 #include "exit_codes.h"
 #include "metrics/master_collector.h"
+#include "rpc/channel_security.h"
 #include "rpc/etcd_client.h"
 #include "rpc/remote_master.h"
 
@@ -18,6 +20,10 @@ namespace tierkv::cli {
 namespace {
 
 struct StatFlags {
+  std::string token_file;
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
   std::string master;
   bool json = false;
   int64_t timeout_ms = 5000;
@@ -220,8 +226,24 @@ void PrintJson(const std::string& address, const MasterProcessStats& p) {
 }
 
 int RunStat(const StatFlags& flags) {
+  if (flags.master.rfind("etcd://", 0) != 0) {
+    if (Status st = CheckHostPort(flags.master, "--master"); !st.ok()) {
+      std::cerr << "tierkv stat: error: " << st.message() << std::endl;
+      return kExitUsage;
+    }
+  }
+  Config config;
+  config.cluster_token_file = flags.token_file;
+  config.tls_ca_file = flags.tls_ca;
+  config.tls_cert_file = flags.tls_cert;
+  config.tls_key_file = flags.tls_key;
+  auto security = ControlPlaneSecurityFrom(config);
+  if (!security.ok()) {
+    std::cerr << "tierkv stat: error: " << security.status().message() << std::endl;
+    return kExitUsage;
+  }
   Result<MasterProcessStats> stats =
-      RemoteMaster::QueryStats(flags.master, Millis(flags.timeout_ms));
+      RemoteMaster::QueryStats(flags.master, Millis(flags.timeout_ms), *security);
   if (!stats.ok()) {
     std::cerr << "tierkv stat: error: " << stats.status().ToString() << std::endl;
     return stats.code() == ErrorCode::INVALID_PARAMS ? kExitUsage : kExitFailed;
@@ -250,6 +272,13 @@ void AddStatCommand(CLI::App& app, int* exit_code) {
                    "the leader of masters started with --ha")
       ->required();
   stat->add_flag("--json", flags->json, "One JSON object on stdout instead of the summary");
+  stat->add_option("--token-file", flags->token_file,
+                   "The cluster token (a file of mode 0600 or stricter), for a master started "
+                   "with --token-file");
+  stat->add_option("--tls-ca", flags->tls_ca, "TLS: the CA of the master's certificate (PEM)");
+  stat->add_option("--tls-cert", flags->tls_cert,
+                   "Mutual TLS: this client's certificate (PEM), with --tls-key");
+  stat->add_option("--tls-key", flags->tls_key, "The key of --tls-cert (PEM)");
   stat->add_option("--timeout-ms", flags->timeout_ms,
                    "Give up (exit status 1) when the master has not answered within this long")
       ->check(CLI::Range(int64_t{1}, int64_t{3'600'000}))

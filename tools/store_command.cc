@@ -11,7 +11,9 @@
 #include <string>
 #include <utility>
 
+#include "common/cluster_token.h"
 #include "exit_codes.h"
+#include "metrics/auth_collector.h"
 #include "metrics/metrics_registry.h"
 #include "metrics/metrics_server.h"
 #include "metrics/store_collector.h"
@@ -25,7 +27,12 @@ namespace {
 
 struct StoreFlags {
   std::string master;
-  std::string segment_size = "1GiB";
+  std::string segment_size;  // "" = global_segment_size of the config (default 1 GiB)
+  std::string token_file;
+  std::string accept_token_file;
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
   std::string config_path;
   std::string hostname;
   bool small_pages = false;
@@ -42,6 +49,7 @@ int RunStore(const StoreFlags& flags) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);  // re-reads the token files
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a requester that went away must not kill the store
 
@@ -52,21 +60,52 @@ int RunStore(const StoreFlags& flags) {
   }
   Config config = std::move(loaded).value();
   config.mode = Mode::kEmbedded;  // the store contributes its segment
-  if (!flags.master.empty()) config.master_server_address = flags.master;
+  // A flag wins over the config's key, and says so when they differ.
+  auto flag_wins = [](const char* flag, const std::string& value, const char* key,
+                      std::string* field) {
+    if (value.empty()) return;
+    if (!field->empty() && *field != value) {
+      spdlog::info("tierkv store: {} {} overrides the config's {} {}", flag, value, key, *field);
+    }
+    *field = value;
+  };
+  flag_wins("--master", flags.master, "master_server_address", &config.master_server_address);
+  flag_wins("--hostname", flags.hostname, "local_hostname", &config.local_hostname);
+  flag_wins("--token-file", flags.token_file, "cluster_token_file", &config.cluster_token_file);
+  flag_wins("--accept-token-file", flags.accept_token_file, "cluster_accept_token_file",
+            &config.cluster_accept_token_file);
+  flag_wins("--tls-ca", flags.tls_ca, "tls_ca_file", &config.tls_ca_file);
+  flag_wins("--tls-cert", flags.tls_cert, "tls_cert_file", &config.tls_cert_file);
+  flag_wins("--tls-key", flags.tls_key, "tls_key_file", &config.tls_key_file);
   if (config.master_server_address.empty()) {
     std::cerr << "tierkv store: error: no master: pass --master HOST:PORT (or "
                  "master_server_address in the config)"
               << std::endl;
     return kExitUsage;
   }
-  Result<uint64_t> size = ParseSize(flags.segment_size);
-  if (!size.ok() || *size == 0) {
-    std::cerr << "tierkv store: error: --segment-size '" << flags.segment_size
-              << "': " << (size.ok() ? "must be > 0" : size.status().ToString()) << std::endl;
+  if (!flags.segment_size.empty()) {
+    Result<uint64_t> size = ParseSize(flags.segment_size);
+    if (!size.ok() || *size == 0) {
+      std::cerr << "tierkv store: error: --segment-size '" << flags.segment_size
+                << "': " << (size.ok() ? "must be > 0" : size.status().ToString()) << std::endl;
+      return kExitUsage;
+    }
+    if (!flags.config_path.empty() && *size != config.global_segment_size) {
+      spdlog::info("tierkv store: --segment-size {} overrides the config's global_segment_size {}",
+                   *size, config.global_segment_size);
+    }
+    config.global_segment_size = *size;
+  }
+  if (config.global_segment_size == 0) {
+    std::cerr << "tierkv store: error: global_segment_size is 0: a store contributes a segment "
+                 "(--segment-size)"
+              << std::endl;
     return kExitUsage;
   }
-  config.global_segment_size = *size;
-  if (!flags.hostname.empty()) config.local_hostname = flags.hostname;
+  if (Status st = ValidateConfig(config); !st.ok()) {
+    std::cerr << "tierkv store: error: " << st.ToString() << std::endl;
+    return kExitUsage;
+  }
   if (flags.small_pages) config.use_huge_pages = false;
 
   // Sockets of stores that were killed (SIGKILL, OOM) pile up in the per-user IPC directory.
@@ -126,6 +165,7 @@ int RunStore(const StoreFlags& flags) {
   }
   std::unique_ptr<Store> store = std::move(created).value();
   std::shared_ptr<StoreCollector> collector;
+  std::shared_ptr<AuthCollector> auth_collector;
   if (registry != nullptr) {
     const Store* s = store.get();
     RemoteBackend* b = backend->get();
@@ -155,6 +195,10 @@ int RunStore(const StoreFlags& flags) {
       return f;
     });
     registry->Add(collector);
+    auth_collector = std::make_shared<AuthCollector>("tierkv_store_", [s = store.get()] {
+      return AuthFigures{0, s->data_unauthenticated()};
+    });
+    registry->Add(auth_collector);
   }
   {
     nlohmann::json info = {{"master", config.master_server_address},
@@ -170,13 +214,31 @@ int RunStore(const StoreFlags& flags) {
   if (metrics != nullptr)
     std::cout << "tierkv store metrics on " << metrics->address() << std::endl;
 
+  if (config.cluster_token_file.empty()) {
+    spdlog::warn(
+        "tierkv store: no cluster token (--token-file): anyone who reaches its data "
+        "port{} is trusted",
+        store->data_address().empty() ? "" : " at " + store->data_address());
+  }
+
   int signal_number = 0;
-  while (sigwait(&stop_signals, &signal_number) != 0) {
+  while (true) {
+    while (sigwait(&stop_signals, &signal_number) != 0) {
+    }
+    if (signal_number != SIGHUP) break;
+    if (Status st = ReloadAllTokenSets(); !st.ok()) {
+      spdlog::error("tierkv store: SIGHUP: keeping the tokens it had: {}", st.message());
+    } else {
+      spdlog::info("tierkv store: SIGHUP: token files re-read");
+    }
   }
   spdlog::info("tierkv store: {} received, unmounting and stopping",
                signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   metrics.reset();  // stops scrapes before the collector's store goes
-  if (registry) registry->Remove(collector.get());
+  if (registry) {
+    registry->Remove(collector.get());
+    registry->Remove(auth_collector.get());
+  }
   store.reset();
   spdlog::info("tierkv store: stopped");
   return 0;
@@ -199,8 +261,10 @@ void AddStoreCommand(CLI::App& app, int* exit_code) {
                    "leader of masters started with --ha (default: master_server_address of the "
                    "config)")
       ->capture_default_str();
-  store->add_option("--segment-size", flags->segment_size, "DRAM contributed (e.g. 4GiB)")
-      ->capture_default_str();
+  store->add_option("--segment-size", flags->segment_size,
+                    "DRAM contributed (e.g. 4GiB); default: global_segment_size of the config "
+                    "(1GiB without one). Given with a config that sets another size, the flag "
+                    "wins and a line says so");
   store->add_option("--config", flags->config_path,
                     "JSON config (tierkv::LoadConfig; default: $TIERKV_CONFIG_PATH, else "
                     "built-in defaults). mode and global_segment_size are set by this command; a "
@@ -225,6 +289,22 @@ void AddStoreCommand(CLI::App& app, int* exit_code) {
                    "Port of /metrics and /health; 0 = a free port, -1 = no metrics server")
       ->check(CLI::Range(-1, 65535))
       ->capture_default_str();
+  store
+      ->add_option("--token-file", flags->token_file,
+                   "The cluster token (a file of mode 0600 or stricter; config key "
+                   "cluster_token_file): presented to the master, and required from every "
+                   "requester on the data port. SIGHUP re-reads it")
+      ->capture_default_str();
+  store
+      ->add_option("--accept-token-file", flags->accept_token_file,
+                   "A second token accepted from requesters during a rotation (config key "
+                   "cluster_accept_token_file)")
+      ->capture_default_str();
+  store->add_option("--tls-ca", flags->tls_ca,
+                    "TLS to the master: the CA of its certificate (config key tls_ca_file)");
+  store->add_option("--tls-cert", flags->tls_cert,
+                    "This store's client certificate for a master with mutual TLS (tls_cert_file)");
+  store->add_option("--tls-key", flags->tls_key, "The key of --tls-cert (tls_key_file)");
   store->add_flag("--small-pages", flags->small_pages,
                   "Use 4 KiB pages for the segment (default: 2 MiB pages when available)");
   store->callback([flags, exit_code] { *exit_code = RunStore(*flags); });

@@ -218,6 +218,9 @@ int main(int argc, char** argv) {
   metadata->add_flag("--remote", metadata_options.remote,
                      "Through a `tierkv master` child process over gRPC (127.0.0.1, a free port): "
                      "RemoteMaster::Exists, one RPC per batch, target >= 1e6 keys/s");
+  metadata->add_flag("--auth", metadata_options.auth,
+                     "With --remote: paired reps against a master without a cluster token and "
+                     "one with (every call carries it); reports the ratio (target >= 0.9)");
   metadata->callback([&] {
     metadata_options.object_bytes = SizeOf(object_size);
     exit_code = Report("metadata", tierkv::bench::RunMetadataBench(metadata_options));
@@ -607,7 +610,8 @@ int main(int argc, char** argv) {
     std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last to first
     app.parse(args);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help is a ParseError of exit code 0; every other one is a bad flag or value: exit 2.
+    return app.exit(e) == 0 ? 0 : kExitUsage;
   }
   return exit_code;
 }

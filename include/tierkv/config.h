@@ -31,6 +31,18 @@ struct Config {
   std::string protocol = "tcp";               // tcp | rdma | shm | auto
   std::string device_name;                    // NIC list for rdma
   bool enable_offload = false;                // SSD tier behind this process's segment
+  // The cluster credential (docs/security.md): a file of mode 0600 or stricter holding the token
+  // this process presents to the master and to stores; "" = none (only an embedded store, or a
+  // cluster that trusts whoever reaches its ports). A second file whose token is accepted from
+  // peers too, during a rotation ("" = none).
+  std::string cluster_token_file;
+  std::string cluster_accept_token_file;
+  // TLS to the master's control plane: the CA that signed the master's certificate ("" =
+  // plaintext), and this process's certificate and key for a master that requires client
+  // certificates (mutual TLS; "" = none). PEM files.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
 
   // Master / metadata.
   uint64_t default_kv_lease_ttl_ms = 10000;  // read lease granted by exists/get

@@ -91,6 +91,9 @@ struct StoreSetupOptions {
   // [A-Za-z0-9_.-]; "default" = keys as given). A tenant's objects are invisible to the other
   // tenants' calls, remove_all and remove_by_regex included (src/connector/tenant_client.h).
   std::string tenant_id = "default";
+  // The cluster token file (config key cluster_token_file; docs/security.md); "" = the
+  // config's, else $TIERKV_CLUSTER_TOKEN_FILE, else none.
+  std::string cluster_token_file;
   // tierkv Config keys applied on top (a JSON object, "" = none), e.g. {"mode": ...}.
   std::string extra_config_json;
 };

@@ -47,6 +47,7 @@ enum class ErrorCode : int32_t {
   DUPLICATE_KEY = -1501,          // the key appears earlier in the same batch
   OBJECT_TOO_LARGE = -1502,       // bigger than any mounted segment
   INVALID_CONFIG = -1503,         // configuration rejected at startup
+  UNAUTHENTICATED = -1504,        // a peer without the cluster's credential (token, certificate)
 };
 
 // Short upper-case name of a code ("OBJECT_NOT_FOUND"); "UNKNOWN" otherwise.

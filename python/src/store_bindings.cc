@@ -23,9 +23,9 @@ int SetupPositional(Store& s, py::args args, py::kwargs kwargs) {
       "local_hostname",     "metadata_server",  "global_segment_size", "local_buffer_size",
       "protocol",           "rdma_devices",     "master_server_addr",  "engine",
       "enable_ssd_offload", "ssd_offload_path", "tenant_id",           "enable_client_http_server",
-      "client_http_port"};
+      "client_http_port",   "token_file"};
   constexpr size_t kCount = sizeof(kNames) / sizeof(kNames[0]);
-  if (args.size() > kCount) throw py::type_error("setup() takes at most 13 arguments");
+  if (args.size() > kCount) throw py::type_error("setup() takes at most 14 arguments");
   std::vector<py::object> v(kCount);
   for (size_t i = 0; i < args.size(); ++i) v[i] = args[i];
   for (auto [k, value] : kwargs) {
@@ -76,6 +76,7 @@ int SetupPositional(Store& s, py::args args, py::kwargs kwargs) {
   if (v[9]) o.ssd_offload_path = str(9);
   if (v[10]) o.tenant_id = str(10);
   if (v[11] && v[11].cast<bool>()) return ToInt(ErrorCode::INVALID_CONFIG);
+  if (v[13] && !v[13].is_none()) o.cluster_token_file = str(13);
   py::gil_scoped_release release;
   return s.Setup(o);
 }

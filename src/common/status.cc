@@ -40,6 +40,7 @@ std::string_view ErrorCodeName(ErrorCode code) {
     TIERKV_CASE(DUPLICATE_KEY)
     TIERKV_CASE(OBJECT_TOO_LARGE)
     TIERKV_CASE(INVALID_CONFIG)
+    TIERKV_CASE(UNAUTHENTICATED)
 #undef TIERKV_CASE
   }
   return "UNKNOWN";

@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/host_port.h"
 #include "common/logging.h"
 
 namespace tierkv {
@@ -289,6 +290,11 @@ const KeySpec kKeys[] = {
     {"local_buffer_size", &SizeKey<&Config::local_buffer_size>},
     {"protocol", &StringKey<&Config::protocol>},
     {"device_name", &StringKey<&Config::device_name>},
+    {"cluster_token_file", &StringKey<&Config::cluster_token_file>},
+    {"cluster_accept_token_file", &StringKey<&Config::cluster_accept_token_file>},
+    {"tls_ca_file", &StringKey<&Config::tls_ca_file>},
+    {"tls_cert_file", &StringKey<&Config::tls_cert_file>},
+    {"tls_key_file", &StringKey<&Config::tls_key_file>},
     {"enable_offload", &BoolKey<&Config::enable_offload>},
     {"default_kv_lease_ttl_ms", &UintKey<&Config::default_kv_lease_ttl_ms>},
     {"default_kv_soft_pin_ttl_ms", &UintKey<&Config::default_kv_soft_pin_ttl_ms>},
@@ -449,8 +455,13 @@ Status ValidateOffload(const Config& config) {
 
 // TIERKV_STAGING_USABLE_RATIO overrides staging_usable_ratio (strictly parsed);
 // TIERKV_LOCAL_HOSTNAME and TIERKV_PREFERRED_SEGMENT override local_hostname and
-// preferred_segment when set and not empty.
+// preferred_segment when set and not empty; TIERKV_CLUSTER_TOKEN_FILE sets cluster_token_file
+// when the config names none.
 Status ApplyEnvironment(Config* config) {
+  if (const char* token = std::getenv("TIERKV_CLUSTER_TOKEN_FILE");
+      token != nullptr && token[0] != 0 && config->cluster_token_file.empty()) {
+    config->cluster_token_file = token;
+  }
   if (const char* host = std::getenv("TIERKV_LOCAL_HOSTNAME"); host != nullptr && host[0] != 0) {
     config->local_hostname = host;
   }
@@ -562,6 +573,15 @@ Result<uint64_t> ParseSize(std::string_view text) {
 }
 
 Status ValidateConfig(const Config& config) {
+  if (!config.cluster_accept_token_file.empty() && config.cluster_token_file.empty()) {
+    return KeyError("cluster_accept_token_file",
+                    "a second accepted token needs cluster_token_file (the token presented)");
+  }
+  if (!config.cluster_token_file.empty() && config.protocol == "rdma") {
+    return KeyError("cluster_token_file",
+                    "protocol \"rdma\" cannot check the cluster token on its data port yet "
+                    "(docs/security.md); use protocol \"tcp\" with a token");
+  }
   if (config.mode != Mode::kEmbedded && config.mode != Mode::kStandaloneStore) {
     return KeyError("mode", "unknown mode " + std::to_string(static_cast<int>(config.mode)) +
                                 "; allowed values are \"embedded\" and \"standalone-store\"");
@@ -575,6 +595,13 @@ Status ValidateConfig(const Config& config) {
     return KeyError("global_segment_size",
                     "standalone-store mode contributes no segment (the store process owns the "
                     "memory); set global_segment_size to 0 or use mode embedded");
+  }
+  if (!config.master_server_address.empty() &&
+      config.master_server_address.rfind("etcd://", 0) != 0) {
+    if (Status st = CheckHostPort(config.master_server_address, "master_server_address");
+        !st.ok()) {
+      return Status(ErrorCode::INVALID_CONFIG, "config key " + st.message());
+    }
   }
   if (config.mode == Mode::kStandaloneStore && config.master_server_address.empty()) {
     // Only embedded mode can run the master in-process (see config.h).

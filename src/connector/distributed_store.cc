@@ -167,6 +167,11 @@ int DistributedStore::Setup(const StoreSetupOptions& options) {
   config.protocol = options.protocol;
   config.device_name = options.device_name;
   config.master_server_address = options.master_server_addr;
+  if (!options.cluster_token_file.empty()) config.cluster_token_file = options.cluster_token_file;
+  if (const char* env = std::getenv("TIERKV_CLUSTER_TOKEN_FILE");
+      config.cluster_token_file.empty() && env != nullptr && env[0] != '\0') {
+    config.cluster_token_file = env;
+  }
   if (!options.master_server_addr.empty() && options.global_segment_size == 0) {
     config.mode = Mode::kStandaloneStore;
   }
@@ -262,6 +267,8 @@ int DistributedStore::SetupFromJson(std::string_view json_object) {
       st = string_into(&o.ssd_offload_path);
     } else if (key == "tenant_id") {
       st = string_into(&o.tenant_id);
+    } else if (key == "token_file" || key == "cluster_token_file") {
+      st = string_into(&o.cluster_token_file);
     } else if (key == "enable_client_http_server") {
       auto b = JsonBool(key, value);
       st = !b.ok() ? b.status()

@@ -23,8 +23,11 @@ Result<std::shared_ptr<RemoteBackend>> ConnectRemoteBackend(const Config& config
   // The network transport's settings, checked now so a bad protocol/NIC fails here.
   auto ucx = transport::UcxOptionsFromConfig(config);
   if (!ucx.ok()) return ucx.status();
+  // One TokenSet for both planes: a reload (SIGHUP) reaches both.
+  auto security = ControlPlaneSecurityFrom(config, ucx->tokens);
+  if (!security.ok()) return security.status();
   return RemoteBackend::Connect(config.master_server_address, Millis(5000), config.local_hostname,
-                                config.protocol, *ucx);
+                                config.protocol, *ucx, std::move(security).value());
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <utility>
 
+#include "common/host_port.h"
 #include "etcd/rpc.grpc.pb.h"
 
 namespace tierkv {
@@ -55,6 +56,9 @@ Result<std::vector<std::string>> ParseEtcdAddress(const std::string& address) {
       if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size()) {
         return Status(ErrorCode::INVALID_PARAMS,
                       "etcd endpoint '" + endpoint + "' in '" + address + "' has no host:port");
+      }
+      if (Status st = CheckHostPort(endpoint, "etcd endpoint in '" + address + "'"); !st.ok()) {
+        return st;
       }
       out.push_back(std::move(endpoint));
     }

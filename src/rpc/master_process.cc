@@ -98,6 +98,11 @@ Result<std::unique_ptr<MasterProcess>> MasterProcess::Start(const MasterProcessO
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     if (dup2(fds[1], STDOUT_FILENO) < 0) _exit(127);
+    if (!options.stderr_path.empty()) {
+      const int err =
+          open(options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+      if (err < 0 || dup2(err, STDERR_FILENO) < 0) _exit(127);
+    }
     execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }

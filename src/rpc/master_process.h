@@ -35,6 +35,8 @@ struct MasterProcessOptions {
   // Also wait for "tierkv master metrics on HOST:PORT" (a store: "tierkv store metrics on
   // HOST:PORT"); pass a --metrics-port that is not -1.
   bool expect_metrics = false;
+  // Where the child's stderr (its logs) goes, appended; "" = this process's stderr.
+  std::string stderr_path;
 };
 
 class MasterProcess {

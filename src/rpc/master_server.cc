@@ -15,8 +15,10 @@
 #include <type_traits>
 #include <utility>
 
+#include "metrics/auth_collector.h"
 #include "metrics/latency_histograms.h"
 #include "metrics/master_collector.h"
+#include "rpc/channel_security.h"
 #include "rpc/index_wire.h"
 #include "rpc/wire.h"
 #include "tierkv/master.grpc.pb.h"
@@ -539,26 +541,27 @@ class MasterServer::Service final : public rpc::Master::Service {
   // `latency` null: calls are not timed.
   Service(MasterServer& server, LatencyHistograms* latency) : server_(server), latency_(latency) {}
 
-#define TIERKV_RPC(Name, Request, Response)                                        \
-  grpc::Status Name(grpc::ServerContext* /*context*/, const rpc::Request* request, \
-                    rpc::Response* response) override {                            \
-    const auto start = std::chrono::steady_clock::now();                           \
-    std::shared_ptr<Term> term = server_.CurrentTerm();                            \
-    /* Fencing: checked before the call runs and again before it answers. */       \
-    if (term == nullptr || !term->Valid()) {                                       \
-      NotLeader(response);                                                         \
-    } else {                                                                       \
-      term->handler.Name(*request, response);                                      \
-      if (!term->Valid()) {                                                        \
-        NotLeader(response);                                                       \
-      } else {                                                                     \
-        Stamp(response, *term);                                                    \
-      }                                                                            \
-    }                                                                              \
-    if (latency_ != nullptr) {                                                     \
-      latency_->Observe(kRpc##Name, std::chrono::steady_clock::now() - start);     \
-    }                                                                              \
-    return grpc::Status::OK;                                                       \
+#define TIERKV_RPC(Name, Request, Response)                                    \
+  grpc::Status Name(grpc::ServerContext* context, const rpc::Request* request, \
+                    rpc::Response* response) override {                        \
+    if (!Authenticated(*context)) return Unauthenticated(*context);            \
+    const auto start = std::chrono::steady_clock::now();                       \
+    std::shared_ptr<Term> term = server_.CurrentTerm();                        \
+    /* Fencing: checked before the call runs and again before it answers. */   \
+    if (term == nullptr || !term->Valid()) {                                   \
+      NotLeader(response);                                                     \
+    } else {                                                                   \
+      term->handler.Name(*request, response);                                  \
+      if (!term->Valid()) {                                                    \
+        NotLeader(response);                                                   \
+      } else {                                                                 \
+        Stamp(response, *term);                                                \
+      }                                                                        \
+    }                                                                          \
+    if (latency_ != nullptr) {                                                 \
+      latency_->Observe(kRpc##Name, std::chrono::steady_clock::now() - start); \
+    }                                                                          \
+    return grpc::Status::OK;                                                   \
   }
   TIERKV_MASTER_RPCS(TIERKV_RPC)
 #undef TIERKV_RPC
@@ -566,6 +569,7 @@ class MasterServer::Service final : public rpc::Master::Service {
   grpc::Status TierMoves(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<rpc::TierMoveRequest, rpc::TierMoveReply>* stream) override {
+    if (!Authenticated(*context)) return Unauthenticated(*context);
     std::shared_ptr<Term> term = server_.CurrentTerm();
     if (term == nullptr || !term->Valid()) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this tierkv master is not the leader");
@@ -694,6 +698,32 @@ class MasterServer::Service final : public rpc::Master::Service {
   }
 
  private:
+  // Whether the call carries an accepted cluster token (always, on a master without one).
+  bool Authenticated(const grpc::ServerContext& context) const {
+    const TokenSet* tokens = server_.options_.tokens.get();
+    if (tokens == nullptr) return true;
+    const auto& metadata = context.client_metadata();
+    auto it = metadata.find(kTokenMetadataKey);
+    if (it == metadata.end()) return false;
+    return tokens->Accepts(std::string_view(it->second.data(), it->second.size()));
+  }
+  // Counted, and logged at most once a second (with the peer, never the token presented).
+  grpc::Status Unauthenticated(const grpc::ServerContext& context) {
+    const uint64_t refused = server_.unauthenticated_.fetch_add(1) + 1;
+    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    if (last_auth_log_s_.exchange(now) != now) {
+      spdlog::warn(
+          "tierkv master: refused a call from {}: no valid cluster token ({} refused so "
+          "far)",
+          context.peer(), refused);
+    }
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "this tierkv master requires the cluster token: the call carried none, or "
+                        "one it does not accept (config key cluster_token_file, or --token-file)");
+  }
+
   template <typename Response>
   void Stamp(Response* response, const Term& term) {
     StampEpoch(response, term.epoch);
@@ -722,6 +752,7 @@ class MasterServer::Service final : public rpc::Master::Service {
 
   MasterServer& server_;
   LatencyHistograms* const latency_;
+  std::atomic<int64_t> last_auth_log_s_{0};  // the second of the last refusal logged
   std::mutex streams_mu_;
   std::map<grpc::ServerContext*, const Term*> streams_;  // guarded by streams_mu_
   bool closing_ = false;                                 // guarded by streams_mu_
@@ -794,7 +825,22 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
   if (!o.standby) server->term_ = server->NewTerm(0, nullptr);
   server->service_ = std::make_unique<Service>(*server, server->rpc_latency_.get());
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &server->port_);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!o.tls_cert_pem.empty()) {
+    grpc::SslServerCredentialsOptions ssl(
+        o.tls_ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                             : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = o.tls_ca_pem;
+    ssl.pem_key_cert_pairs.push_back({o.tls_key_pem, o.tls_cert_pem});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+  builder.AddListeningPort(listen, credentials, &server->port_);
+  // Connections that never finish their handshake, or carry no call for this long, are closed
+  // (a silent connection must not hold a descriptor forever; clients heartbeat every second).
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(o.handshake_timeout.count()));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(o.idle_timeout.count()));
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
   builder.SetMaxSendMessageSize(wire::kMaxMessageBytes);
@@ -807,7 +853,14 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
     return Status(ErrorCode::RPC_FAIL,
                   "cannot listen on " + listen + " (port in use, or not an address of this host)");
   }
-  if (o.metrics != nullptr) o.metrics->Add(server->rpc_latency_);
+  if (o.metrics != nullptr) {
+    o.metrics->Add(server->rpc_latency_);
+    MasterServer* s = server.get();
+    server->auth_collector_ = std::make_shared<AuthCollector>("tierkv_master_", [s] {
+      return AuthFigures{s->unauthenticated(), 0};
+    });
+    o.metrics->Add(server->auth_collector_);
+  }
   return server;
 }
 
@@ -894,6 +947,7 @@ void MasterServer::Shutdown() {
     if (options_.metrics != nullptr) {
       if (term && term->collector) options_.metrics->Remove(term->collector.get());
       if (rpc_latency_) options_.metrics->Remove(rpc_latency_.get());
+      if (auth_collector_) options_.metrics->Remove(auth_collector_.get());
     }
     if (service_) service_->CancelStreams(nullptr, /*closing=*/true);
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cluster_token.h"
 #include "common/periodic_thread.h"
 #include "master/client_registry.h"
 #include "master/master_service.h"
@@ -44,6 +45,7 @@ class Server;
 
 namespace tierkv {
 
+class AuthCollector;
 class LatencyHistograms;
 
 class MasterRpcHandler {
@@ -133,6 +135,18 @@ struct MasterServerOptions {
   std::shared_ptr<MetricsRegistry> metrics;
   // Told to every client at registration (master/master_service.h).
   ClientDefaults client_defaults;
+  // The cluster token (common/cluster_token.h): every call must carry an accepted one; null =
+  // none (whoever reaches the port is trusted).
+  std::shared_ptr<const TokenSet> tokens;
+  // TLS (PEM contents): certificate and key ("" = plaintext), and the CA that signs client
+  // certificates: given, every client must present one it signed (mutual TLS).
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  std::string tls_ca_pem;
+  // A connection that has not finished its handshake within handshake_timeout, or has carried
+  // no call for idle_timeout, is closed.
+  Millis handshake_timeout{10000};
+  Millis idle_timeout{60000};
   // High availability: start as a standby. Every call answers not_leader until BeginTerm (the
   // election made this master the leader); each term has a fresh state.
   bool standby = false;
@@ -163,6 +177,8 @@ class MasterServer {
   // Whether a term is running and its lease is valid (always true without `standby`).
   bool leading() const;
   uint64_t epoch() const;  // of the current term (0 without `standby`, or between terms)
+  // Calls refused for a missing or wrong cluster token, since Start.
+  uint64_t unauthenticated() const { return unauthenticated_.load(std::memory_order_relaxed); }
 
   const std::string& host() const { return options_.host; }
   int port() const { return port_; }
@@ -186,6 +202,8 @@ class MasterServer {
   MasterServerOptions options_;
   const uint64_t incarnation_;
   std::shared_ptr<LatencyHistograms> rpc_latency_;  // in options_.metrics, if any
+  std::shared_ptr<AuthCollector> auth_collector_;   // in options_.metrics, if any
+  std::atomic<uint64_t> unauthenticated_{0};
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

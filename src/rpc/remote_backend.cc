@@ -57,8 +57,10 @@ class UcxAccess final : public SegmentAccess {
 
 Result<std::shared_ptr<RemoteBackend>> RemoteBackend::Connect(
     const std::string& address, Millis timeout, const std::string& host,
-    const std::string& protocol, const transport::UcxTransportOptions& ucx) {
+    const std::string& protocol, const transport::UcxTransportOptions& ucx,
+    ControlPlaneSecurity security) {
   RemoteMasterOptions options;
+  options.security = std::move(security);
   options.host = HostName(host);
   // Every heartbeat reports this client's transfer bytes (the master's metrics sum them).
   auto counters = std::make_shared<TransferCounters>();

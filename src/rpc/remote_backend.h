@@ -51,7 +51,8 @@ class RemoteBackend final : public ClientBackend {
   static Result<std::shared_ptr<RemoteBackend>> Connect(const std::string& address, Millis timeout,
                                                         const std::string& host,
                                                         const std::string& protocol,
-                                                        const transport::UcxTransportOptions& ucx);
+                                                        const transport::UcxTransportOptions& ucx,
+                                                        ControlPlaneSecurity security = {});
   ~RemoteBackend() override;
 
   MasterApi& master() override { return *master_; }

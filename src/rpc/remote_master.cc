@@ -58,6 +58,13 @@ const char* GrpcCodeName(grpc::StatusCode code) {
   }
 }
 
+// What a failed call becomes: UNAUTHENTICATED stays itself (a missing or wrong cluster token, or
+// certificate: retrying cannot help), anything else is RPC_FAIL.
+ErrorCode CodeOf(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAUTHENTICATED ? ErrorCode::UNAUTHENTICATED
+                                                                  : ErrorCode::RPC_FAIL;
+}
+
 std::string Describe(const grpc::Status& status) {
   std::string out = GrpcCodeName(status.error_code());
   if (!status.error_message().empty()) out += ": " + status.error_message();
@@ -150,7 +157,7 @@ void RemoteMaster::UseEndpoint(const std::string& address, uint64_t epoch) {
   auto endpoint = std::make_shared<Endpoint>();
   endpoint->address = address;
   endpoint->epoch = epoch;
-  endpoint->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  endpoint->channel = MasterChannel(address, options_.security, args);
   endpoint->stub = rpc::Master::NewStub(endpoint->channel);
   std::shared_ptr<const Endpoint> old;
   {
@@ -349,8 +356,8 @@ RemoteMaster::~RemoteMaster() {
 
 Status RemoteMaster::RpcFailure(const char* rpc, const grpc::Status& status) {
   Kick();
-  return Status(ErrorCode::RPC_FAIL, std::string("RPC ") + rpc + " to the tierkv master at " +
-                                         master_address() + " failed: " + Describe(status));
+  return Status(CodeOf(status), std::string("RPC ") + rpc + " to the tierkv master at " +
+                                    master_address() + " failed: " + Describe(status));
 }
 
 // ---- Registration and heartbeat -------------------------------------------------------------
@@ -359,6 +366,7 @@ Status RemoteMaster::Register(Millis timeout) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = DeadlineIn(timeout);
   std::string last;
+  ErrorCode last_code = ErrorCode::RPC_FAIL;
   for (;;) {
     const std::shared_ptr<const Endpoint> ep = endpoint();
     rpc::RegisterClientRequest request;
@@ -398,6 +406,7 @@ Status RemoteMaster::Register(Millis timeout) {
     if (last.empty() || reason.find("handshaker shutdown") == std::string::npos) {
       last = std::move(reason);
     }
+    last_code = CodeOf(status);
     // UNAVAILABLE: nothing listens yet, the channel is backing off, or (etcd) the leader
     // changed; try again until the deadline. Anything else (a deadline, a server that is not a
     // tierkv master) is final.
@@ -409,6 +418,9 @@ Status RemoteMaster::Register(Millis timeout) {
   }
   const auto waited =
       std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now() - start).count();
+  if (last_code == ErrorCode::UNAUTHENTICATED) {
+    return Status(last_code, "the tierkv master at " + address_ + " refused this process: " + last);
+  }
   return Status(ErrorCode::RPC_FAIL, "cannot reach the tierkv master at " + address_ + " within " +
                                          std::to_string(timeout.count()) +
                                          " ms (connect timeout; gave up after " +
@@ -950,7 +962,8 @@ Result<MasterProcessStats> RemoteMaster::ProcessStats() {
   return DecodeProcessStats(response);
 }
 
-Result<MasterProcessStats> RemoteMaster::QueryStats(const std::string& address, Millis timeout) {
+Result<MasterProcessStats> RemoteMaster::QueryStats(const std::string& address, Millis timeout,
+                                                    const ControlPlaneSecurity& security) {
   if (address.empty()) return Status(ErrorCode::INVALID_PARAMS, "master address is empty");
   if (timeout.count() <= 0) return Status(ErrorCode::INVALID_PARAMS, "timeout must be > 0 ms");
   std::string target = address;
@@ -975,7 +988,7 @@ Result<MasterProcessStats> RemoteMaster::QueryStats(const std::string& address, 
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  auto channel = MasterChannel(target, security, args);
   std::unique_ptr<rpc::Master::Stub> stub = rpc::Master::NewStub(channel);
   rpc::StatsRequest request;
   rpc::StatsResponse response;
@@ -983,9 +996,9 @@ Result<MasterProcessStats> RemoteMaster::QueryStats(const std::string& address, 
   context.set_deadline(DeadlineIn(timeout));  // fail-fast: a refused connection ends at once
   grpc::Status status = stub->Stats(&context, request, &response);
   if (!status.ok()) {
-    return Status(ErrorCode::RPC_FAIL, "cannot get stats from the tierkv master at " + target +
-                                           " (timeout " + std::to_string(timeout.count()) +
-                                           " ms): " + Describe(status));
+    return Status(CodeOf(status), "cannot get stats from the tierkv master at " + target +
+                                      " (timeout " + std::to_string(timeout.count()) +
+                                      " ms): " + Describe(status));
   }
   if (!response.status().not_leader()) {
     if (Status call = wire::CallStatusOf(response.status()); !call.ok()) return call;

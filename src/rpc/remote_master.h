@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "master/master_api.h"
+#include "rpc/channel_security.h"
 #include "rpc/etcd_client.h"
 #include "tierkv/status.h"
 #include "tierkv/types.h"
@@ -66,6 +67,8 @@ struct RemoteMasterOptions {
   std::string host;                 // this client's host name; "" = gethostname()
   // Called at each heartbeat: the client's cumulative transfer bytes, reported to the master.
   std::function<std::vector<TransferCount>()> transfer_counts;
+  // The cluster token and TLS (rpc/channel_security.h); default: plaintext, no token.
+  ControlPlaneSecurity security;
 };
 
 // What the master process reports beyond MasterStats.
@@ -166,7 +169,8 @@ class RemoteMaster final : public MasterApi {
   // the HA fields. Fails fast when nothing answers: RPC_FAIL naming the address, the timeout
   // and gRPC's reason, within `timeout`; INVALID_PARAMS for an empty address or a non-positive
   // timeout. Thread-safe.
-  static Result<MasterProcessStats> QueryStats(const std::string& address, Millis timeout);
+  static Result<MasterProcessStats> QueryStats(const std::string& address, Millis timeout,
+                                               const ControlPlaneSecurity& security = {});
 
   // One heartbeat now: OK if the master answered (re-registering first if it did not know this
   // client), RPC_FAIL otherwise.

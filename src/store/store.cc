@@ -258,6 +258,10 @@ std::vector<TransferCount> Store::served_transfers() const {
 
 uint64_t Store::tier_move_requests() const { return mover_ ? mover_->requests() : 0; }
 
+uint64_t Store::data_unauthenticated() const {
+  return ucx_server_ ? ucx_server_->unauthenticated() : 0;
+}
+
 std::string Store::data_address() const {
   return ucx_server_ ? ucx_server_->address() : std::string();
 }

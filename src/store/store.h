@@ -96,6 +96,8 @@ class Store {
   uint64_t tier_move_requests() const;
   // "host:port" of the network server, "" without one.
   std::string data_address() const;
+  // Data-port handshakes refused for a missing or wrong cluster token.
+  uint64_t data_unauthenticated() const;
 
  private:
   Store(std::shared_ptr<SegmentHost> host, std::shared_ptr<MemorySegment> segment);

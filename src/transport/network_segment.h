@@ -40,6 +40,8 @@ class NetworkSegmentServer {
   virtual uint64_t written_bytes() const = 0;
   // "tcp" or "rdma".
   virtual const std::string& protocol() const = 0;
+  // Handshakes refused for a missing or wrong proof of the cluster token.
+  virtual uint64_t unauthenticated() const { return 0; }
   // Stops serving: closes the listener and every connection, joins. Idempotent.
   virtual void Stop() = 0;
 };

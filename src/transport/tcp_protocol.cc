@@ -26,7 +26,7 @@ Result<UcxOp> DecodeCommon(const char* what, const uint8_t* bytes) {
                                 std::to_string(kTcpProtocolVersion));
   }
   const auto op = LoadAt<uint16_t>(bytes, 6);
-  if (op < static_cast<uint16_t>(UcxOp::kHello) || op > static_cast<uint16_t>(UcxOp::kStage)) {
+  if (op < static_cast<uint16_t>(UcxOp::kHello) || op > static_cast<uint16_t>(UcxOp::kChallenge)) {
     return TcpInvalid(what, "unknown op " + std::to_string(op));
   }
   if (LoadAt<uint32_t>(bytes, 36) != 0) return TcpInvalid(what, "reserved bytes are not 0");
@@ -73,11 +73,14 @@ Result<TcpRequest> DecodeTcpRequest(const uint8_t* header) {
   const std::string sizes =
       "length " + std::to_string(r.length) + ", data_length " + std::to_string(r.data_length);
   switch (r.op) {
+    case UcxOp::kChallenge:
+      return TcpInvalid("request", "a challenge (only servers send one)");
     case UcxOp::kHello:
-      if (r.data_length == 0 || r.data_length > kUcxMaxNameLength || r.length != 0 ||
-          r.offset != 0) {
+      if (r.data_length <= kTcpProofBytes || r.data_length > kTcpProofBytes + kUcxMaxNameLength ||
+          r.length != 0 || r.offset != 0) {
         return TcpInvalid("request", "a hello with " + sizes + ", offset " +
-                                         std::to_string(r.offset) + " (a name of 1.." +
+                                         std::to_string(r.offset) + " (a proof of " +
+                                         std::to_string(kTcpProofBytes) + " bytes, a name of 1.." +
                                          std::to_string(kUcxMaxNameLength) +
                                          " bytes and nothing else)");
       }
@@ -117,8 +120,11 @@ Result<TcpReply> DecodeTcpReply(const uint8_t* header) {
   r.value = LoadAt<uint64_t>(header, 24);
   r.data_length = LoadAt<uint32_t>(header, 32);
   const bool carries = r.status == 0 && (r.op == UcxOp::kRead || r.op == UcxOp::kStage);
+  const bool proof = r.op == UcxOp::kChallenge || (r.op == UcxOp::kHello && r.status == 0);
+  const bool proof_ok =
+      r.data_length == kTcpProofBytes || (r.op == UcxOp::kHello && r.data_length == 0);
   if ((carries && (r.data_length != r.value || r.value > kTcpMaxRequestBytes)) ||
-      (!carries && r.data_length != 0)) {
+      (proof && !proof_ok) || (!carries && !proof && r.data_length != 0)) {
     return TcpInvalid("reply", "data_length " + std::to_string(r.data_length) + " with value " +
                                    std::to_string(r.value) + " and status " +
                                    std::to_string(r.status));

@@ -48,6 +48,44 @@ int IovFrom(const std::vector<Piece>& pieces, uint64_t skip, iovec* iov, int max
   return count;
 }
 
+// Reads the server's first frame, its challenge (tcp_protocol.h), by `deadline`.
+Status ReadChallenge(int fd, Clock::time_point deadline, TokenDigest* nonce, bool* required) {
+  uint8_t frame[kTcpHeaderSize + kTcpProofBytes];
+  size_t have = 0;
+  while (have < sizeof(frame)) {
+    const ssize_t n = recv(fd, frame + have, sizeof(frame) - have, MSG_DONTWAIT);
+    if (n > 0) {
+      const size_t before = have;
+      have += static_cast<size_t>(n);
+      if (before < kTcpHeaderSize && have >= kTcpHeaderSize) {
+        Result<TcpReply> reply = DecodeTcpReply(frame);
+        if (!reply.ok()) {
+          return Status(ErrorCode::TRANSFER_FAIL, "protocol error: " + reply.status().message());
+        }
+        if (reply->op != UcxOp::kChallenge) {
+          return Status(ErrorCode::TRANSFER_FAIL,
+                        "protocol error: the server's first frame is not a challenge");
+        }
+        *required = reply->aux != 0;
+      }
+      continue;
+    }
+    if (n == 0)
+      return Status(ErrorCode::TRANSFER_FAIL,
+                    "the server closed the connection before its challenge");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return Status(ErrorCode::TRANSFER_FAIL, "receiving the challenge: " + ErrnoText(errno));
+    }
+    const int wait = MillisUntil(deadline);
+    if (wait <= 0) return Status(ErrorCode::TRANSFER_FAIL, "no challenge from the server in time");
+    pollfd p{fd, POLLIN, 0};
+    (void)::poll(&p, 1, wait);
+  }
+  std::memcpy(nonce->data(), frame + kTcpHeaderSize, kTcpProofBytes);
+  return Status::Ok();
+}
+
 }  // namespace
 
 struct TcpSegmentClient::Impl {
@@ -244,6 +282,13 @@ void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
     }
     p->value = reply.value;
     p->aux = reply.aux;
+    if (p->op == UcxOp::kHello && reply.data_length != 0) {  // the server's proof
+      p->total = reply.data_length;
+      in_flight_bytes += p->total;
+      receiving = p;
+      data_have = 0;
+      return;
+    }
     if (p->op == UcxOp::kRead || p->op == UcxOp::kStage) {
       if (reply.value != p->total) {
         p->failed = true;
@@ -460,17 +505,60 @@ Result<std::unique_ptr<TcpSegmentClient>> TcpSegmentClient::Connect(
     }
   }
   std::lock_guard<std::mutex> lock(impl->mu);
+  // The server's challenge, then the hello that proves the token over its nonce.
+  TokenDigest nonce{};
+  bool token_required = false;
+  if (Status st = ReadChallenge(impl->fd.get(), deadline, &nonce, &token_required); !st.ok()) {
+    return Status(st.code(), prefix + st.message() + " (is a tierkv store serving tcp there?)");
+  }
+  const std::string secret = options.tokens ? options.tokens->own() : std::string();
+  if (token_required && secret.empty()) {
+    return Status(ErrorCode::UNAUTHENTICATED,
+                  prefix +
+                      "the store requires the cluster token and this process has none "
+                      "(config key cluster_token_file, or --token-file)");
+  }
+  const TokenDigest proof = secret.empty()
+                                ? TokenDigest{}
+                                : TokenMac(secret, {kTcpHelloLabel, AsView(nonce), segment_name});
+  std::string hello_data(reinterpret_cast<const char*>(proof.data()), proof.size());
+  hello_data += impl->segment_name;
+  TokenDigest server_proof{};
   std::vector<Impl::Pending> hello(1);
   hello[0].op = UcxOp::kHello;
-  hello[0].name = &impl->segment_name;
+  hello[0].name = &hello_data;
   hello[0].total = 0;
+  hello[0].dst = {MutPiece{server_proof.data(), server_proof.size()}};
   impl->Run(hello, std::chrono::duration_cast<std::chrono::milliseconds>(
                        std::max(deadline - Clock::now(), Clock::duration(1))));
+  // The refusal comes before the server closes the connection: it decides over the failure.
+  if (hello[0].status.code() == ErrorCode::UNAUTHENTICATED) {
+    return Status(ErrorCode::UNAUTHENTICATED,
+                  prefix +
+                      "the store refused this process's cluster token (another cluster's, "
+                      "or a token it no longer accepts)");
+  }
   if (!impl->failure.empty()) {
     return Status(ErrorCode::TRANSFER_FAIL,
                   prefix + impl->failure + " (is a tierkv store serving tcp there?)");
   }
   if (!hello[0].status.ok()) return hello[0].status;
+  if (!secret.empty()) {
+    // Mutual: a listener that does not hold the token must not receive this process's bytes.
+    if (hello[0].total != kTcpProofBytes) {
+      return Status(ErrorCode::UNAUTHENTICATED,
+                    prefix +
+                        "the server does not check the cluster token (a store started "
+                        "without one, or not a member of this cluster); refused");
+    }
+    const TokenDigest expected = TokenMac(secret, {kTcpServerLabel, AsView(nonce), AsView(proof)});
+    if (!DigestsEqual(expected, server_proof)) {
+      return Status(ErrorCode::UNAUTHENTICATED,
+                    prefix +
+                        "the server's proof of the cluster token is wrong (another "
+                        "cluster's store?); refused");
+    }
+  }
   impl->size = hello[0].value;
   impl->staging_capacity = uint64_t{hello[0].aux} * kUcxStagingUnit;
   return std::unique_ptr<TcpSegmentClient>(new TcpSegmentClient(std::move(impl)));

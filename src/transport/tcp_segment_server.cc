@@ -54,6 +54,8 @@ const char* OpName(UcxOp op) {
       return "write";
     case UcxOp::kStage:
       return "stage";
+    case UcxOp::kChallenge:
+      return "challenge";
   }
   return "?";
 }
@@ -76,6 +78,8 @@ struct TcpSegmentServer::Loop {
     std::string peer;
     Clock::time_point accepted;
     bool established = false;
+    TokenDigest nonce{};         // the challenge's
+    TokenDigest server_proof{};  // the hello's reply data
     Phase phase = Phase::kHeader;
     uint8_t header[kTcpHeaderSize] = {};
     size_t have = 0;             // bytes of the current header or data phase received
@@ -326,6 +330,7 @@ struct TcpSegmentServer::Loop {
         c.phase = Phase::kDescriptor;
         return true;
       case UcxOp::kHello:
+      case UcxOp::kChallenge:  // refused by DecodeTcpRequest
         break;
     }
     return true;
@@ -338,7 +343,21 @@ struct TcpSegmentServer::Loop {
     c.have = 0;
     switch (r.op) {
       case UcxOp::kHello: {
-        const std::string name(c.small.begin(), c.small.end());
+        const std::string_view proof(reinterpret_cast<const char*>(c.small.data()), kTcpProofBytes);
+        const std::string name(c.small.begin() + kTcpProofBytes, c.small.end());
+        std::string secret;
+        if (options.tokens != nullptr) {
+          TokenDigest mac{};
+          std::memcpy(mac.data(), proof.data(), mac.size());
+          secret = options.tokens->MatchMac(mac, {kTcpHelloLabel, AsView(c.nonce), name});
+          if (secret.empty()) {
+            // Answered, then closed: the requester learns why; nothing of the segment is named.
+            owner->unauthenticated_.fetch_add(1, std::memory_order_relaxed);
+            Reply(c, r.op, r.id, ErrorCode::UNAUTHENTICATED, 0);
+            if (Flush(c)) Close(c, "no valid proof of the cluster token", true);
+            return false;
+          }
+        }
         if (name != segment->name()) {
           spdlog::info("tcp segment server {}: {} asked for segment '{}', this server has '{}'",
                        address, c.peer, name, segment->name());
@@ -350,7 +369,13 @@ struct TcpSegmentServer::Loop {
                                  ? 0
                                  : static_cast<uint32_t>(std::min<uint64_t>(
                                        stages->staging_capacity() / kUcxStagingUnit, UINT32_MAX));
-        Reply(c, r.op, r.id, ErrorCode::OK, segment->size(), nullptr, 0, nullptr, aux);
+        if (secret.empty()) {
+          Reply(c, r.op, r.id, ErrorCode::OK, segment->size(), nullptr, 0, nullptr, aux);
+        } else {
+          c.server_proof = TokenMac(secret, {kTcpServerLabel, AsView(c.nonce), proof});
+          Reply(c, r.op, r.id, ErrorCode::OK, segment->size(), c.server_proof.data(),
+                c.server_proof.size(), nullptr, aux);
+        }
         return true;
       }
       case UcxOp::kWrite:
@@ -358,6 +383,7 @@ struct TcpSegmentServer::Loop {
         Reply(c, r.op, r.id, ErrorCode::OK, r.length);
         return true;
       case UcxOp::kRead:
+      case UcxOp::kChallenge:  // refused by DecodeTcpRequest
         return true;
       case UcxOp::kStage: {
         Result<UcxStageDescriptor> d = DecodeUcxStageDescriptor(c.small.data(), c.small.size());
@@ -536,9 +562,15 @@ struct TcpSegmentServer::Loop {
         spdlog::warn("tcp segment server {}: epoll_ctl: {}", address, ErrnoText(errno));
         continue;
       }
+      // The server speaks first: the challenge the requester's hello must prove the token over.
+      c->nonce = RandomNonce();
+      Reply(*c, UcxOp::kChallenge, 0, ErrorCode::OK, 0, c->nonce.data(), c->nonce.size(), nullptr,
+            options.tokens != nullptr ? 1 : 0);
+      Connection& added = *c;
       by_serial[c->serial] = c.get();
       by_fd[fd] = std::move(c);
       owner->open_.store(by_fd.size(), std::memory_order_relaxed);
+      Flush(added);
     }
   }
 

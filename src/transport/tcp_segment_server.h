@@ -71,6 +71,10 @@ class TcpSegmentServer final : public NetworkSegmentServer {
   const std::string& protocol() const override { return protocol_; }
   // Protocol violations seen since Start (each closed its connection). For tests and metrics.
   uint64_t rejected() const { return rejected_.load(std::memory_order_relaxed); }
+  // Hellos refused for a missing or wrong proof of the cluster token (also in rejected()).
+  uint64_t unauthenticated() const override {
+    return unauthenticated_.load(std::memory_order_relaxed);
+  }
   void Stop() override;
 
   struct Loop;
@@ -85,6 +89,7 @@ class TcpSegmentServer final : public NetworkSegmentServer {
   std::atomic<uint64_t> read_bytes_{0};
   std::atomic<uint64_t> written_bytes_{0};
   std::atomic<uint64_t> rejected_{0};
+  std::atomic<uint64_t> unauthenticated_{0};
   std::thread thread_;
   std::mutex stop_mu_;
   bool stopped_ = false;  // guarded by stop_mu_

@@ -110,6 +110,11 @@ Result<UcxTransportSelection> SelectUcxTransports(const UcxTransportOptions& opt
 Result<UcxTransportOptions> UcxOptionsFromConfig(const Config& config) {
   UcxTransportOptions ucx;
   ucx.protocol = config.protocol == "rdma" ? "rdma" : "tcp";
+  if (!config.cluster_token_file.empty()) {
+    auto tokens = TokenSet::Load(config.cluster_token_file, config.cluster_accept_token_file);
+    if (!tokens.ok()) return tokens.status();
+    ucx.tokens = std::move(tokens).value();
+  }
   // The tcp data plane (tierkv's TCP transport) binds the store's data host only and connects by
   // the kernel's routes: device_name picks the NIC of rdma alone.
   if (ucx.protocol != "rdma") return ucx;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <string>
 
+#include "common/cluster_token.h"
 #include "tierkv/config.h"
 #include "tierkv/status.h"
 
@@ -28,6 +29,11 @@ struct UcxTransportOptions {
   // throughput, 500 us more than half); a requester or server with a core to itself may trade one
   // for lower latency with ~50 us.
   std::chrono::microseconds spin{0};
+  // The cluster credential (common/cluster_token.h): a tcp server accepts only peers that prove
+  // an accepted token, a tcp requester proves its own and checks the server's proof. Null = no
+  // token: the data port trusts whoever connects (and a requester connects to such a server
+  // only without a token of its own).
+  std::shared_ptr<const TokenSet> tokens;
 };
 
 // What UCX is told: UCX_TLS and UCX_NET_DEVICES.

@@ -59,6 +59,7 @@ enum class UcxOp : uint16_t {
   kRead = 2,
   kWrite = 3,
   kStage = 4,
+  kChallenge = 5,  // the TCP transport only: the server's first frame (tcp_protocol.h)
 };
 
 struct UcxRequest {

@@ -246,6 +246,8 @@ void UcxSegmentServer::Loop::HandleRequest(Connection* connection, const UcxRequ
                                            void* data, size_t length, bool rendezvous) {
   const uint64_t size = segment->size();
   switch (request.op) {
+    case UcxOp::kChallenge:  // refused by DecodeUcxRequest; never reaches here
+      return Reject(connection, "a challenge (the TCP transport's)");
     case UcxOp::kHello: {
       if (connection->established) return Reject(connection, "a second hello");
       if (rendezvous || length != request.length || length == 0 || length > kUcxMaxNameLength) {

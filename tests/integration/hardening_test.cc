@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "distributed_test_util.h"
+#include "process_test_util.h"
 
 namespace tierkv {
 namespace {
@@ -41,57 +42,13 @@ using dist_test::PutKey;
 using dist_test::Requester;
 using dist_test::RequesterConfig;
 using dist_test::StartMaster;
-
-struct Exit {
-  int code = -1;       // exit status, or -1 when killed / timed out
-  std::string output;  // stdout and stderr together
-};
-
-// Runs `binary args...` with `env` added, its stdout and stderr to a file, and waits up to
-// `timeout` for it to exit (then SIGKILL: code -1).
-Exit RunToExit(const std::vector<std::string>& args,
-               const std::vector<std::pair<std::string, std::string>>& env = {},
-               std::chrono::milliseconds timeout = 20s) {
-  char path[] = "/tmp/tierkv-hardening-out-XXXXXX";
-  const int out_fd = mkstemp(path);
-  EXPECT_GE(out_fd, 0);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out_fd, 1);
-    dup2(out_fd, 2);
-    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
-    std::vector<std::string> argv_strings = {dist_test::TestBinary()};
-    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& s : argv_strings) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(out_fd);
-  Exit result;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int status = 0;
-  while (true) {
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) {
-      if (WIFEXITED(status)) result.code = WEXITSTATUS(status);
-      break;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  result.output = text.str();
-  unlink(path);
-  return result;
-}
+using proc_test::DataPort;
+using proc_test::Exit;
+using proc_test::Frame;
+using proc_test::RawConnect;
+using proc_test::RunToExit;
+using proc_test::SendAndClose;
+using proc_test::StillRunning;
 
 // A TCP port on 127.0.0.1 held (bound and listening) until the object dies.
 class HeldPort {
@@ -253,76 +210,27 @@ std::unique_ptr<MasterProcess> StartStoreOf(const MasterProcess& master, bool me
 }
 
 // The port of the store's data address (after '#' in its segment name), or 0.
-int DataPort(const MasterProcess& store) {
-  const std::string& name = store.segment_name();
-  const size_t hash = name.find('#');
-  const size_t colon = name.rfind(':');
-  if (hash == std::string::npos || colon == std::string::npos || colon < hash) return 0;
-  return std::atoi(name.c_str() + colon + 1);
-}
-
-int RawConnect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-void SendAndClose(int port, const std::string& bytes, bool wait_for_close = false) {
-  const int fd = RawConnect(port);
-  if (fd < 0) return;
-  (void)send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  if (wait_for_close) {
-    pollfd p{fd, POLLIN, 0};
-    char buf[256];
-    const auto deadline = std::chrono::steady_clock::now() + 2s;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (poll(&p, 1, 50) > 0 && recv(fd, buf, sizeof(buf), 0) <= 0) break;
-    }
-  }
-  close(fd);
-}
-
-// True while `pid` (a child of this process) has not exited.
-bool StillRunning(pid_t pid) {
-  int status = 0;
-  return waitpid(pid, &status, WNOHANG) == 0;
-}
-
-// A 40-byte TKVT header with the given fields (the tcp transport's request layout).
-std::string Frame(uint16_t op, uint64_t id, uint64_t offset, uint64_t length, uint32_t data) {
-  std::string f(40, '\0');
-  std::memcpy(f.data(), "TKVT", 4);
-  const uint16_t version = 1;
-  std::memcpy(f.data() + 4, &version, 2);
-  std::memcpy(f.data() + 6, &op, 2);
-  std::memcpy(f.data() + 8, &id, 8);
-  std::memcpy(f.data() + 16, &offset, 8);
-  std::memcpy(f.data() + 24, &length, 8);
-  std::memcpy(f.data() + 32, &data, 4);
-  return f;
-}
-
 // Regression (issue 12): sixteen 0xff bytes on the store's data port aborted it (UCX 1.13's
 // socket connection manager asserted on them). Now a real store is flooded on its data port —
 // the 16 bytes, 100 KB of zeroes, random bytes of many lengths, UCX's tcp magic followed by an
 // oversized length, frames of the tcp transport with random fields, truncated and oversized
 // frames, 300 connections open at once — and must still be running and serve a byte-exact get.
-TEST(HardeningTest, GarbageOnTheDataPortLeavesTheStoreServing) {
-  auto master = StartMaster();
+// `token_file` non-empty: the cluster runs with that token (every process holds it), and the
+// storm adds hellos with wrong proofs.
+void GarbageStorm(const std::string& token_file) {
+  std::vector<std::string> auth;
+  if (!token_file.empty()) auth = {"--token-file", token_file};
+  Config requester_config;
+  auto master = StartMaster(auth);
   ASSERT_NE(master, nullptr);
-  auto store = StartStoreOf(*master, false);
+  auto store = StartStoreOf(*master, false, auth);
   ASSERT_NE(store, nullptr);
   const int port = DataPort(*store);
   ASSERT_GT(port, 0) << store->segment_name();
+  requester_config = RequesterConfig(*master, "tcp");
+  requester_config.cluster_token_file = token_file;
   {
-    auto requester = Requester(RequesterConfig(*master, "tcp"));
+    auto requester = Requester(requester_config);
     ASSERT_NE(requester, nullptr);
     EXPECT_EQ(PutKey(*requester, "before-the-storm", 7), 0);
   }
@@ -355,6 +263,15 @@ TEST(HardeningTest, GarbageOnTheDataPortLeavesTheStoreServing) {
   SendAndClose(port, Frame(2, 1, 0, uint64_t{1} << 40, 0), true);         // read before hello
   SendAndClose(port, Frame(1, 1, 0, 0, 1u << 31) + "x", true);            // hello, huge name
   SendAndClose(port, Frame(3, 1, 0, 1u << 30, 1u << 30) + "data", true);  // write, huge
+  if (!token_file.empty()) {
+    // Hellos with a zero and a random proof: refused, closed.
+    const std::string name = store->segment_name().substr(0, store->segment_name().find('@'));
+    for (int i = 0; i < 20; ++i) {
+      const std::string proof = i % 2 == 0 ? std::string(32, '\0') : random_bytes(32);
+      SendAndClose(port, Frame(1, 1, 0, 0, static_cast<uint32_t>(32 + name.size())) + proof + name,
+                   true);
+    }
+  }
   // 300 connections at once, each with a few random bytes, then all closed together.
   std::vector<int> many;
   for (int i = 0; i < 300; ++i) {
@@ -369,12 +286,24 @@ TEST(HardeningTest, GarbageOnTheDataPortLeavesTheStoreServing) {
 
   ASSERT_TRUE(StillRunning(store->pid())) << "the store died on garbage at its data port";
   // It serves: a fresh requester gets the bytes put before the storm, and a new put works.
-  auto requester = Requester(RequesterConfig(*master, "tcp"));
+  auto requester = Requester(requester_config);
   ASSERT_NE(requester, nullptr);
   EXPECT_EQ(GetKey(*requester, "before-the-storm", 7), static_cast<int64_t>(dist_test::kObject));
   EXPECT_EQ(PutKey(*requester, "after-the-storm", 8), 0);
   EXPECT_EQ(GetKey(*requester, "after-the-storm", 8), static_cast<int64_t>(dist_test::kObject));
   EXPECT_TRUE(StillRunning(store->pid()));
+}
+
+TEST(HardeningTest, GarbageOnTheDataPortLeavesTheStoreServing) { GarbageStorm(""); }
+
+TEST(HardeningTest, GarbageOnTheDataPortLeavesAStoreWithATokenServing) {
+  char dir[] = "/tmp/tierkv-storm-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string token = std::string(dir) + "/token";
+  std::ofstream(token) << "storm-token-0123456789abcdef\n";
+  chmod(token.c_str(), 0600);
+  GarbageStorm(token);
+  std::filesystem::remove_all(dir);
 }
 
 // A flood of silent connections up to the store's descriptor limit must not lock requesters

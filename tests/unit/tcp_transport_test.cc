@@ -95,6 +95,35 @@ TcpHeader Request(UcxOp op, uint64_t id, uint64_t offset, uint64_t length, uint3
   return EncodeTcpRequest(r);
 }
 
+// Reads the server's challenge (its header and nonce) from `fd`: the nonce, or nullopt.
+std::optional<TokenDigest> ReadChallenge(int fd, bool* required = nullptr) {
+  std::optional<TcpReply> challenge = ReadReply(fd);
+  if (!challenge.has_value() || challenge->op != UcxOp::kChallenge) return std::nullopt;
+  if (required != nullptr) *required = challenge->aux != 0;
+  TokenDigest nonce{};
+  size_t have = 0;
+  while (have < nonce.size()) {
+    const ssize_t n = recv(fd, nonce.data() + have, nonce.size() - have, 0);
+    if (n <= 0) return std::nullopt;
+    have += static_cast<size_t>(n);
+  }
+  return nonce;
+}
+
+// A raw hello for `name`, proving `secret` ("" = a zero proof) over the challenge; the reply.
+std::optional<TcpReply> RawHello(int fd, const std::string& name, const std::string& secret = "") {
+  std::optional<TokenDigest> nonce = ReadChallenge(fd);
+  if (!nonce.has_value()) return std::nullopt;
+  const TokenDigest proof =
+      secret.empty() ? TokenDigest{} : TokenMac(secret, {kTcpHelloLabel, AsView(*nonce), name});
+  const TcpHeader hello =
+      Request(UcxOp::kHello, 1, 0, 0, static_cast<uint32_t>(kTcpProofBytes + name.size()));
+  SendAll(fd, hello.data(), hello.size());
+  SendAll(fd, proof.data(), proof.size());
+  SendAll(fd, name.data(), name.size());
+  return ReadReply(fd);
+}
+
 TEST(TcpProtocolTest, RoundTripsAndRefusesWhatTheOpDoesNotAllow) {
   const TcpHeader h = Request(UcxOp::kWrite, 7, 4096, 100, 100);
   Result<TcpRequest> r = DecodeTcpRequest(h.data());
@@ -108,8 +137,10 @@ TEST(TcpProtocolTest, RoundTripsAndRefusesWhatTheOpDoesNotAllow) {
   EXPECT_TRUE(bad(Request(UcxOp::kRead, 1, 0, 100, 1)));                      // a read with data
   EXPECT_TRUE(bad(Request(UcxOp::kRead, 1, 0, 0, 0)));                        // nothing asked
   EXPECT_TRUE(bad(Request(UcxOp::kRead, 1, 0, kTcpMaxRequestBytes + 1, 0)));  // oversized
-  EXPECT_TRUE(bad(Request(UcxOp::kHello, 1, 0, 0, 0)));                       // no name
-  EXPECT_TRUE(bad(Request(UcxOp::kHello, 1, 0, 0, 4097)));                    // name too long
+  EXPECT_TRUE(bad(Request(UcxOp::kHello, 1, 0, 0, 0)));                       // no proof
+  EXPECT_TRUE(bad(Request(UcxOp::kHello, 1, 0, 0, kTcpProofBytes)));          // no name
+  EXPECT_TRUE(bad(Request(UcxOp::kHello, 1, 0, 0, kTcpProofBytes + 4097)));   // name too long
+  EXPECT_TRUE(bad(Request(UcxOp::kChallenge, 0, 0, 0, kTcpProofBytes)));      // servers' only
   EXPECT_TRUE(bad(Request(UcxOp::kStage, 1, 0, 10, 32)));  // descriptor without key
   EXPECT_TRUE(bad(Request(UcxOp::kStage, 1, 0, 10, kTcpMaxDescriptorBytes + 1)));
   TcpHeader unknown = Request(UcxOp::kRead, 1, 0, 10, 0);
@@ -128,7 +159,7 @@ TEST(TcpProtocolTest, RoundTripsAndRefusesWhatTheOpDoesNotAllow) {
     for (auto& b : random) b = static_cast<uint8_t>(rng());
     if (i % 2 == 0) {
       std::memcpy(random.data(), kTcpMagic, 4);
-      random[4] = 1;
+      random[4] = kTcpProtocolVersion;
       random[5] = 0;
     }
     Result<TcpRequest> got = DecodeTcpRequest(random.data());
@@ -354,9 +385,9 @@ TEST_F(TcpTransportTest, HostilePeersAreDisconnectedAndTheServerKeepsServing) {
     ASSERT_GE(fd, 0);
     std::string frame = random_bytes(kTcpHeaderSize + static_cast<size_t>(rng() % 200));
     std::memcpy(frame.data(), kTcpMagic, 4);
-    frame[4] = 1;
+    frame[4] = kTcpProtocolVersion;
     frame[5] = 0;
-    frame[6] = static_cast<char>(1 + rng() % 4);
+    frame[6] = static_cast<char>(1 + rng() % 5);
     frame[7] = 0;
     SendAll(fd, frame.data(), frame.size());
     close(fd);  // whatever the server made of it, the next connection must be served
@@ -371,10 +402,7 @@ TEST_F(TcpTransportTest, HostilePeersAreDisconnectedAndTheServerKeepsServing) {
   }
   {
     const int fd = RawConnect(port_);
-    const TcpHeader hello = Request(UcxOp::kHello, 1, 0, 0, sizeof(kName) - 1);
-    SendAll(fd, hello.data(), hello.size());
-    SendAll(fd, kName, sizeof(kName) - 1);
-    std::optional<TcpReply> reply = ReadReply(fd);
+    std::optional<TcpReply> reply = RawHello(fd, kName);
     ASSERT_TRUE(reply.has_value());
     EXPECT_EQ(reply->status, 0);
     EXPECT_EQ(reply->value, 4 * kMiB);
@@ -415,6 +443,114 @@ TEST_F(TcpTransportTest, HostilePeersAreDisconnectedAndTheServerKeepsServing) {
   }
   EXPECT_GT(server_->rejected(), 200u);
   ExpectServing();
+}
+
+// The cluster token on the data port: a requester proves it over the server's challenge and
+// checks the server's proof back; without it, with another cluster's, or against a server that
+// does not hold it, the hello is refused (UNAUTHENTICATED) before any byte of the segment moves.
+TEST_F(TcpTransportTest, TheClusterTokenIsProvedBothWaysInTheHandshake) {
+  const std::string secret = "0123456789abcdef-cluster-a";
+  UcxTransportOptions server_options;
+  server_options.tokens = TokenSet::FromSecrets({secret});
+  StartServer(4 * kMiB, nullptr, server_options);
+  auto connect = [&](std::shared_ptr<const TokenSet> tokens) {
+    UcxTransportOptions options;
+    options.tokens = std::move(tokens);
+    return TcpSegmentClient::Connect(server_->address(), kName, kTcpTimeout, options);
+  };
+  {
+    auto good = connect(TokenSet::FromSecrets({secret}));
+    ASSERT_TRUE(good.ok()) << good.status().ToString();
+    std::string in = Pattern(100000, 3);
+    ASSERT_TRUE((*good)->WriteBatch({{0, {ConstPiece{in.data(), in.size()}}}})[0].ok());
+    std::string out(in.size(), '\0');
+    ASSERT_TRUE((*good)->ReadBatch({{0, {MutPiece{out.data(), out.size()}}}})[0].ok());
+    EXPECT_EQ(out, in);
+  }
+  auto none = connect(nullptr);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.code(), ErrorCode::UNAUTHENTICATED) << none.status().ToString();
+  EXPECT_NE(none.status().message().find("requires the cluster token"), std::string::npos);
+  auto wrong = connect(TokenSet::FromSecrets({"another-cluster-token-xyz"}));
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.code(), ErrorCode::UNAUTHENTICATED) << wrong.status().ToString();
+  EXPECT_EQ(wrong.status().message().find(secret), std::string::npos);
+  EXPECT_EQ(server_->unauthenticated(), 1u);  // the client without a token never sent a hello
+
+  // A raw peer with a zero proof: refused, then closed; nothing of the segment is named.
+  const int fd = RawConnect(port_);
+  bool required = false;
+  ASSERT_TRUE(ReadChallenge(fd, &required).has_value());
+  EXPECT_TRUE(required);
+  close(fd);
+  const int fd2 = RawConnect(port_);
+  std::optional<TcpReply> reply = RawHello(fd2, kName);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->status, ToInt(ErrorCode::UNAUTHENTICATED));
+  EXPECT_EQ(reply->value, 0u);
+  EXPECT_TRUE(ClosedByServer(fd2, 2s));
+  close(fd2);
+  // A proof replayed from another connection (another nonce) is refused too.
+  const int fd3 = RawConnect(port_);
+  std::optional<TokenDigest> nonce = ReadChallenge(fd3);
+  ASSERT_TRUE(nonce.has_value());
+  close(fd3);
+  const int fd4 = RawConnect(port_);
+  ASSERT_TRUE(ReadChallenge(fd4).has_value());
+  const TokenDigest stale = TokenMac(secret, {kTcpHelloLabel, AsView(*nonce), kName});
+  const std::string name = kName;
+  const TcpHeader hello =
+      Request(UcxOp::kHello, 1, 0, 0, static_cast<uint32_t>(kTcpProofBytes + name.size()));
+  SendAll(fd4, hello.data(), hello.size());
+  SendAll(fd4, stale.data(), stale.size());
+  SendAll(fd4, name.data(), name.size());
+  reply = ReadReply(fd4);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->status, ToInt(ErrorCode::UNAUTHENTICATED));
+  close(fd4);
+  EXPECT_EQ(server_->unauthenticated(), 3u);
+  // A correct raw proof is served.
+  const int fd5 = RawConnect(port_);
+  reply = RawHello(fd5, kName, secret);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->status, 0);
+  EXPECT_EQ(reply->data_length, kTcpProofBytes);
+  close(fd5);
+}
+
+TEST_F(TcpTransportTest, ARequesterWithATokenRefusesAServerWithoutOne) {
+  StartServer();  // no token: trusts whoever connects
+  UcxTransportOptions options;
+  options.tokens = TokenSet::FromSecrets({"0123456789abcdef-cluster-a"});
+  auto c = TcpSegmentClient::Connect(server_->address(), kName, kTcpTimeout, options);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.code(), ErrorCode::UNAUTHENTICATED);
+  EXPECT_NE(c.status().message().find("does not check the cluster token"), std::string::npos);
+  ExpectServing();  // a requester without a token is served
+}
+
+// Rotation: a server that accepts the old and the new token serves requesters of either; once
+// it holds only the new one, the old one is refused.
+TEST_F(TcpTransportTest, RotationAcceptsASecondTokenUntilItIsDropped) {
+  const std::string old_token = "old-token-0123456789";
+  const std::string new_token = "new-token-0123456789";
+  UcxTransportOptions server_options;
+  server_options.tokens = TokenSet::FromSecrets({old_token, new_token});
+  StartServer(4 * kMiB, nullptr, server_options);
+  for (const std::string& token : {old_token, new_token}) {
+    UcxTransportOptions options;
+    options.tokens = TokenSet::FromSecrets({token});
+    auto c = TcpSegmentClient::Connect(server_->address(), kName, kTcpTimeout, options);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+  }
+  server_->Stop();
+  server_options.tokens = TokenSet::FromSecrets({new_token});
+  StartServer(4 * kMiB, nullptr, server_options);
+  UcxTransportOptions options;
+  options.tokens = TokenSet::FromSecrets({old_token});
+  auto c = TcpSegmentClient::Connect(server_->address(), kName, kTcpTimeout, options);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.code(), ErrorCode::UNAUTHENTICATED);
 }
 
 }  // namespace
