@@ -1,6 +1,7 @@
 #include "bench_util.h"
 
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,10 +9,14 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
+
+#include "common/cluster_token.h"
 
 extern char** environ;
 
@@ -239,6 +244,31 @@ void AptInstall(const std::string& package, const std::string& log_prefix) {
     (void)apt({"update"});
     (void)apt({"install", "-y", "--no-install-recommends", package});
   }
+}
+
+Result<std::unique_ptr<TempTokenFile>> TempTokenFile::Create() {
+  char dir[] = "/tmp/tierkv-bench-token-XXXXXX";
+  if (mkdtemp(dir) == nullptr) {
+    return Status(ErrorCode::INTERNAL_ERROR, std::string("mkdtemp: ") + std::strerror(errno));
+  }
+  std::unique_ptr<TempTokenFile> file(new TempTokenFile());
+  file->dir_ = dir;
+  file->path_ = file->dir_ + "/token";
+  const TokenDigest secret = RandomNonce();
+  {
+    std::ofstream out(file->path_);
+    for (uint8_t b : secret) out << "0123456789abcdef"[b >> 4] << "0123456789abcdef"[b & 15];
+    if (!out) return Status(ErrorCode::INTERNAL_ERROR, "cannot write " + file->path_);
+  }
+  if (chmod(file->path_.c_str(), 0600) != 0) {
+    return Status(ErrorCode::INTERNAL_ERROR, "chmod " + file->path_ + ": " + std::strerror(errno));
+  }
+  return file;
+}
+
+TempTokenFile::~TempTokenFile() {
+  std::error_code ignored;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
 }
 
 }  // namespace tierkv::bench

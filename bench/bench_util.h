@@ -204,6 +204,18 @@ bool OnPath(const std::string& program);
 // have no package lists). The commands' output goes to stderr, failures are logged there
 // with `log_prefix`. The caller checks the result itself (e.g. OnPath).
 void AptInstall(const std::string& package, const std::string& log_prefix);
+// A fresh cluster token (64 hex characters) in a private file of a temporary directory, both
+// removed with the object: what the benches run a cluster with when they measure the token.
+class TempTokenFile {
+ public:
+  static Result<std::unique_ptr<TempTokenFile>> Create();
+  ~TempTokenFile();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string dir_, path_;
+};
+
 // splitmix64: a cheap, well-mixed 64-bit hash.
 uint64_t Mix64(uint64_t x);
 

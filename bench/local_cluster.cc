@@ -60,12 +60,19 @@ Status WarmUpRequester(Client& client) {
 }
 
 Result<RemoteRun> RemoteRun::Start(const Config& base, uint64_t segment_bytes, bool small_pages,
-                                   const AlignedBuffer& src, const AlignedBuffer& dst) {
+                                   const AlignedBuffer& src, const AlignedBuffer& dst,
+                                   const std::string& token_file) {
   RemoteRun run;
-  Result<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(segment_bytes, small_pages);
+  std::vector<std::string> auth;
+  if (!token_file.empty()) auth = {"--token-file", token_file};
+  Result<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(segment_bytes, small_pages, auth, auth);
   if (!cluster.ok()) return cluster.status();
   run.cluster = std::move(cluster).value();
-  Result<Requesters> clients = ConnectRequesters(base, run.cluster->master_address(), src, dst);
+  Config requester = base;
+  if (!token_file.empty()) requester.cluster_token_file = token_file;
+  Result<Requesters> clients =
+      ConnectRequesters(requester, run.cluster->master_address(), src, dst);
   if (!clients.ok()) return clients.status();
   run.clients = std::move(clients).value();
   return run;
@@ -82,7 +89,8 @@ Status RemoteRun::Stop(const AlignedBuffer& src, const AlignedBuffer& dst) {
 }
 
 Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(
-    uint64_t segment_bytes, bool small_pages, const std::vector<std::string>& store_args) {
+    uint64_t segment_bytes, bool small_pages, const std::vector<std::string>& store_args,
+    const std::vector<std::string>& master_args) {
   const std::string self = SelfExecutable();
   if (self.empty()) return Failed("cannot read /proc/self/exe");
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
@@ -90,6 +98,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   MasterProcessOptions master;
   master.binary = self;
   master.args = {"--host", "127.0.0.1", "--port", "0", "--metrics-port", "-1"};
+  master.args.insert(master.args.end(), master_args.begin(), master_args.end());
   if (std::getenv("TIERKV_LOG_LEVEL") == nullptr) master.env = {{"TIERKV_LOG_LEVEL", "warn"}};
   Result<std::unique_ptr<MasterProcess>> started = MasterProcess::Start(master);
   if (!started.ok()) return started.status();

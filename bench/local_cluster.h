@@ -45,7 +45,8 @@ class LocalCluster {
  public:
   // `store_args`: more `tierkv store` flags (e.g. {"--config", path} for an SSD tier).
   static Result<std::unique_ptr<LocalCluster>> Start(
-      uint64_t segment_bytes, bool small_pages, const std::vector<std::string>& store_args = {});
+      uint64_t segment_bytes, bool small_pages, const std::vector<std::string>& store_args = {},
+      const std::vector<std::string>& master_args = {});
   ~LocalCluster();
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
@@ -68,8 +69,10 @@ struct RemoteRun {
   std::unique_ptr<LocalCluster> cluster;
   Requesters clients;
 
+  // `token_file` non-empty: master, store and requesters hold that cluster token.
   static Result<RemoteRun> Start(const Config& base, uint64_t segment_bytes, bool small_pages,
-                                 const AlignedBuffer& src, const AlignedBuffer& dst);
+                                 const AlignedBuffer& src, const AlignedBuffer& dst,
+                                 const std::string& token_file = "");
   // Unregisters src and dst, closes the requesters, then stops the cluster (LocalCluster::Stop).
   Status Stop(const AlignedBuffer& src, const AlignedBuffer& dst);
 };

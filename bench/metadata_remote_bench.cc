@@ -11,8 +11,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -125,20 +123,9 @@ Result<FilledMaster> StartFilledMaster(const MetadataBenchOptions& options,
 // Exists on both (the order alternating), and the ratio with / without is the figure.
 Status RunRemoteMetadataAuthBench(const MetadataBenchOptions& options) {
   Progress progress("metadata", options.common.progress);
-  char dir[] = "/tmp/tierkv-bench-auth-XXXXXX";
-  if (mkdtemp(dir) == nullptr) return Status(ErrorCode::INTERNAL_ERROR, "mkdtemp failed");
-  struct RemoveDir {
-    std::string path;
-    ~RemoveDir() { std::filesystem::remove_all(path); }
-  } remove_dir{dir};
-  const std::string token_file = std::string(dir) + "/token";
-  {
-    const TokenDigest secret = RandomNonce();
-    std::ofstream out(token_file);
-    for (uint8_t b : secret) out << "0123456789abcdef"[b >> 4] << "0123456789abcdef"[b & 15];
-  }
-  std::filesystem::permissions(
-      token_file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  Result<std::unique_ptr<TempTokenFile>> token_file_made = TempTokenFile::Create();
+  if (!token_file_made.ok()) return token_file_made.status();
+  const std::string token_file = (*token_file_made)->path();
   Result<FilledMaster> plain = StartFilledMaster(options, "", progress);
   if (!plain.ok()) return plain.status();
   Result<FilledMaster> token = StartFilledMaster(options, token_file, progress);

@@ -1,5 +1,6 @@
 #include "remote_bench.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -125,16 +126,35 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
       RemoteRun::Start(base, segment_bytes, options.small_pages, *src, *dst);
   if (!started.ok()) return started.status();
   RemoteRun run = std::move(started).value();
+  // --auth: the same cluster again, every process holding a token.
+  std::unique_ptr<TempTokenFile> token_file;
+  std::optional<RemoteRun> auth_run;
+  if (options.auth) {
+    Result<std::unique_ptr<TempTokenFile>> made = TempTokenFile::Create();
+    if (!made.ok()) return made.status();
+    token_file = std::move(made).value();
+    progress.Update("starting a second master and store with a cluster token");
+    Result<RemoteRun> with_token =
+        RemoteRun::Start(base, segment_bytes, options.small_pages, *src, *dst, token_file->path());
+    if (!with_token.ok()) return with_token.status();
+    auth_run = std::move(with_token).value();
+    if (auth_run->clients.tcp == nullptr) {
+      return Status(ErrorCode::INTERNAL_ERROR,
+                    "--auth: no tcp requester: " + auth_run->clients.tcp_status);
+    }
+  }
   Client* const shm = run.clients.shm.get();
   Client* const tcp = run.clients.tcp.get();
   const std::string tcp_status = run.clients.tcp_status;
 
   std::vector<RemoteSizeResult> results;
+  std::string auth_lines;  // --auth: the summary's lines
   const int reps = options.common.reps;
   for (uint64_t size : options.object_sizes) {
     TransferWorkload workload("remote", size, ObjectsFor(options.working_set_bytes, size),
                               options.batch, options.pieces, *src, *dst);
     std::vector<double> shm_put, shm_get, tcp_put, tcp_get, memcpy_gbps, raw_gbps;
+    std::vector<double> token_put, token_get, token_ratio;  // --auth
     for (int rep = 0; rep < reps; ++rep) {
       const std::string where = FormatBytes(size) + " x " + std::to_string(workload.objects()) +
                                 ", rep " + std::to_string(rep + 1) + "/" + std::to_string(reps);
@@ -143,6 +163,14 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
       if (tcp != nullptr) {
         progress.Update(where + ": tcp put, get");
         if (Status s = ClientRep(*tcp, workload, rep, &tcp_put, &tcp_get); !s.ok()) return s;
+      }
+      if (auth_run.has_value() && tcp != nullptr) {
+        progress.Update(where + ": tcp put, get with the cluster token");
+        Client& with_token = *auth_run->clients.tcp;
+        if (Status s = ClientRep(with_token, workload, rep, &token_put, &token_get); !s.ok()) {
+          return s;
+        }
+        token_ratio.push_back(tcp_get.back() > 0 ? token_get.back() / tcp_get.back() : 0);
       }
       progress.Update(where + ": memcpy");
       Result<double> copy = workload.Memcpy(rep);
@@ -165,6 +193,34 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
       r.tcp_get_gbps = Median(tcp_get);
     }
     results.push_back(r);
+    if (!token_ratio.empty()) {
+      const double ratio = Median(token_ratio);
+      const double low = *std::min_element(token_ratio.begin(), token_ratio.end());
+      const double high = *std::max_element(token_ratio.begin(), token_ratio.end());
+      const bool pass = ratio >= kTokenDataPlaneRatioTarget;
+      nlohmann::ordered_json line;
+      line["bench"] = "remote";
+      line["transport"] = "tcp";
+      line["auth"] = "token";
+      line["object_bytes"] = size;
+      line["reps"] = reps;
+      line["get_gbps_without_token"] = Round3(Median(tcp_get));
+      line["get_gbps_with_token"] = Round3(Median(token_get));
+      line["put_gbps_with_token"] = Round3(Median(token_put));
+      line["get_ratio"] = Round3(ratio);
+      line["get_ratio_min"] = Round3(low);
+      line["get_ratio_max"] = Round3(high);
+      line["target_ratio"] = kTokenDataPlaneRatioTarget;
+      line["pass"] = pass;
+      if (options.common.json) EmitJson(line);
+      char text[256];
+      std::snprintf(text, sizeof(text),
+                    "tcp get with the cluster token, %s objects: %.3f GB/s vs %.3f GB/s without "
+                    "(ratio %.3f, min %.3f, max %.3f over %d paired reps; target >= %.2f: %s)\n",
+                    FormatBytes(size).c_str(), Median(token_get), Median(tcp_get), ratio, low, high,
+                    reps, kTokenDataPlaneRatioTarget, pass ? "PASS" : "FAIL");
+      auth_lines += text;
+    }
     if (options.common.json) {
       for (const char* transport : {"shm", "tcp"}) {
         for (const char* op : {"put", "get"}) {
@@ -198,9 +254,11 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
 
   progress.Update("stopping the requesters, the store, the master and the TCP sender");
   const Status cluster_stopped = run.Stop(*src, *dst);
+  const Status auth_stopped = auth_run.has_value() ? auth_run->Stop(*src, *dst) : Status::Ok();
   const Status stream_stopped = stream->Stop();
   progress.Done();
   if (!cluster_stopped.ok()) return cluster_stopped;
+  if (!auth_stopped.ok()) return auth_stopped;
   if (!stream_stopped.ok()) return stream_stopped;
 
   // The summary is for 2 MiB objects, or the first size when 2 MiB was not run.
@@ -230,6 +288,7 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
   }
   PrintHuman(options.common.json ? std::cerr : std::cout, options, base, segment_bytes, results,
              summary, tcp_status);
+  (options.common.json ? std::cerr : std::cout) << auth_lines << std::flush;
   return Status::Ok();
 }
 

@@ -35,11 +35,16 @@ struct RemoteBenchOptions {
   size_t batch = 32;         // keys per batch call
   size_t pieces = 4;         // buffers per object (scatter on put, gather on get)
   bool small_pages = false;  // the store's segment on 4 KiB pages (`tierkv store --small-pages`)
+  // A second cluster with a cluster token: its tcp requester is timed beside the first's, in the
+  // same reps, and the ratio with / without the token reported.
+  bool auth = false;
 };
 
 // Targets, printed as PASS/FAIL in the human summary (never the exit code).
 inline constexpr double kShmGetRatioTarget = 0.85;
 inline constexpr double kTcpGetRatioTarget = 0.8;
+// tcp gets with the cluster token against without it (paired reps): >= 0.97.
+inline constexpr double kTokenDataPlaneRatioTarget = 0.97;
 
 // Runs the bench and prints its results (JSON lines on stdout with --json, a table
 // otherwise). Fails on bad options (INVALID_PARAMS), a process or client that cannot start,

@@ -337,6 +337,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   remote->add_flag("--small-pages", remote_options.small_pages,
                    "The store's segment on 4 KiB pages (default: 2 MiB pages when available)");
+  remote->add_flag("--auth", remote_options.auth,
+                   "Also run a cluster with a cluster token and time its tcp requester in the "
+                   "same reps: the ratio with / without the token (target >= 0.97)");
   size_t remote_contributing = 0;
   remote
       ->add_option("--contributing", remote_contributing,

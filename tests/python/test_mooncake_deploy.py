@@ -337,3 +337,45 @@ def test_get_all_segments_lists_every_contributed_segment():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_setup_presents_the_cluster_token(tmp_path):
+    """A master started with --token-file lets in a store set up with token_file= (or the dict
+    key, or TIERKV_CLUSTER_TOKEN_FILE) and refuses one without it, with UNAUTHENTICATED."""
+    import tierkv
+
+    token = tmp_path / "token"
+    token.write_text("python-setup-token-0123456789\n")
+    token.chmod(0o600)
+    child = Child([tierkv_binary(), "master", "--host", "127.0.0.1", "--port", "0",
+                   "--metrics-port", "-1", "--token-file", str(token)],
+                  r"tierkv master listening on (\S+)")
+    try:
+        address = child.match.group(1)
+        store = tierkv.MooncakeDistributedStore()
+        assert store.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", address,
+                           token_file=str(token)) == 0, store.last_error()
+        assert store.put("with-token", b"member") == 0
+        assert store.get("with-token") == b"member"
+        store.close()
+
+        refused = tierkv.MooncakeDistributedStore()
+        code = refused.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", address)
+        assert code == int(tierkv.ErrorCode.UNAUTHENTICATED), refused.last_error()
+        assert "cluster token" in refused.last_error()
+
+        by_dict = tierkv.MooncakeDistributedStore()
+        assert by_dict.setup({"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
+                              "global_segment_size": 16 << 20, "local_buffer_size": 16 << 20,
+                              "protocol": "tcp", "master_server_address": address,
+                              "cluster_token_file": str(token)}) == 0, by_dict.last_error()
+        by_dict.close()
+
+        token.chmod(0o644)
+        public = tierkv.MooncakeDistributedStore()
+        assert public.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", address,
+                            token_file=str(token)) == int(tierkv.ErrorCode.INVALID_CONFIG)
+        assert "0644" in public.last_error()
+        assert "python-setup-token" not in public.last_error()
+    finally:
+        child.kill()
