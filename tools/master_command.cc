@@ -49,6 +49,7 @@ struct MasterFlags {
   uint32_t promote_min_hits = 0;  // told to clients; 0 = theirs
   std::string token_file;         // the cluster token; "" = none (trust whoever connects)
   std::string accept_token_file;  // a second accepted token (rotation)
+  std::string store_token_file;   // the stores' credential; "" = the cluster token's holders
   std::string tls_cert;           // TLS: certificate and key (PEM); "" = plaintext
   std::string tls_key;
   std::string tls_ca;  // given: clients must present a certificate it signed (mutual TLS)
@@ -69,6 +70,12 @@ bool LoadSecurity(const MasterFlags& flags, MasterServerOptions* options) {
     auto tokens = TokenSet::Load(flags.token_file, flags.accept_token_file);
     if (!tokens.ok()) return fail("--token-file: " + tokens.status().message());
     options->tokens = std::move(tokens).value();
+  }
+  if (!flags.store_token_file.empty()) {
+    if (flags.token_file.empty()) return fail("--store-token-file needs --token-file");
+    auto stores = TokenSet::Load(flags.store_token_file);
+    if (!stores.ok()) return fail("--store-token-file: " + stores.status().message());
+    options->store_tokens = std::move(stores).value();
   }
   if (flags.tls_cert.empty() != flags.tls_key.empty()) {
     return fail("--tls-cert and --tls-key go together");
@@ -153,6 +160,8 @@ int RunMaster(const MasterFlags& flags) {
   options.port = flags.port;
   options.master = MasterOptionsFrom(as_config);
   options.client_ttl = Millis(flags.client_ttl_ms);
+  // A segment a writer could not reach is avoided as long as a dead owner would stay listed.
+  options.master.unreachable_hold = Millis(flags.client_ttl_ms);
   options.idle_timeout = Millis(flags.idle_timeout_ms);
   if (!LoadSecurity(flags, &options)) return kExitUsage;
   options.tier_move_timeout = Millis(flags.tier_move_timeout_ms);
@@ -416,6 +425,12 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
       ->add_option("--accept-token-file", flags->accept_token_file,
                    "A second token accepted too, while clients move to a new one (rotation; "
                    "docs/security.md)")
+      ->capture_default_str();
+  master
+      ->add_option("--store-token-file", flags->store_token_file,
+                   "The stores' credential (a file as --token-file): only a process presenting "
+                   "it may mount a segment or report its contents; holders of --token-file only "
+                   "make requests. Stores: --token-file STORE --accept-token-file CLUSTER")
       ->capture_default_str();
   master
       ->add_option("--tls-cert", flags->tls_cert,

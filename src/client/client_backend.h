@@ -33,6 +33,7 @@ struct RemoteRead {
 };
 struct RemoteWrite {
   std::shared_ptr<SegmentAccess> segment;
+  SegmentId id = 0;  // the master's id of `segment`
   uint64_t offset = 0;
   std::vector<ConstPiece> src;
 };

@@ -371,7 +371,9 @@ void ClientImpl::Promote(const std::vector<DiskRead>& reads, const std::vector<s
       if (seg->mapped()) {
         GatherCopy(seg->base() + loc.offset, src, /*hash=*/false);
       } else {
-        written = backend_->WriteRemote({RemoteWrite{seg, loc.offset, std::move(src)}})[0].ok();
+        written =
+            backend_->WriteRemote({RemoteWrite{seg, loc.segment, loc.offset, std::move(src)}})[0]
+                .ok();
       }
     }
     end_keys.push_back(keys[k]);

@@ -108,7 +108,7 @@ class ClientImpl final : public Client {
   std::vector<int> PutImpl(const std::vector<std::string>& keys,
                            const std::vector<std::vector<ConstPiece>>& pieces,
                            const ReplicateConfig& config, bool check_registered,
-                           bool upsert = false);
+                           bool upsert = false, bool retried = false);
   // PutStart (UpsertStart with `upsert`) for the keys, re-placing a key whose placement names a
   // segment this client cannot reach (FindSegment: not served over its protocol, or its owner
   // gone): that placement is revoked and the key asked for again with such segments excluded,
@@ -130,9 +130,10 @@ class ClientImpl final : public Client {
                                bool check_registered, bool exact,
                                const GetAllocator* allocate = nullptr);
   // Writes the replicas on segments not mapped here (remote[j]: key j's) through the
-  // backend's transport; a failed one fails its key (codes[j] = TRANSFER_FAIL).
+  // backend's transport; a failed one fails its key (codes[j] = TRANSFER_FAIL) and adds its
+  // segment to failed[j].
   void WriteRemoteReplicas(const std::vector<std::vector<RemoteWrite>>& remote,
-                           std::vector<int>& codes);
+                           std::vector<int>& codes, std::vector<std::vector<SegmentId>>& failed);
   // Reads the keys whose first reachable memory replica is not mapped here (remote_from[j] =
   // 1 + that replica), falling back replica by replica, then to the disk (wants_disk).
   void ReadRemoteReplicas(const std::vector<std::string>& keys,

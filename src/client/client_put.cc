@@ -1,6 +1,7 @@
 // ClientImpl, the put path: checks, PutStart, copies into every replica (mapped segments by
 // memcpy fused with the checksum, others through the backend's transport), then PutEnd, or
 // PutRevoke for the keys whose copy failed.
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -11,7 +12,8 @@
 namespace tierkv {
 
 void ClientImpl::WriteRemoteReplicas(const std::vector<std::vector<RemoteWrite>>& remote,
-                                     std::vector<int>& codes) {
+                                     std::vector<int>& codes,
+                                     std::vector<std::vector<SegmentId>>& failed) {
   std::vector<RemoteWrite> ops;
   std::vector<size_t> owner;
   for (size_t j = 0; j < remote.size(); ++j) {
@@ -29,10 +31,13 @@ void ClientImpl::WriteRemoteReplicas(const std::vector<std::vector<RemoteWrite>>
       for (const ConstPiece& p : ops[k].src) bytes += p.size;
       backend_->transfers().AddWritten(ops[k].segment->transport(), bytes);
     }
-    if (!done[k].ok() && codes[owner[k]] == 0) {
-      spdlog::debug("put: replica on segment {} failed: {}", ops[k].segment->name(),
-                    done[k].ToString());
-      codes[owner[k]] = ToInt(ErrorCode::TRANSFER_FAIL);
+    if (!done[k].ok()) {
+      if (codes[owner[k]] == 0) {
+        spdlog::debug("put: replica on segment {} failed: {}", ops[k].segment->name(),
+                      done[k].ToString());
+        codes[owner[k]] = ToInt(ErrorCode::TRANSFER_FAIL);
+      }
+      failed[owner[k]].push_back(ops[k].id);
     }
   }
 }
@@ -88,7 +93,7 @@ std::vector<Result<PutStartResult>> ClientImpl::StartReachable(const std::vector
 std::vector<int> ClientImpl::PutImpl(const std::vector<std::string>& keys,
                                      const std::vector<std::vector<ConstPiece>>& pieces,
                                      const ReplicateConfig& config, bool check_registered,
-                                     bool upsert) {
+                                     bool upsert, bool retried) {
   const size_t n = keys.size();
   if (!config.group_ids.empty() && config.group_ids.size() != n) {
     spdlog::warn("put: group_ids has {} entries for {} keys", config.group_ids.size(), n);
@@ -131,7 +136,8 @@ std::vector<int> ClientImpl::PutImpl(const std::vector<std::string>& keys,
         return;
       }
       if (!seg->mapped()) {
-        remote[j].push_back(RemoteWrite{std::move(seg), replicas[r].offset, pieces[idx[j]]});
+        remote[j].push_back(
+            RemoteWrite{std::move(seg), replicas[r].segment, replicas[r].offset, pieces[idx[j]]});
         continue;
       }
       // The checksum is taken from the user's bytes while writing the first mapped replica.
@@ -146,11 +152,17 @@ std::vector<int> ClientImpl::PutImpl(const std::vector<std::string>& keys,
     }
     if (!hashed) checksums[j] = HashPieces(pieces[idx[j]]);
   });
-  WriteRemoteReplicas(remote, copy_codes);
+  std::vector<std::vector<SegmentId>> failed(sub_keys.size());
+  WriteRemoteReplicas(remote, copy_codes, failed);
 
   std::vector<std::string> end_keys, revoke_keys;
   std::vector<uint64_t> end_ids, end_sums, revoke_ids;
   std::vector<size_t> end_pos;
+  // A key whose write failed on a segment that accepted the placement (registered, maybe
+  // reachable by others, not by this client now) is placed again, once, without the segments
+  // that failed; the master avoids them for every client for a while (PutRevoke's report).
+  std::vector<SegmentId> unreachable;
+  std::vector<size_t> retry;
   for (size_t j = 0; j < sub_keys.size(); ++j) {
     const size_t i = idx[j];
     if (!started[j].ok()) {
@@ -162,6 +174,12 @@ std::vector<int> ClientImpl::PutImpl(const std::vector<std::string>& keys,
       codes[i] = copy_codes[j];
       revoke_keys.push_back(sub_keys[j]);
       revoke_ids.push_back(started[j]->put_id);
+      for (SegmentId id : failed[j]) {
+        if (std::find(unreachable.begin(), unreachable.end(), id) == unreachable.end()) {
+          unreachable.push_back(id);
+        }
+      }
+      if (!failed[j].empty() && !retried) retry.push_back(i);
     } else {
       end_keys.push_back(sub_keys[j]);
       end_ids.push_back(started[j]->put_id);
@@ -169,10 +187,30 @@ std::vector<int> ClientImpl::PutImpl(const std::vector<std::string>& keys,
       end_pos.push_back(i);
     }
   }
-  if (!revoke_keys.empty()) master_.PutRevoke(revoke_keys, revoke_ids);
+  if (!revoke_keys.empty()) master_.PutRevoke(revoke_keys, revoke_ids, unreachable);
   if (!end_keys.empty()) {
     auto ended = master_.PutEnd(end_keys, end_ids, end_sums);
     for (size_t k = 0; k < ended.size(); ++k) codes[end_pos[k]] = ToInt(ended[k].code());
+  }
+  if (!retry.empty()) {
+    spdlog::info("put: {} key(s) failed to reach segment(s) {}; placing them again elsewhere",
+                 retry.size(), fmt::join(unreachable, ", "));
+    std::vector<std::string> again_keys;
+    std::vector<std::vector<ConstPiece>> again_pieces;
+    ReplicateConfig again = config;
+    again.group_ids.clear();
+    again.parent_keys.clear();
+    for (SegmentId id : unreachable) again.excluded_segments.push_back(id);
+    for (size_t i : retry) {
+      again_keys.push_back(keys[i]);
+      again_pieces.push_back(pieces[i]);
+      if (!config.group_ids.empty()) again.group_ids.push_back(config.group_ids[i]);
+      if (!config.parent_keys.empty()) again.parent_keys.push_back(config.parent_keys[i]);
+    }
+    const std::vector<int> again_codes =
+        PutImpl(again_keys, again_pieces, again, /*check_registered=*/false, upsert,
+                /*retried=*/true);
+    for (size_t r = 0; r < retry.size(); ++r) codes[retry[r]] = again_codes[r];
   }
   return codes;
 }

@@ -46,8 +46,12 @@ class MasterApi {
   virtual std::vector<Status> PutEnd(const std::vector<std::string>& keys,
                                      const std::vector<uint64_t>& put_ids,
                                      const std::vector<uint64_t>& checksums) = 0;
+  // `unreachable`: segments the caller failed to write these puts to. Placement avoids them
+  // (for every client) for MasterOptions::unreachable_hold, renewed by each report, unless
+  // fewer other segments than a put's replicas remain.
   virtual std::vector<Status> PutRevoke(const std::vector<std::string>& keys,
-                                        const std::vector<uint64_t>& put_ids) = 0;
+                                        const std::vector<uint64_t>& put_ids,
+                                        const std::vector<SegmentId>& unreachable = {}) = 0;
 
   // --- Reads (grant read leases) ---
   virtual std::vector<int> Exists(const std::vector<std::string>& keys) = 0;

@@ -317,7 +317,7 @@ Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64
     if (hs.objects.contains(key)) return Status(ErrorCode::OBJECT_ALREADY_EXISTS, key);
 
     auto placed = segments_.Allocate(size, config.replica_num, config.preferred_segment,
-                                     config.excluded_segments);
+                                     config.excluded_segments, now);
     if (!placed.ok()) return placed.status();
     ObjectMeta meta;
     meta.size = size;
@@ -374,7 +374,7 @@ Result<PutStartResult> MasterService::UpsertStartOne(const std::string& key, uin
       }
       // shard -> registry -> allocator: the lock order of a put.
       auto placed = segments_.Allocate(size, config.replica_num, config.preferred_segment,
-                                       config.excluded_segments);
+                                       config.excluded_segments, now);
       if (!placed.ok()) {
         result = placed.status();
         return;
@@ -432,7 +432,15 @@ std::vector<Status> MasterService::PutEnd(const std::vector<std::string>& keys,
 }
 
 std::vector<Status> MasterService::PutRevoke(const std::vector<std::string>& keys,
-                                             const std::vector<uint64_t>& put_ids) {
+                                             const std::vector<uint64_t>& put_ids,
+                                             const std::vector<SegmentId>& unreachable) {
+  const SteadyTime until = options_.clock->Now() + options_.unreachable_hold;
+  for (SegmentId id : unreachable) {
+    if (segments_.MarkUnreachable(id, until)) {
+      spdlog::warn("segment {} reported unreachable by a writer: placement avoids it for {} ms", id,
+                   options_.unreachable_hold.count());
+    }
+  }
   std::vector<Status> out;
   out.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {

@@ -55,6 +55,9 @@ struct MasterOptions {
   // How long a PutStart batch may wait, in total, for owners to acknowledge the frees of its
   // eviction (fenced segments quarantine freed ranges until then) before NO_AVAILABLE_HANDLE.
   Millis free_ack_wait{1000};
+  // How long placement avoids a segment a client reported it could not write to (PutRevoke's
+  // `unreachable`); its owner's heartbeats do not clear it.
+  Millis unreachable_hold{10000};
 };
 
 // The master options a client config asks for (default_kv_lease_ttl_ms,
@@ -192,7 +195,8 @@ class MasterService final : public MasterApi {
                              const std::vector<uint64_t>& checksums) override;
   // Frees pending objects. Same errors as PutEnd.
   std::vector<Status> PutRevoke(const std::vector<std::string>& keys,
-                                const std::vector<uint64_t>& put_ids) override;
+                                const std::vector<uint64_t>& put_ids,
+                                const std::vector<SegmentId>& unreachable = {}) override;
 
   // --- Reads; both grant a read lease (the whole group's for grouped keys) ---
   // Per key: 1 readable, 0 not (absent or pending), or INVALID_KEY.

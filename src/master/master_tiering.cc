@@ -42,7 +42,8 @@ std::vector<Result<PutStartResult>> MasterService::PromoteStart(
         return;
       }
       auto seg = segments_.Find(meta.replicas.front().segment);
-      auto placed = segments_.Allocate(meta.size, 1, seg ? seg->name : std::string());
+      auto placed = segments_.Allocate(meta.size, 1, seg ? seg->name : std::string(), {},
+                                       options_.clock->Now());
       if (!placed.ok()) {
         r = placed.status();
         return;

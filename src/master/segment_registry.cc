@@ -77,9 +77,10 @@ std::shared_ptr<const Segment> SegmentRegistry::FindByName(const std::string& na
   return nullptr;
 }
 
-Result<std::vector<PlacedReplica>> SegmentRegistry::Allocate(
-    uint64_t size, size_t replica_num, const std::string& preferred_segment,
-    const std::vector<SegmentId>& excluded) const {
+Result<std::vector<PlacedReplica>> SegmentRegistry::Allocate(uint64_t size, size_t replica_num,
+                                                             const std::string& preferred_segment,
+                                                             const std::vector<SegmentId>& excluded,
+                                                             SteadyTime now) const {
   std::vector<std::shared_ptr<const Segment>> order;
   {
     std::shared_lock lock(mu_);
@@ -99,14 +100,18 @@ Result<std::vector<PlacedReplica>> SegmentRegistry::Allocate(
                               : " this requester can reach (" + std::to_string(excluded.size()) +
                                     " unreachable from it)"));
   }
-  // Freest first; the preferred segment ahead of all others.
+  // Reachable ones first, the preferred segment ahead of the others, then the freest.
+  const int64_t now_ns = now.time_since_epoch().count();
+  std::vector<bool> avoided(order.size());
   std::vector<std::pair<uint64_t, size_t>> free_space;
   free_space.reserve(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
     const auto& a = order[i]->allocator;
     free_space.emplace_back(a->capacity() - a->used() - a->quarantined(), i);
+    avoided[i] = order[i]->unreachable_until_ns.load(std::memory_order_relaxed) > now_ns;
   }
   std::sort(free_space.begin(), free_space.end(), [&](const auto& x, const auto& y) {
+    if (avoided[x.second] != avoided[y.second]) return !avoided[x.second];
     const bool px = IsPreferred(order[x.second]->name, preferred_segment);
     const bool py = IsPreferred(order[y.second]->name, preferred_segment);
     if (px != py) return px;
@@ -125,6 +130,13 @@ Result<std::vector<PlacedReplica>> SegmentRegistry::Allocate(
                                                       " bytes");
   }
   return placed;
+}
+
+bool SegmentRegistry::MarkUnreachable(SegmentId id, SteadyTime until) {
+  std::shared_ptr<const Segment> seg = Find(id);
+  if (!seg) return false;
+  seg->unreachable_until_ns.store(until.time_since_epoch().count(), std::memory_order_relaxed);
+  return true;
 }
 
 std::vector<SegmentUsage> SegmentRegistry::Usage() const {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "master/segment_feed.h"
 #include "memory/offset_allocator.h"
 #include "tierkv/status.h"
@@ -45,6 +46,9 @@ struct Segment {
   const std::shared_ptr<SegmentFeed> feed;
   // Placement skips a held segment (options.index_stream, until its index is linked).
   mutable std::atomic<bool> held;
+  // Placement avoids the segment until then (a writer could not reach it; steady clock, ns since
+  // its epoch; 0 = never marked).
+  mutable std::atomic<int64_t> unreachable_until_ns{0};
 };
 
 // One placed replica: where it lives and the allocation that owns its space.
@@ -88,9 +92,14 @@ class SegmentRegistry {
   // preferred one first (when mounted), then the freest (free = neither used nor quarantined).
   // Held segments and those in `excluded` (a requester that cannot reach them) are skipped.
   // NO_AVAILABLE_HANDLE when fewer than `replica_num` segments have room (nothing is kept then).
+  // Segments marked unreachable (MarkUnreachable) until after `now` come last, used only when
+  // the others cannot take the replicas.
   Result<std::vector<PlacedReplica>> Allocate(uint64_t size, size_t replica_num,
                                               const std::string& preferred_segment,
-                                              const std::vector<SegmentId>& excluded = {}) const;
+                                              const std::vector<SegmentId>& excluded = {},
+                                              SteadyTime now = {}) const;
+  // Placement avoids segment `id` until `until`. False if it is not mounted.
+  bool MarkUnreachable(SegmentId id, SteadyTime until);
 
   std::vector<SegmentUsage> Usage() const;
   // Waits up to `timeout` until the ranges quarantined now on segments whose feed has a stream

@@ -232,8 +232,15 @@ void MasterRpcHandler::PutRevoke(const rpc::PutRevokeRequest& request,
       !CheckLength("put_ids", static_cast<size_t>(request.put_ids_size()), keys.size(), status)) {
     return;
   }
+  if (request.unreachable_segments_size() > 1024) {
+    wire::SetStatus(status,
+                    Status(ErrorCode::INVALID_PARAMS, "more than 1024 unreachable segments"));
+    return;
+  }
   std::vector<uint64_t> ids(request.put_ids().begin(), request.put_ids().end());
-  wire::EncodeResults(master_.PutRevoke(keys, ids), response->mutable_results());
+  std::vector<SegmentId> unreachable(request.unreachable_segments().begin(),
+                                     request.unreachable_segments().end());
+  wire::EncodeResults(master_.PutRevoke(keys, ids, unreachable), response->mutable_results());
 }
 
 void MasterRpcHandler::Exists(const rpc::ExistsRequest& request, rpc::ExistsResponse* response) {
@@ -545,6 +552,7 @@ class MasterServer::Service final : public rpc::Master::Service {
   grpc::Status Name(grpc::ServerContext* context, const rpc::Request* request, \
                     rpc::Response* response) override {                        \
     if (!Authenticated(*context)) return Unauthenticated(*context);            \
+    if (!MayCall(*context, kRpc##Name)) return NotAStore(*context, #Name);     \
     const auto start = std::chrono::steady_clock::now();                       \
     std::shared_ptr<Term> term = server_.CurrentTerm();                        \
     /* Fencing: checked before the call runs and again before it answers. */   \
@@ -570,6 +578,7 @@ class MasterServer::Service final : public rpc::Master::Service {
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<rpc::TierMoveRequest, rpc::TierMoveReply>* stream) override {
     if (!Authenticated(*context)) return Unauthenticated(*context);
+    if (!IsStore(*context)) return NotAStore(*context, "TierMoves");
     std::shared_ptr<Term> term = server_.CurrentTerm();
     if (term == nullptr || !term->Valid()) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this tierkv master is not the leader");
@@ -698,14 +707,43 @@ class MasterServer::Service final : public rpc::Master::Service {
   }
 
  private:
-  // Whether the call carries an accepted cluster token (always, on a master without one).
+  static std::string_view PresentedToken(const grpc::ServerContext& context) {
+    const auto& metadata = context.client_metadata();
+    auto it = metadata.find(kTokenMetadataKey);
+    if (it == metadata.end()) return {};
+    return std::string_view(it->second.data(), it->second.size());
+  }
+  // Whether the call carries an accepted token — the cluster's or a store's (always, on a
+  // master without tokens).
   bool Authenticated(const grpc::ServerContext& context) const {
     const TokenSet* tokens = server_.options_.tokens.get();
     if (tokens == nullptr) return true;
-    const auto& metadata = context.client_metadata();
-    auto it = metadata.find(kTokenMetadataKey);
-    if (it == metadata.end()) return false;
-    return tokens->Accepts(std::string_view(it->second.data(), it->second.size()));
+    const std::string_view presented = PresentedToken(context);
+    if (tokens->Accepts(presented)) return true;
+    const TokenSet* stores = server_.options_.store_tokens.get();
+    return stores != nullptr && stores->Accepts(presented);
+  }
+  // Whether the caller holds a store's credential: the store token where one is configured,
+  // else any accepted token (one credential for the whole cluster).
+  bool IsStore(const grpc::ServerContext& context) const {
+    const TokenSet* stores = server_.options_.store_tokens.get();
+    return stores == nullptr || stores->Accepts(PresentedToken(context));
+  }
+  // Calls that give a segment to the pool, or report what a segment holds, need a store's
+  // credential.
+  bool MayCall(const grpc::ServerContext& context, RpcMethod method) const {
+    const bool store_only = method == kRpcMountSegment || method == kRpcAddDiskReplicas ||
+                            method == kRpcDropDiskReplicas;
+    return !store_only || IsStore(context);
+  }
+  grpc::Status NotAStore(const grpc::ServerContext& context, const char* method) {
+    server_.unauthenticated_.fetch_add(1);
+    spdlog::warn("tierkv master: refused {} from {}: it needs a store's credential", method,
+                 context.peer());
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        std::string(method) +
+                            " needs a store's credential (the master's --store-token-file): "
+                            "this process holds the cluster token of requesters");
   }
   // Counted, and logged at most once a second (with the peer, never the token presented).
   grpc::Status Unauthenticated(const grpc::ServerContext& context) {

@@ -138,6 +138,10 @@ struct MasterServerOptions {
   // The cluster token (common/cluster_token.h): every call must carry an accepted one; null =
   // none (whoever reaches the port is trusted).
   std::shared_ptr<const TokenSet> tokens;
+  // The stores' credential: when set, only a caller presenting it may mount a segment, open a
+  // segment's TierMoves stream or report its disk replicas (tokens' holders make requests
+  // only); null = every holder of `tokens` may. Needs `tokens`.
+  std::shared_ptr<const TokenSet> store_tokens;
   // TLS (PEM contents): certificate and key ("" = plaintext), and the CA that signs client
   // certificates: given, every client must present one it signed (mutual TLS).
   std::string tls_cert_pem;

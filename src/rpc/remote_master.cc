@@ -58,11 +58,14 @@ const char* GrpcCodeName(grpc::StatusCode code) {
   }
 }
 
-// What a failed call becomes: UNAUTHENTICATED stays itself (a missing or wrong cluster token, or
-// certificate: retrying cannot help), anything else is RPC_FAIL.
+// What a failed call becomes: UNAUTHENTICATED and PERMISSION_DENIED are tierkv's UNAUTHENTICATED
+// (a missing or wrong token, or a requester's token where a store's is needed: retrying cannot
+// help), anything else is RPC_FAIL.
 ErrorCode CodeOf(const grpc::Status& status) {
-  return status.error_code() == grpc::StatusCode::UNAUTHENTICATED ? ErrorCode::UNAUTHENTICATED
-                                                                  : ErrorCode::RPC_FAIL;
+  return status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                 status.error_code() == grpc::StatusCode::PERMISSION_DENIED
+             ? ErrorCode::UNAUTHENTICATED
+             : ErrorCode::RPC_FAIL;
 }
 
 std::string Describe(const grpc::Status& status) {
@@ -816,11 +819,13 @@ std::vector<Status> RemoteMaster::PutEnd(const std::vector<std::string>& keys,
 }
 
 std::vector<Status> RemoteMaster::PutRevoke(const std::vector<std::string>& keys,
-                                            const std::vector<uint64_t>& put_ids) {
+                                            const std::vector<uint64_t>& put_ids,
+                                            const std::vector<SegmentId>& unreachable) {
   if (keys.empty()) return {};
   rpc::PutRevokeRequest request;
   wire::EncodeKeys(keys, request.mutable_keys());
   request.mutable_put_ids()->Add(put_ids.begin(), put_ids.end());
+  request.mutable_unreachable_segments()->Add(unreachable.begin(), unreachable.end());
   rpc::BatchResponse response;
   grpc::Status status = Call("PutRevoke", false, &response,
                              [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {

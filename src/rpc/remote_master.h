@@ -143,7 +143,8 @@ class RemoteMaster final : public MasterApi {
                              const std::vector<uint64_t>& put_ids,
                              const std::vector<uint64_t>& checksums) override;
   std::vector<Status> PutRevoke(const std::vector<std::string>& keys,
-                                const std::vector<uint64_t>& put_ids) override;
+                                const std::vector<uint64_t>& put_ids,
+                                const std::vector<SegmentId>& unreachable = {}) override;
 
   // --- Reads (grant read leases; deadlines are on this process's steady clock) ---
   std::vector<int> Exists(const std::vector<std::string>& keys) override;

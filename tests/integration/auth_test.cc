@@ -16,6 +16,7 @@
 #include "distributed_test_util.h"
 #include "http_test_util.h"
 #include "process_test_util.h"
+#include "rpc/remote_master.h"
 
 namespace tierkv {
 namespace {
@@ -317,6 +318,60 @@ TEST_F(AuthTest, TlsAndMutualTlsOnTheControlPlane) {
                       client_cert, "--tls-key", client_key});
     EXPECT_EQ(stat.code, 0) << stat.output;
   }
+}
+
+}  // namespace
+}  // namespace tierkv
+
+namespace tierkv {
+namespace {
+
+// With a stores' credential (--store-token-file) only stores give segments to the pool: a
+// process holding the requesters' cluster token cannot mount one — not a `tierkv store`, not
+// an engine contributing its own segment, not a raw RemoteMaster — while it still puts and
+// gets.
+TEST_F(AuthTest, OnlyStoresMountSegments) {
+  const std::string store_token = Write("store-token", "store-credential-0123456789\n", 0600);
+  const std::string log = dir_ + "/master.log";
+  auto master =
+      Start("master", {"--port", "0", "--token-file", token_, "--store-token-file", store_token},
+            false, log);
+  ASSERT_NE(master, nullptr) << Read(log);
+  proc_test::Exit refused =
+      RunToExit({"store", "--master", master->address(), "--segment-size", "16MiB", "--small-pages",
+                 "--metrics-port", "-1", "--token-file", token_});
+  EXPECT_EQ(refused.code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("store's credential"), std::string::npos) << refused.output;
+  auto store = Start("store",
+                     {"--master", master->address(), "--segment-size", "32MiB", "--small-pages",
+                      "--token-file", store_token, "--accept-token-file", token_},
+                     false, dir_ + "/store.log");
+  ASSERT_NE(store, nullptr) << Read(dir_ + "/store.log");
+
+  Config config = RequesterConfig(*master, "tcp");
+  config.cluster_token_file = token_;
+  {
+    auto requester = Requester(config);
+    ASSERT_NE(requester, nullptr);
+    ASSERT_EQ(PutKey(*requester, "by-a-requester", 9), 0);
+    EXPECT_EQ(GetKey(*requester, "by-a-requester", 9), static_cast<int64_t>(dist_test::kObject));
+  }
+  // An engine contributing its own segment with the requesters' token: refused.
+  Config contributing = config;
+  contributing.mode = Mode::kEmbedded;
+  contributing.global_segment_size = 16 << 20;
+  contributing.use_huge_pages = false;
+  auto engine = Client::Create(contributing);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.code(), ErrorCode::UNAUTHENTICATED) << engine.status().ToString();
+  // A raw registration (the fake store of issue 25's report): refused too.
+  RemoteMasterOptions options;
+  options.security.tokens = TokenSet::FromSecrets({kSecret});
+  auto fake = RemoteMaster::Connect(master->address(), Millis(5000), options);
+  ASSERT_TRUE(fake.ok()) << fake.status().ToString();
+  auto mounted = (*fake)->MountSegment("fake:1:0@/x.sock#127.0.0.1:9", uint64_t{100} << 30);
+  ASSERT_FALSE(mounted.ok());
+  EXPECT_EQ(mounted.code(), ErrorCode::UNAUTHENTICATED);
 }
 
 }  // namespace
