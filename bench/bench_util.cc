@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -267,6 +268,40 @@ Result<std::unique_ptr<TempTokenFile>> TempTokenFile::Create() {
 }
 
 TempTokenFile::~TempTokenFile() {
+  std::error_code ignored;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+}
+
+Result<std::unique_ptr<TempTlsFiles>> TempTlsFiles::Create() {
+  if (!OnPath("openssl")) {
+    return Status(ErrorCode::INTERNAL_ERROR,
+                  "openssl is not installed (apt-get install openssl): --tls makes its "
+                  "certificates with it");
+  }
+  char dir[] = "/tmp/tierkv-bench-tls-XXXXXX";
+  if (mkdtemp(dir) == nullptr) {
+    return Status(ErrorCode::INTERNAL_ERROR, std::string("mkdtemp: ") + std::strerror(errno));
+  }
+  std::unique_ptr<TempTlsFiles> files(new TempTlsFiles());
+  files->dir_ = dir;
+  const std::string script = files->dir_ + "/make.sh";
+  std::ofstream(script)
+      << "set -e\ncd '" << files->dir_ << "'\nexec >/dev/null 2>&1\n"
+      << "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=tierkv-bench-ca "
+         "-keyout ca.key -out ca.pem\n"
+      << "openssl req -newkey rsa:2048 -nodes -subj /CN=tierkv-bench-store -keyout store.key "
+         "-out store.csr\n"
+      << "echo subjectAltName=IP:127.0.0.1 > san.ext\n"
+      << "openssl x509 -req -in store.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 "
+         "-extfile san.ext -out store.pem\n"
+      << "chmod 600 store.key ca.key\n";
+  if (std::system(("/bin/sh '" + script + "'").c_str()) != 0) {
+    return Status(ErrorCode::INTERNAL_ERROR, "openssl could not make the bench's certificates");
+  }
+  return files;
+}
+
+TempTlsFiles::~TempTlsFiles() {
   std::error_code ignored;
   if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
 }

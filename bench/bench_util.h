@@ -216,6 +216,21 @@ class TempTokenFile {
   std::string dir_, path_;
 };
 
+// A CA and a certificate for 127.0.0.1 signed by it (ca.pem, store.pem, store.key), made with
+// Debian's openssl in a temporary directory removed with the object: what `bench remote --tls`
+// runs the data plane's TLS with. INTERNAL_ERROR when openssl is missing or fails.
+class TempTlsFiles {
+ public:
+  static Result<std::unique_ptr<TempTlsFiles>> Create();
+  ~TempTlsFiles();
+  std::string ca() const { return dir_ + "/ca.pem"; }
+  std::string cert() const { return dir_ + "/store.pem"; }
+  std::string key() const { return dir_ + "/store.key"; }
+
+ private:
+  std::string dir_;
+};
+
 // splitmix64: a cheap, well-mixed 64-bit hash.
 uint64_t Mix64(uint64_t x);
 

@@ -61,12 +61,15 @@ Status WarmUpRequester(Client& client) {
 
 Result<RemoteRun> RemoteRun::Start(const Config& base, uint64_t segment_bytes, bool small_pages,
                                    const AlignedBuffer& src, const AlignedBuffer& dst,
-                                   const std::string& token_file) {
+                                   const std::string& token_file,
+                                   const std::vector<std::string>& store_args) {
   RemoteRun run;
   std::vector<std::string> auth;
   if (!token_file.empty()) auth = {"--token-file", token_file};
+  std::vector<std::string> store = auth;
+  store.insert(store.end(), store_args.begin(), store_args.end());
   Result<std::unique_ptr<LocalCluster>> cluster =
-      LocalCluster::Start(segment_bytes, small_pages, auth, auth);
+      LocalCluster::Start(segment_bytes, small_pages, store, auth);
   if (!cluster.ok()) return cluster.status();
   run.cluster = std::move(cluster).value();
   Config requester = base;

@@ -70,9 +70,11 @@ struct RemoteRun {
   Requesters clients;
 
   // `token_file` non-empty: master, store and requesters hold that cluster token.
+  // `store_args`: more `tierkv store` flags (e.g. the data port's TLS certificate).
   static Result<RemoteRun> Start(const Config& base, uint64_t segment_bytes, bool small_pages,
                                  const AlignedBuffer& src, const AlignedBuffer& dst,
-                                 const std::string& token_file = "");
+                                 const std::string& token_file = "",
+                                 const std::vector<std::string>& store_args = {});
   // Unregisters src and dst, closes the requesters, then stops the cluster (LocalCluster::Stop).
   Status Stop(const AlignedBuffer& src, const AlignedBuffer& dst);
 };

@@ -128,8 +128,9 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
   RemoteRun run = std::move(started).value();
   // --auth: the same cluster again, every process holding a token.
   std::unique_ptr<TempTokenFile> token_file;
-  std::optional<RemoteRun> auth_run;
-  if (options.auth) {
+  std::unique_ptr<TempTlsFiles> tls_files;
+  std::optional<RemoteRun> auth_run, tls_run;
+  if (options.auth || options.tls) {
     Result<std::unique_ptr<TempTokenFile>> made = TempTokenFile::Create();
     if (!made.ok()) return made.status();
     token_file = std::move(made).value();
@@ -141,6 +142,23 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
     if (auth_run->clients.tcp == nullptr) {
       return Status(ErrorCode::INTERNAL_ERROR,
                     "--auth: no tcp requester: " + auth_run->clients.tcp_status);
+    }
+  }
+  if (options.tls) {
+    Result<std::unique_ptr<TempTlsFiles>> made = TempTlsFiles::Create();
+    if (!made.ok()) return made.status();
+    tls_files = std::move(made).value();
+    progress.Update("starting a third master and store: the token and TLS on the data port");
+    Config tls_base = base;
+    tls_base.data_tls_ca_file = tls_files->ca();
+    Result<RemoteRun> with_tls = RemoteRun::Start(
+        tls_base, segment_bytes, options.small_pages, *src, *dst, token_file->path(),
+        {"--data-tls-cert", tls_files->cert(), "--data-tls-key", tls_files->key()});
+    if (!with_tls.ok()) return with_tls.status();
+    tls_run = std::move(with_tls).value();
+    if (tls_run->clients.tcp == nullptr) {
+      return Status(ErrorCode::INTERNAL_ERROR,
+                    "--tls: no tcp requester: " + tls_run->clients.tcp_status);
     }
   }
   Client* const shm = run.clients.shm.get();
@@ -155,6 +173,7 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
                               options.batch, options.pieces, *src, *dst);
     std::vector<double> shm_put, shm_get, tcp_put, tcp_get, memcpy_gbps, raw_gbps;
     std::vector<double> token_put, token_get, token_ratio;  // --auth
+    std::vector<double> tls_put, tls_get, tls_ratio;        // --tls
     for (int rep = 0; rep < reps; ++rep) {
       const std::string where = FormatBytes(size) + " x " + std::to_string(workload.objects()) +
                                 ", rep " + std::to_string(rep + 1) + "/" + std::to_string(reps);
@@ -171,6 +190,14 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
           return s;
         }
         token_ratio.push_back(tcp_get.back() > 0 ? token_get.back() / tcp_get.back() : 0);
+      }
+      if (tls_run.has_value() && tcp != nullptr) {
+        progress.Update(where + ": tcp put, get with the token over TLS");
+        if (Status s = ClientRep(*tls_run->clients.tcp, workload, rep, &tls_put, &tls_get);
+            !s.ok()) {
+          return s;
+        }
+        tls_ratio.push_back(tcp_get.back() > 0 ? tls_get.back() / tcp_get.back() : 0);
       }
       progress.Update(where + ": memcpy");
       Result<double> copy = workload.Memcpy(rep);
@@ -193,6 +220,31 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
       r.tcp_get_gbps = Median(tcp_get);
     }
     results.push_back(r);
+    if (!tls_ratio.empty()) {
+      const double ratio = Median(tls_ratio);
+      const double low = *std::min_element(tls_ratio.begin(), tls_ratio.end());
+      const double high = *std::max_element(tls_ratio.begin(), tls_ratio.end());
+      nlohmann::ordered_json line;
+      line["bench"] = "remote";
+      line["transport"] = "tcp";
+      line["auth"] = "token+tls";
+      line["object_bytes"] = size;
+      line["reps"] = reps;
+      line["get_gbps_plaintext"] = Round3(Median(tcp_get));
+      line["get_gbps_tls"] = Round3(Median(tls_get));
+      line["put_gbps_tls"] = Round3(Median(tls_put));
+      line["get_ratio"] = Round3(ratio);
+      line["get_ratio_min"] = Round3(low);
+      line["get_ratio_max"] = Round3(high);
+      if (options.common.json) EmitJson(line);
+      char text[256];
+      std::snprintf(text, sizeof(text),
+                    "tcp get over TLS (with the token), %s objects: %.3f GB/s vs %.3f GB/s "
+                    "plaintext (ratio %.3f, min %.3f, max %.3f over %d paired reps; reported)\n",
+                    FormatBytes(size).c_str(), Median(tls_get), Median(tcp_get), ratio, low, high,
+                    reps);
+      auth_lines += text;
+    }
     if (!token_ratio.empty()) {
       const double ratio = Median(token_ratio);
       const double low = *std::min_element(token_ratio.begin(), token_ratio.end());
@@ -255,10 +307,12 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
   progress.Update("stopping the requesters, the store, the master and the TCP sender");
   const Status cluster_stopped = run.Stop(*src, *dst);
   const Status auth_stopped = auth_run.has_value() ? auth_run->Stop(*src, *dst) : Status::Ok();
+  const Status tls_stopped = tls_run.has_value() ? tls_run->Stop(*src, *dst) : Status::Ok();
   const Status stream_stopped = stream->Stop();
   progress.Done();
   if (!cluster_stopped.ok()) return cluster_stopped;
   if (!auth_stopped.ok()) return auth_stopped;
+  if (!tls_stopped.ok()) return tls_stopped;
   if (!stream_stopped.ok()) return stream_stopped;
 
   // The summary is for 2 MiB objects, or the first size when 2 MiB was not run.

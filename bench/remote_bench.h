@@ -38,6 +38,9 @@ struct RemoteBenchOptions {
   // A second cluster with a cluster token: its tcp requester is timed beside the first's, in the
   // same reps, and the ratio with / without the token reported.
   bool auth = false;
+  // A third cluster with the token and TLS on the data plane (tierkv store --data-tls-cert),
+  // timed the same way; its ratio is reported (no target).
+  bool tls = false;
 };
 
 // Targets, printed as PASS/FAIL in the human summary (never the exit code).

@@ -33,6 +33,8 @@ struct StoreFlags {
   std::string tls_ca;
   std::string tls_cert;
   std::string tls_key;
+  std::string data_tls_cert;
+  std::string data_tls_key;
   std::string config_path;
   std::string hostname;
   bool small_pages = false;
@@ -77,6 +79,9 @@ int RunStore(const StoreFlags& flags) {
   flag_wins("--tls-ca", flags.tls_ca, "tls_ca_file", &config.tls_ca_file);
   flag_wins("--tls-cert", flags.tls_cert, "tls_cert_file", &config.tls_cert_file);
   flag_wins("--tls-key", flags.tls_key, "tls_key_file", &config.tls_key_file);
+  flag_wins("--data-tls-cert", flags.data_tls_cert, "data_tls_cert_file",
+            &config.data_tls_cert_file);
+  flag_wins("--data-tls-key", flags.data_tls_key, "data_tls_key_file", &config.data_tls_key_file);
   if (config.master_server_address.empty()) {
     std::cerr << "tierkv store: error: no master: pass --master HOST:PORT (or "
                  "master_server_address in the config)"
@@ -305,6 +310,12 @@ void AddStoreCommand(CLI::App& app, int* exit_code) {
   store->add_option("--tls-cert", flags->tls_cert,
                     "This store's client certificate for a master with mutual TLS (tls_cert_file)");
   store->add_option("--tls-key", flags->tls_key, "The key of --tls-cert (tls_key_file)");
+  store->add_option("--data-tls-cert", flags->data_tls_cert,
+                    "TLS on the data port (tierkv's TCP transport): this store's certificate, "
+                    "naming --data-host (config key data_tls_cert_file); requesters need "
+                    "data_tls_ca_file. Default: plaintext");
+  store->add_option("--data-tls-key", flags->data_tls_key,
+                    "The key of --data-tls-cert (data_tls_key_file)");
   store->add_flag("--small-pages", flags->small_pages,
                   "Use 4 KiB pages for the segment (default: 2 MiB pages when available)");
   store->callback([flags, exit_code] { *exit_code = RunStore(*flags); });

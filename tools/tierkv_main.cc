@@ -340,6 +340,10 @@ int main(int argc, char** argv) {
   remote->add_flag("--auth", remote_options.auth,
                    "Also run a cluster with a cluster token and time its tcp requester in the "
                    "same reps: the ratio with / without the token (target >= 0.97)");
+  remote->add_flag("--tls", remote_options.tls,
+                   "Also run a cluster with the token and TLS on the data port (certificates made "
+                   "with openssl) and time its tcp requester in the same reps: the ratio against "
+                   "plaintext, reported");
   size_t remote_contributing = 0;
   remote
       ->add_option("--contributing", remote_contributing,

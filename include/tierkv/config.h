@@ -43,6 +43,13 @@ struct Config {
   std::string tls_ca_file;
   std::string tls_cert_file;
   std::string tls_key_file;
+  // TLS on tierkv's TCP data plane (off by default; docs/security.md). A process that serves a
+  // segment over tcp (tierkv store, a contributing client): its certificate and key (PEM; both
+  // or neither). A requester: the CA of the stores' certificates; set, it speaks TLS to every
+  // data port and refuses one that does not.
+  std::string data_tls_cert_file;
+  std::string data_tls_key_file;
+  std::string data_tls_ca_file;
 
   // Master / metadata.
   uint64_t default_kv_lease_ttl_ms = 10000;  // read lease granted by exists/get

@@ -295,6 +295,9 @@ const KeySpec kKeys[] = {
     {"tls_ca_file", &StringKey<&Config::tls_ca_file>},
     {"tls_cert_file", &StringKey<&Config::tls_cert_file>},
     {"tls_key_file", &StringKey<&Config::tls_key_file>},
+    {"data_tls_cert_file", &StringKey<&Config::data_tls_cert_file>},
+    {"data_tls_key_file", &StringKey<&Config::data_tls_key_file>},
+    {"data_tls_ca_file", &StringKey<&Config::data_tls_ca_file>},
     {"enable_offload", &BoolKey<&Config::enable_offload>},
     {"default_kv_lease_ttl_ms", &UintKey<&Config::default_kv_lease_ttl_ms>},
     {"default_kv_soft_pin_ttl_ms", &UintKey<&Config::default_kv_soft_pin_ttl_ms>},
@@ -576,6 +579,16 @@ Status ValidateConfig(const Config& config) {
   if (!config.cluster_accept_token_file.empty() && config.cluster_token_file.empty()) {
     return KeyError("cluster_accept_token_file",
                     "a second accepted token needs cluster_token_file (the token presented)");
+  }
+  if (config.data_tls_cert_file.empty() != config.data_tls_key_file.empty()) {
+    return KeyError("data_tls_cert_file",
+                    "data_tls_cert_file and data_tls_key_file go together (both or neither)");
+  }
+  if ((!config.data_tls_cert_file.empty() || !config.data_tls_ca_file.empty()) &&
+      config.protocol == "rdma") {
+    return KeyError("data_tls_ca_file",
+                    "TLS on the data plane is tierkv's TCP transport's; "
+                    "protocol \"rdma\" has none");
   }
   if (!config.cluster_token_file.empty() && config.protocol == "rdma") {
     return KeyError("cluster_token_file",

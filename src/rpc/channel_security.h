@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/cluster_token.h"
+#include "common/pem_file.h"
 #include "tierkv/config.h"
 #include "tierkv/status.h"
 
@@ -27,10 +28,6 @@ struct ControlPlaneSecurity {
   std::string tls_cert_pem;
   std::string tls_key_pem;
 };
-
-// Reads a PEM file for TLS. INVALID_CONFIG naming `what` (the key or flag) and the path when it
-// cannot be read or holds no PEM block.
-Result<std::string> ReadPemFile(const std::string& path, const char* what);
 
 // From the config keys cluster_token_file, cluster_accept_token_file, tls_ca_file,
 // tls_cert_file and tls_key_file (`tokens`: use this TokenSet instead of loading one).

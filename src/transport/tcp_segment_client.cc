@@ -22,6 +22,7 @@
 #include "transport/piece_slice.h"
 #include "transport/staged_load.h"
 #include "transport/tcp_protocol.h"
+#include "transport/tls_stream.h"
 #include "transport/ucx_worker.h"
 
 namespace tierkv::transport {
@@ -48,12 +49,15 @@ int IovFrom(const std::vector<Piece>& pieces, uint64_t skip, iovec* iov, int max
   return count;
 }
 
-// Reads the server's first frame, its challenge (tcp_protocol.h), by `deadline`.
-Status ReadChallenge(int fd, Clock::time_point deadline, TokenDigest* nonce, bool* required) {
+// Reads the server's first frame, its challenge (tcp_protocol.h), by `deadline`; over TLS
+// (`tls` not null) this runs the handshake too.
+Status ReadChallenge(int fd, TlsStream* tls, Clock::time_point deadline, TokenDigest* nonce,
+                     bool* required) {
   uint8_t frame[kTcpHeaderSize + kTcpProofBytes];
   size_t have = 0;
   while (have < sizeof(frame)) {
-    const ssize_t n = recv(fd, frame + have, sizeof(frame) - have, MSG_DONTWAIT);
+    const ssize_t n = tls ? tls->Read(frame + have, sizeof(frame) - have)
+                          : recv(fd, frame + have, sizeof(frame) - have, MSG_DONTWAIT);
     if (n > 0) {
       const size_t before = have;
       have += static_cast<size_t>(n);
@@ -75,11 +79,22 @@ Status ReadChallenge(int fd, Clock::time_point deadline, TokenDigest* nonce, boo
                     "the server closed the connection before its challenge");
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      if (tls != nullptr) {
+        return Status(ErrorCode::TRANSFER_FAIL,
+                      tls->error() +
+                          " (a store without TLS on its data port, or a certificate "
+                          "the data_tls_ca_file did not sign?)");
+      }
       return Status(ErrorCode::TRANSFER_FAIL, "receiving the challenge: " + ErrnoText(errno));
     }
     const int wait = MillisUntil(deadline);
-    if (wait <= 0) return Status(ErrorCode::TRANSFER_FAIL, "no challenge from the server in time");
-    pollfd p{fd, POLLIN, 0};
+    if (wait <= 0) {
+      return Status(ErrorCode::TRANSFER_FAIL,
+                    tls != nullptr ? "no challenge from the server in time"
+                                   : "no challenge from the server in time (a store with TLS on "
+                                     "its data port? set data_tls_ca_file)");
+    }
+    pollfd p{fd, static_cast<short>(tls != nullptr && tls->wants_write() ? POLLOUT : POLLIN), 0};
     (void)::poll(&p, 1, wait);
   }
   std::memcpy(nonce->data(), frame + kTcpHeaderSize, kTcpProofBytes);
@@ -118,7 +133,8 @@ struct TcpSegmentClient::Impl {
 
   mutable std::mutex mu;
   UniqueFd fd;
-  std::string failure;  // why the connection ended; empty while alive
+  std::unique_ptr<TlsStream> tls;  // TLS on the data plane, else null
+  std::string failure;             // why the connection ended; empty while alive
   std::atomic<bool> alive{true};
   uint64_t next_id = 1;
 
@@ -231,11 +247,12 @@ void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<size_t>(count);
-    const ssize_t n = sendmsg(fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n =
+        tls ? tls->Write(iov, count) : sendmsg(fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) return true;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
-      Fail("sending a request failed: " + ErrnoText(errno));
+      Fail(tls ? tls->error() : "sending a request failed: " + ErrnoText(errno));
       return false;
     }
     send_pos += static_cast<uint64_t>(n);
@@ -318,9 +335,11 @@ void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = static_cast<size_t>(count);
-      n = recvmsg(fd.get(), &msg, MSG_DONTWAIT);
+      n = tls ? tls->Read(iov[0].iov_base, iov[0].iov_len) : recvmsg(fd.get(), &msg, MSG_DONTWAIT);
     } else {
-      n = recv(fd.get(), reply_header + reply_have, kTcpHeaderSize - reply_have, MSG_DONTWAIT);
+      n = tls ? tls->Read(reply_header + reply_have, kTcpHeaderSize - reply_have)
+              : recv(fd.get(), reply_header + reply_have, kTcpHeaderSize - reply_have,
+                     MSG_DONTWAIT);
     }
     if (n == 0) {
       Fail("the server closed the connection");
@@ -329,7 +348,7 @@ void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
     if (n < 0) {
       if (errno == EINTR) return true;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
-      Fail("receiving failed: " + ErrnoText(errno));
+      Fail(tls ? tls->error() : "receiving failed: " + ErrnoText(errno));
       return false;
     }
     last_event = Clock::now();
@@ -369,7 +388,9 @@ void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
       break;
     }
     start_next();
-    pollfd p{fd.get(), static_cast<short>(POLLIN | (sending ? POLLOUT : 0)), 0};
+    if (tls && tls->Pending()) continue;  // decrypted bytes the socket no longer shows
+    const bool out = sending || (tls && tls->wants_write());
+    pollfd p{fd.get(), static_cast<short>(POLLIN | (out ? POLLOUT : 0)), 0};
     const int rc = ::poll(&p, 1, std::min(MillisUntil(deadline), 100));
     (void)rc;  // EINTR and timeouts: loop, the deadline decides
   }
@@ -508,7 +529,13 @@ Result<std::unique_ptr<TcpSegmentClient>> TcpSegmentClient::Connect(
   // The server's challenge, then the hello that proves the token over its nonce.
   TokenDigest nonce{};
   bool token_required = false;
-  if (Status st = ReadChallenge(impl->fd.get(), deadline, &nonce, &token_required); !st.ok()) {
+  if (options.tls_client != nullptr) {
+    auto tls = TlsStream::Open(options.tls_client, impl->fd.get(), host_port->host);
+    if (!tls.ok()) return Status(tls.code(), prefix + tls.status().message());
+    impl->tls = std::move(tls).value();
+  }
+  if (Status st = ReadChallenge(impl->fd.get(), impl->tls.get(), deadline, &nonce, &token_required);
+      !st.ok()) {
     return Status(st.code(), prefix + st.message() + " (is a tierkv store serving tcp there?)");
   }
   const std::string secret = options.tokens ? options.tokens->own() : std::string();
@@ -580,6 +607,8 @@ bool TcpSegmentClient::alive() const {
   const ssize_t n = recv(impl_->fd.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n == 0) {
     impl_->Fail("the server closed the connection");
+  } else if (n > 0 && impl_->tls != nullptr) {
+    // A TLS record (an alert, say): the next batch reads it and fails if it must.
   } else if (n > 0) {
     impl_->Fail("protocol error: bytes from the server while no request was in flight");
   } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {

@@ -23,6 +23,7 @@
 #include "common/unique_fd.h"
 #include "transport/stage_source.h"
 #include "transport/tcp_protocol.h"
+#include "transport/tls_stream.h"
 #include "transport/ucx_worker.h"
 
 namespace tierkv::transport {
@@ -78,8 +79,9 @@ struct TcpSegmentServer::Loop {
     std::string peer;
     Clock::time_point accepted;
     bool established = false;
-    TokenDigest nonce{};         // the challenge's
-    TokenDigest server_proof{};  // the hello's reply data
+    std::unique_ptr<TlsStream> tls;  // TLS on the data plane, else null
+    TokenDigest nonce{};             // the challenge's
+    TokenDigest server_proof{};      // the hello's reply data
     Phase phase = Phase::kHeader;
     uint8_t header[kTcpHeaderSize] = {};
     size_t have = 0;             // bytes of the current header or data phase received
@@ -227,17 +229,20 @@ struct TcpSegmentServer::Loop {
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = static_cast<size_t>(count);
-      const ssize_t n = sendmsg(c.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t n =
+          c.tls ? c.tls->Write(iov, count) : sendmsg(c.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          // TLS waiting for the peer's bytes (its handshake): the next read resumes it.
+          if (c.tls && !c.tls->wants_write()) return true;
           if (!c.want_out) {
             c.want_out = true;
             Update(c);
           }
           return true;
         }
-        Close(c, "sending: " + ErrnoText(errno), false);
+        Close(c, c.tls ? c.tls->error() : "sending: " + ErrnoText(errno), c.tls != nullptr);
         return false;
       }
       size_t done = static_cast<size_t>(n);
@@ -267,7 +272,7 @@ struct TcpSegmentServer::Loop {
   // Receives into [dst, dst + want); the bytes received, 0 for "nothing now", -1 closed.
   ssize_t Receive(Connection& c, void* dst, size_t want) {
     while (true) {
-      const ssize_t n = recv(c.fd.get(), dst, want, MSG_DONTWAIT);
+      const ssize_t n = c.tls ? c.tls->Read(dst, want) : recv(c.fd.get(), dst, want, MSG_DONTWAIT);
       if (n > 0) return n;
       if (n == 0) {
         Close(c,
@@ -279,7 +284,11 @@ struct TcpSegmentServer::Loop {
       }
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-      Close(c, "receiving: " + ErrnoText(errno), false);
+      if (c.tls) {
+        Close(c, c.tls->error(), true);  // a TLS failure: a peer that does not speak it
+      } else {
+        Close(c, "receiving: " + ErrnoText(errno), false);
+      }
       return -1;
     }
   }
@@ -562,6 +571,14 @@ struct TcpSegmentServer::Loop {
         spdlog::warn("tcp segment server {}: epoll_ctl: {}", address, ErrnoText(errno));
         continue;
       }
+      if (options.tls_server != nullptr) {
+        auto tls = TlsStream::Open(options.tls_server, fd);
+        if (!tls.ok()) {
+          spdlog::warn("tcp segment server {}: {}", address, tls.status().ToString());
+          continue;  // the connection (and its socket) goes with `c`
+        }
+        c->tls = std::move(tls).value();
+      }
       // The server speaks first: the challenge the requester's hello must prove the token over.
       c->nonce = RandomNonce();
       Reply(*c, UcxOp::kChallenge, 0, ErrorCode::OK, 0, c->nonce.data(), c->nonce.size(), nullptr,
@@ -610,11 +627,36 @@ struct TcpSegmentServer::Loop {
     for (Connection* c : touched) Flush(*c);  // each once: a close here frees only itself
   }
 
+  // TLS connections with decrypted bytes waiting inside their stream: epoll does not see those.
+  std::vector<uint64_t> tls_ready;
+  void NoteTlsPending(uint64_t serial) {
+    auto it = by_serial.find(serial);
+    if (it != by_serial.end() && it->second->tls && it->second->tls->Pending() &&
+        !it->second->input_paused) {
+      tls_ready.push_back(serial);
+    }
+  }
+  void ServeTlsPending() {
+    std::vector<uint64_t> ready = std::exchange(tls_ready, {});
+    for (uint64_t serial : ready) {
+      auto it = by_serial.find(serial);
+      if (it == by_serial.end()) continue;
+      Connection& c = *it->second;
+      OnReadable(c);
+      if (by_serial.count(serial) == 0) continue;
+      Flush(c);
+      NoteTlsPending(serial);
+    }
+  }
+
   void Run() {
     std::vector<epoll_event> events(64);
     while (!stopping.load(std::memory_order_acquire)) {
-      const int timeout =
-          Handshaking() || accept_paused_until != Clock::time_point{} ? kTcpHousekeepingMs : -1;
+      ServeTlsPending();
+      const int timeout = !tls_ready.empty() ? 0
+                          : Handshaking() || accept_paused_until != Clock::time_point{}
+                              ? kTcpHousekeepingMs
+                              : -1;
       const int n =
           epoll_wait(epoll.get(), events.data(), static_cast<int>(events.size()), timeout);
       if (n < 0 && errno != EINTR) {
@@ -648,6 +690,7 @@ struct TcpSegmentServer::Loop {
           continue;
         }
         Flush(c);  // replies the reads queued, or room to send more
+        NoteTlsPending(serial);
       }
       CheckHandshakes();
       MaybeResumeAccepts();

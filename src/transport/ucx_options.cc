@@ -5,7 +5,9 @@
 #include <system_error>
 #include <vector>
 
+#include "common/pem_file.h"
 #include "transport/device_select.h"
+#include "transport/tls_stream.h"
 
 namespace tierkv::transport {
 namespace {
@@ -114,6 +116,22 @@ Result<UcxTransportOptions> UcxOptionsFromConfig(const Config& config) {
     auto tokens = TokenSet::Load(config.cluster_token_file, config.cluster_accept_token_file);
     if (!tokens.ok()) return tokens.status();
     ucx.tokens = std::move(tokens).value();
+  }
+  if (!config.data_tls_cert_file.empty()) {
+    auto cert = ReadPemFile(config.data_tls_cert_file, "config key 'data_tls_cert_file'");
+    if (!cert.ok()) return cert.status();
+    auto key = ReadPemFile(config.data_tls_key_file, "config key 'data_tls_key_file'");
+    if (!key.ok()) return key.status();
+    auto server = TlsContext::Server(*cert, *key);
+    if (!server.ok()) return server.status();
+    ucx.tls_server = std::move(server).value();
+  }
+  if (!config.data_tls_ca_file.empty()) {
+    auto ca = ReadPemFile(config.data_tls_ca_file, "config key 'data_tls_ca_file'");
+    if (!ca.ok()) return ca.status();
+    auto client = TlsContext::Client(*ca);
+    if (!client.ok()) return client.status();
+    ucx.tls_client = std::move(client).value();
   }
   // The tcp data plane (tierkv's TCP transport) binds the store's data host only and connects by
   // the kernel's routes: device_name picks the NIC of rdma alone.

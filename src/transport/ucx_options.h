@@ -12,6 +12,8 @@
 
 namespace tierkv::transport {
 
+class TlsContext;
+
 struct UcxTransportOptions {
   // Which UCX transports carry the bytes: "tcp" (UCX_TLS=tcp) or "rdma" (UCX_TLS=rc,ud: RC for
   // the data, UD for wire-up; needs a verbs device).
@@ -34,6 +36,10 @@ struct UcxTransportOptions {
   // token: the data port trusts whoever connects (and a requester connects to such a server
   // only without a token of its own).
   std::shared_ptr<const TokenSet> tokens;
+  // TLS on the tcp data plane (transport/tls_stream.h): a server's certificate, a requester's
+  // CA. Null = plaintext.
+  std::shared_ptr<const TlsContext> tls_server;
+  std::shared_ptr<const TlsContext> tls_client;
 };
 
 // What UCX is told: UCX_TLS and UCX_NET_DEVICES.

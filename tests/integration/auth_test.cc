@@ -279,16 +279,27 @@ TEST_F(AuthTest, TlsAndMutualTlsOnTheControlPlane) {
     config.cluster_token_file = token_;
     Config plaintext = config;
     config.tls_ca_file = ca;
-    auto store = Start("store",
-                       {"--master", master->address(), "--segment-size", "16MiB", "--small-pages",
-                        "--token-file", token_, "--tls-ca", ca},
-                       false, dir_ + "/store.log");
+    // The store serves its data port over TLS too (its certificate names 127.0.0.1).
+    auto store = Start(
+        "store",
+        {"--master", master->address(), "--segment-size", "16MiB", "--small-pages", "--token-file",
+         token_, "--tls-ca", ca, "--data-tls-cert", cert, "--data-tls-key", key},
+        false, dir_ + "/store.log");
     ASSERT_NE(store, nullptr) << Read(dir_ + "/store.log");
+    config.data_tls_ca_file = ca;
     {
       auto requester = Requester(config);
       ASSERT_NE(requester, nullptr);
       ASSERT_EQ(PutKey(*requester, "tls", 5), 0);
       EXPECT_EQ(GetKey(*requester, "tls", 5), static_cast<int64_t>(dist_test::kObject));
+    }
+    {
+      // A requester that does not speak TLS to data ports cannot write to this store.
+      Config no_data_tls = config;
+      no_data_tls.data_tls_ca_file.clear();
+      auto requester = Requester(no_data_tls);
+      ASSERT_NE(requester, nullptr);
+      EXPECT_NE(PutKey(*requester, "plaintext", 6), 0);
     }
     auto refused = Client::Create(plaintext);
     EXPECT_FALSE(refused.ok());

@@ -11,10 +11,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +32,7 @@
 #include "transport/tcp_protocol.h"
 #include "transport/tcp_segment_client.h"
 #include "transport/tcp_segment_server.h"
+#include "transport/tls_stream.h"
 #include "transport/ucx_worker.h"
 
 namespace tierkv::transport {
@@ -551,6 +556,98 @@ TEST_F(TcpTransportTest, RotationAcceptsASecondTokenUntilItIsDropped) {
   auto c = TcpSegmentClient::Connect(server_->address(), kName, kTcpTimeout, options);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.code(), ErrorCode::UNAUTHENTICATED);
+}
+
+// A CA and a server certificate for 127.0.0.1 (and one for another name), made with openssl.
+class TcpTlsTest : public TcpTransportTest {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/tierkv-tcp-tls-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    std::ofstream(dir_ + "/make.sh")
+        << "set -e\ncd '" << dir_ << "'\nexec 2>/dev/null\n"
+        << "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=ca -keyout ca.key "
+           "-out ca.pem\n"
+        << "for n in ip:IP:127.0.0.1 dns:DNS:elsewhere.invalid; do\n"
+        << "  name=${n%%:*}; san=${n#*:}\n"
+        << "  openssl req -newkey rsa:2048 -nodes -subj /CN=store -keyout $name.key "
+           "-out $name.csr\n"
+        << "  echo \"subjectAltName=$san\" > $name.ext\n"
+        << "  openssl x509 -req -in $name.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 "
+           "-extfile $name.ext -out $name.pem\n"
+        << "done\n"
+        << "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=other -keyout other.key "
+           "-out other.pem\n";
+    ASSERT_EQ(std::system(("/bin/sh '" + dir_ + "/make.sh'").c_str()), 0) << "openssl failed";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Read(const std::string& name) {
+    std::ifstream in(dir_ + "/" + name);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+  std::shared_ptr<const TlsContext> ServerContext(const std::string& name) {
+    auto ctx = TlsContext::Server(Read(name + ".pem"), Read(name + ".key"));
+    EXPECT_TRUE(ctx.ok()) << ctx.status().ToString();
+    return ctx.ok() ? std::move(ctx).value() : nullptr;
+  }
+  std::shared_ptr<const TlsContext> ClientContext(const std::string& ca) {
+    auto ctx = TlsContext::Client(Read(ca));
+    EXPECT_TRUE(ctx.ok()) << ctx.status().ToString();
+    return ctx.ok() ? std::move(ctx).value() : nullptr;
+  }
+  std::string dir_;
+};
+
+// Byte-exact reads and writes over TLS, with the token proved inside it; a plaintext requester,
+// one that trusts another CA, and one dialling a server whose certificate names another host
+// are refused before any byte of the segment moves.
+TEST_F(TcpTlsTest, ReadsAndWritesOverTlsAndRefusalsOfTheWrongPeers) {
+  UcxTransportOptions server_options;
+  server_options.tls_server = ServerContext("ip");
+  server_options.tokens = TokenSet::FromSecrets({"tls-cluster-token-0123"});
+  StartServer(40 * kMiB, nullptr, server_options);
+  UcxTransportOptions options;
+  options.tls_client = ClientContext("ca.pem");
+  options.tokens = server_options.tokens;
+  auto client = TcpSegmentClient::Connect(server_->address(), kName, kTcpTimeout, options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  for (size_t size : {size_t{1}, size_t{65537}, size_t{16} * kMiB + 3}) {
+    const std::string in = Pattern(size, static_cast<uint32_t>(size));
+    std::vector<ConstPiece> pieces = {{in.data(), in.size() / 2},
+                                      {in.data() + in.size() / 2, in.size() - in.size() / 2}};
+    ASSERT_TRUE((*client)->WriteBatch({{4096, pieces}})[0].ok());
+    std::string out(size, '\0');
+    ASSERT_TRUE((*client)->ReadBatch({{4096, {MutPiece{out.data(), out.size()}}}})[0].ok());
+    EXPECT_EQ(out, in) << size;
+  }
+  EXPECT_TRUE((*client)->alive());
+
+  UcxTransportOptions plaintext;
+  plaintext.tokens = server_options.tokens;
+  auto plain = TcpSegmentClient::Connect(server_->address(), kName, 2000ms, plaintext);
+  EXPECT_FALSE(plain.ok());
+  UcxTransportOptions other_ca = options;
+  other_ca.tls_client = ClientContext("other.pem");
+  auto untrusted = TcpSegmentClient::Connect(server_->address(), kName, kTcpTimeout, other_ca);
+  ASSERT_FALSE(untrusted.ok());
+  EXPECT_NE(untrusted.status().message().find("certificate"), std::string::npos)
+      << untrusted.status().message();
+
+  server_->Stop();
+  server_options.tls_server = ServerContext("dns");  // names elsewhere.invalid, not 127.0.0.1
+  StartServer(4 * kMiB, nullptr, server_options);
+  auto wrong_host = TcpSegmentClient::Connect(server_->address(), kName, kTcpTimeout, options);
+  ASSERT_FALSE(wrong_host.ok());
+  EXPECT_NE(wrong_host.status().message().find("certificate"), std::string::npos)
+      << wrong_host.status().message();
+  // A TLS requester against a plaintext server: refused too.
+  server_->Stop();
+  server_options.tls_server = nullptr;
+  StartServer(4 * kMiB, nullptr, server_options);
+  EXPECT_FALSE(TcpSegmentClient::Connect(server_->address(), kName, 2000ms, options).ok());
 }
 
 }  // namespace
