@@ -609,6 +609,16 @@ Status ValidateConfig(const Config& config) {
                     "standalone-store mode contributes no segment (the store process owns the "
                     "memory); set global_segment_size to 0 or use mode embedded");
   }
+  // local_hostname "host:port": a port that is all digits must be one (a larger number would
+  // otherwise silently become part of the host name).
+  if (const size_t colon = config.local_hostname.rfind(':');
+      colon != std::string::npos && config.local_hostname.find(':') == colon &&
+      colon + 1 < config.local_hostname.size() &&
+      config.local_hostname.find_first_not_of("0123456789", colon + 1) == std::string::npos) {
+    if (Status st = CheckHostPort(config.local_hostname, "local_hostname"); !st.ok()) {
+      return Status(ErrorCode::INVALID_CONFIG, "config key " + st.message());
+    }
+  }
   if (!config.master_server_address.empty() &&
       config.master_server_address.rfind("etcd://", 0) != 0) {
     if (Status st = CheckHostPort(config.master_server_address, "master_server_address");

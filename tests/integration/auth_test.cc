@@ -189,6 +189,7 @@ TEST_F(AuthTest, EveryFlagOutOfRangeExitsTwoNamingIt) {
       {{"store", "--master", "127.0.0.1:0"}, "master_server_address"},
       {{"store", "--master", "127.0.0.1:1", "--metrics-port", "65536"}, "--metrics-port"},
       {{"store", "--master", "127.0.0.1:1", "--segment-size", "0"}, "--segment-size"},
+      {{"store", "--master", "127.0.0.1:1", "--hostname", "node7:99999"}, "local_hostname"},
       {{"stat", "--master", "127.0.0.1:99999"}, "--master"},
       {{"stat", "--master", "127.0.0.1:1", "--timeout-ms", "0"}, "--timeout-ms"},
   };
@@ -383,6 +384,46 @@ TEST_F(AuthTest, OnlyStoresMountSegments) {
   auto mounted = (*fake)->MountSegment("fake:1:0@/x.sock#127.0.0.1:9", uint64_t{100} << 30);
   ASSERT_FALSE(mounted.ok());
   EXPECT_EQ(mounted.code(), ErrorCode::UNAUTHENTICATED);
+}
+
+}  // namespace
+}  // namespace tierkv
+
+namespace tierkv {
+namespace {
+
+// Silent connections to the gRPC port (no HTTP/2 preface) are closed within the handshake
+// timeout (10 s), so a flood cannot hold the master's descriptors.
+TEST_F(AuthTest, SilentGrpcConnectionsAreClosed) {
+  const std::string log = dir_ + "/master.log";
+  auto master = Start("master", {"--port", "0", "--idle-timeout-ms", "1000"}, false, log);
+  ASSERT_NE(master, nullptr) << Read(log);
+  std::vector<int> silent;
+  for (int i = 0; i < 200; ++i) {
+    const int fd = proc_test::RawConnect(master->port());
+    if (fd >= 0) silent.push_back(fd);
+  }
+  ASSERT_EQ(silent.size(), 200u);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  size_t closed = 0;
+  std::vector<bool> done(silent.size());
+  while (closed < silent.size() && std::chrono::steady_clock::now() < deadline) {
+    for (size_t i = 0; i < silent.size(); ++i) {
+      if (done[i]) continue;
+      char buf[256];
+      const ssize_t n = recv(silent[i], buf, sizeof(buf), MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        done[i] = true;
+        ++closed;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (int fd : silent) close(fd);
+  EXPECT_EQ(closed, silent.size());
+  // The master still serves.
+  proc_test::Exit stat = RunToExit({"stat", "--master", master->address()});
+  EXPECT_EQ(stat.code, 0) << stat.output;
 }
 
 }  // namespace
