@@ -54,6 +54,9 @@ struct MasterFlags {
   std::string tls_key;
   std::string tls_ca;  // given: clients must present a certificate it signed (mutual TLS)
   int64_t idle_timeout_ms = 60000;
+  std::string etcd_user;  // with --ha: etcd's authentication
+  std::string etcd_password_file;
+  std::string etcd_ca;
 };
 
 // Loads the token and TLS files named by the flags into `options`; false (and the error
@@ -172,6 +175,12 @@ int RunMaster(const MasterFlags& flags) {
 
   options.master.free_ack_wait = Millis(flags.free_ack_wait_ms);
   LeaderElectionOptions election_options;
+  if (flags.ha.empty() &&
+      (!flags.etcd_user.empty() || !flags.etcd_password_file.empty() || !flags.etcd_ca.empty())) {
+    std::cerr << "tierkv master: error: --etcd-user, --etcd-password-file and --etcd-ca need --ha"
+              << std::endl;
+    return kExitUsage;
+  }
   if (!flags.ha.empty()) {
     auto endpoints = ParseEtcdAddress(flags.ha);
     if (!endpoints.ok()) {
@@ -179,6 +188,13 @@ int RunMaster(const MasterFlags& flags) {
       return kExitUsage;
     }
     election_options.endpoints = std::move(endpoints).value();
+    auto etcd = LoadEtcdCredentials(flags.etcd_user, flags.etcd_password_file, flags.etcd_ca,
+                                    "--etcd-user/--etcd-password-file/--etcd-ca");
+    if (!etcd.ok()) {
+      std::cerr << "tierkv master: error: " << etcd.status().message() << std::endl;
+      return kExitUsage;
+    }
+    election_options.credentials = std::move(etcd).value();
     election_options.lease_ttl_s = flags.ha_lease_ttl_s;
     options.standby = true;
   }
@@ -444,6 +460,12 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
                    "Mutual TLS: every client must present a certificate signed by this CA (PEM; "
                    "clients: tls_cert_file, tls_key_file)")
       ->capture_default_str();
+  master->add_option("--etcd-user", flags->etcd_user,
+                     "With --ha: the etcd user to authenticate as (etcd's auth enabled)");
+  master->add_option("--etcd-password-file", flags->etcd_password_file,
+                     "With --etcd-user: a file (mode 0600 or stricter) holding its password");
+  master->add_option("--etcd-ca", flags->etcd_ca,
+                     "With --ha: TLS to etcd, trusting this CA (PEM); default: plaintext");
   master
       ->add_option("--idle-timeout-ms", flags->idle_timeout_ms,
                    "A gRPC connection with no call for this long is closed (clients heartbeat "

@@ -24,6 +24,9 @@ struct StatFlags {
   std::string tls_ca;
   std::string tls_cert;
   std::string tls_key;
+  std::string etcd_user;
+  std::string etcd_password_file;
+  std::string etcd_ca;
   std::string master;
   bool json = false;
   int64_t timeout_ms = 5000;
@@ -237,6 +240,9 @@ int RunStat(const StatFlags& flags) {
   config.tls_ca_file = flags.tls_ca;
   config.tls_cert_file = flags.tls_cert;
   config.tls_key_file = flags.tls_key;
+  config.etcd_user = flags.etcd_user;
+  config.etcd_password_file = flags.etcd_password_file;
+  config.etcd_ca_file = flags.etcd_ca;
   auto security = ControlPlaneSecurityFrom(config);
   if (!security.ok()) {
     std::cerr << "tierkv stat: error: " << security.status().message() << std::endl;
@@ -279,6 +285,11 @@ void AddStatCommand(CLI::App& app, int* exit_code) {
   stat->add_option("--tls-cert", flags->tls_cert,
                    "Mutual TLS: this client's certificate (PEM), with --tls-key");
   stat->add_option("--tls-key", flags->tls_key, "The key of --tls-cert (PEM)");
+  stat->add_option("--etcd-user", flags->etcd_user,
+                   "With --master etcd://...: the etcd user (etcd's auth enabled)");
+  stat->add_option("--etcd-password-file", flags->etcd_password_file,
+                   "A file (mode 0600 or stricter) holding --etcd-user's password");
+  stat->add_option("--etcd-ca", flags->etcd_ca, "TLS to etcd, trusting this CA (PEM)");
   stat->add_option("--timeout-ms", flags->timeout_ms,
                    "Give up (exit status 1) when the master has not answered within this long")
       ->check(CLI::Range(int64_t{1}, int64_t{3'600'000}))

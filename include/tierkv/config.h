@@ -50,6 +50,12 @@ struct Config {
   std::string data_tls_cert_file;
   std::string data_tls_key_file;
   std::string data_tls_ca_file;
+  // etcd's own credentials, for a master_server_address "etcd://...": a user and a file (mode
+  // 0600 or stricter) holding its password ("" = no authentication), and the CA of etcd's
+  // certificate ("" = plaintext).
+  std::string etcd_user;
+  std::string etcd_password_file;
+  std::string etcd_ca_file;
 
   // Master / metadata.
   uint64_t default_kv_lease_ttl_ms = 10000;  // read lease granted by exists/get

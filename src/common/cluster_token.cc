@@ -41,6 +41,10 @@ std::vector<std::weak_ptr<TokenSet>>& Loaded() {
 }  // namespace
 
 Result<std::string> ReadTokenFile(const std::string& path) {
+  return ReadSecretFile(path, kMinTokenBytes);
+}
+
+Result<std::string> ReadSecretFile(const std::string& path, size_t min_bytes) {
   if (path.empty()) return Status(ErrorCode::INVALID_CONFIG, "token file: the path is empty");
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY));
   if (!fd.valid()) {
@@ -77,11 +81,11 @@ Result<std::string> ReadTokenFile(const std::string& path) {
                              secret.back() == ' ' || secret.back() == '\t')) {
     secret.pop_back();
   }
-  if (secret.size() < kMinTokenBytes || secret.size() > kMaxTokenBytes) {
+  if (secret.size() < min_bytes || secret.size() > kMaxTokenBytes) {
     return TokenError(path, "holds " + std::to_string(secret.size()) +
-                                " bytes of token; a token is " + std::to_string(kMinTokenBytes) +
+                                " bytes of secret; it must hold " + std::to_string(min_bytes) +
                                 ".." + std::to_string(kMaxTokenBytes) +
-                                " bytes (e.g. openssl rand -hex 32)");
+                                " bytes (a token: e.g. openssl rand -hex 32)");
   }
   return secret;
 }

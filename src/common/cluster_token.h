@@ -32,6 +32,8 @@ using TokenDigest = std::array<uint8_t, 32>;  // SHA-256, or an HMAC-SHA256 valu
 // Errors: INVALID_CONFIG naming the file and what is wrong (its mode, in octal, and the chmod
 // that fixes it; missing; too short) — never the content.
 Result<std::string> ReadTokenFile(const std::string& path);
+// The same rules for another secret (a password) of at least `min_bytes`.
+Result<std::string> ReadSecretFile(const std::string& path, size_t min_bytes);
 
 // HMAC-SHA256 of `parts`, concatenated, under `secret`.
 TokenDigest TokenMac(std::string_view secret, std::initializer_list<std::string_view> parts);

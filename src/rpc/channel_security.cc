@@ -61,6 +61,10 @@ Result<ControlPlaneSecurity> ControlPlaneSecurityFrom(const Config& config,
     return Status(ErrorCode::INVALID_CONFIG,
                   "config keys 'tls_cert_file' and 'tls_key_file' go together");
   }
+  auto etcd = LoadEtcdCredentials(config.etcd_user, config.etcd_password_file, config.etcd_ca_file,
+                                  "config keys 'etcd_user', 'etcd_password_file', 'etcd_ca_file'");
+  if (!etcd.ok()) return etcd.status();
+  out.etcd = std::move(etcd).value();
   if (!config.tls_ca_file.empty()) {
     auto ca = ReadPemFile(config.tls_ca_file, "config key 'tls_ca_file'");
     if (!ca.ok()) return ca.status();

@@ -12,6 +12,7 @@
 
 #include "common/cluster_token.h"
 #include "common/pem_file.h"
+#include "rpc/etcd_client.h"
 #include "tierkv/config.h"
 #include "tierkv/status.h"
 
@@ -27,10 +28,13 @@ struct ControlPlaneSecurity {
   std::string tls_ca_pem;
   std::string tls_cert_pem;
   std::string tls_key_pem;
+  // etcd's credentials, for a master address "etcd://..." (the leader lookup).
+  EtcdCredentials etcd;
 };
 
 // From the config keys cluster_token_file, cluster_accept_token_file, tls_ca_file,
-// tls_cert_file and tls_key_file (`tokens`: use this TokenSet instead of loading one).
+// tls_cert_file, tls_key_file and etcd_user, etcd_password_file, etcd_ca_file (`tokens`: use this
+// TokenSet instead of loading one).
 Result<ControlPlaneSecurity> ControlPlaneSecurityFrom(const Config& config,
                                                       std::shared_ptr<const TokenSet> tokens = {});
 

@@ -5,7 +5,9 @@
 #include <chrono>
 #include <utility>
 
+#include "common/cluster_token.h"
 #include "common/host_port.h"
+#include "common/pem_file.h"
 #include "etcd/rpc.grpc.pb.h"
 
 namespace tierkv {
@@ -34,7 +36,18 @@ struct EtcdClient::Stubs {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<etcdserverpb::KV::Stub> kv;
   std::unique_ptr<etcdserverpb::Lease::Stub> lease;
+  std::unique_ptr<etcdserverpb::Auth::Stub> auth;
 };
+
+// etcd's metadata key for its auth token (clientv3's rpctypes.TokenFieldNameGRPC).
+constexpr char kEtcdTokenKey[] = "token";
+
+// etcd's answer to a call whose auth token is missing, wrong or expired.
+bool AuthTokenRefused(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+         status.error_message().find("invalid auth token") != std::string::npos ||
+         status.error_message().find("user name is empty") != std::string::npos;
+}
 
 bool IsEtcdAddress(const std::string& address) { return address.rfind("etcd://", 0) == 0; }
 
@@ -70,16 +83,49 @@ Result<std::vector<std::string>> ParseEtcdAddress(const std::string& address) {
   return out;
 }
 
-EtcdClient::EtcdClient(std::vector<std::string> endpoints, Millis timeout)
-    : endpoints_(std::move(endpoints)), timeout_(timeout) {}
+Result<EtcdCredentials> LoadEtcdCredentials(const std::string& user,
+                                            const std::string& password_file,
+                                            const std::string& ca_file, const std::string& what) {
+  EtcdCredentials out;
+  if (user.empty() != password_file.empty()) {
+    return Status(ErrorCode::INVALID_CONFIG, what +
+                                                 ": the etcd user and its password file go "
+                                                 "together");
+  }
+  if (!user.empty()) {
+    auto password = ReadSecretFile(password_file, 1);
+    if (!password.ok()) return Status(password.code(), what + ": " + password.status().message());
+    out.user = user;
+    out.password = std::move(password).value();
+  }
+  if (!ca_file.empty()) {
+    auto ca = ReadPemFile(ca_file, what.c_str());
+    if (!ca.ok()) return ca.status();
+    out.ca_pem = std::move(ca).value();
+  }
+  return out;
+}
+
+EtcdClient::EtcdClient(std::vector<std::string> endpoints, Millis timeout,
+                       EtcdCredentials credentials)
+    : endpoints_(std::move(endpoints)), timeout_(timeout), credentials_(std::move(credentials)) {}
 
 EtcdClient::~EtcdClient() = default;
 
 Result<std::unique_ptr<EtcdClient>> EtcdClient::Create(std::vector<std::string> endpoints,
-                                                       Millis timeout) {
+                                                       Millis timeout,
+                                                       EtcdCredentials credentials) {
   if (endpoints.empty()) return Status(ErrorCode::INVALID_PARAMS, "no etcd endpoint");
   if (timeout.count() <= 0) return Status(ErrorCode::INVALID_PARAMS, "etcd timeout must be > 0");
-  std::unique_ptr<EtcdClient> client(new EtcdClient(std::move(endpoints), timeout));
+  std::unique_ptr<EtcdClient> client(
+      new EtcdClient(std::move(endpoints), timeout, std::move(credentials)));
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials =
+      grpc::InsecureChannelCredentials();
+  if (!client->credentials_.ca_pem.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = client->credentials_.ca_pem;
+    channel_credentials = grpc::SslCredentials(ssl);
+  }
   grpc::ChannelArguments args;
   // Reconnect quickly to an etcd that restarts (gRPC's default backoff grows to 120 s). The
   // minimum backoff stays gRPC's: it is also the timeout of a connection attempt, and 100 ms
@@ -90,9 +136,10 @@ Result<std::unique_ptr<EtcdClient>> EtcdClient::Create(std::vector<std::string> 
   for (const std::string& endpoint : client->endpoints_) {
     auto stubs = std::make_unique<Stubs>();
     stubs->endpoint = endpoint;
-    stubs->channel = grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+    stubs->channel = grpc::CreateCustomChannel(endpoint, channel_credentials, args);
     stubs->kv = etcdserverpb::KV::NewStub(stubs->channel);
     stubs->lease = etcdserverpb::Lease::NewStub(stubs->channel);
+    stubs->auth = etcdserverpb::Auth::NewStub(stubs->channel);
     client->stubs_.push_back(std::move(stubs));
   }
   return client;
@@ -112,22 +159,96 @@ Status EtcdClient::Try(const char* what, Call&& call) {
     start = current_;
   }
   std::string reasons;
+  bool refused = false;  // etcd refused the credentials (not a network failure)
   for (size_t k = 0; k < stubs_.size(); ++k) {
     const size_t i = (start + k) % stubs_.size();
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + timeout_);
-    const grpc::Status status = call(*stubs_[i], context);
+    grpc::Status status;
+    // With credentials: the current auth token, and one fresh one if etcd refuses it.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::string token;
+      if (!credentials_.user.empty()) {
+        {
+          std::lock_guard lock(mu_);
+          token = auth_token_;
+        }
+        if (token.empty() || attempt == 1) {
+          std::string why;
+          token = Authenticate(*stubs_[i], &why);
+          if (token.empty()) {
+            status = grpc::Status(grpc::StatusCode::UNAUTHENTICATED, why);
+            break;
+          }
+          std::lock_guard lock(mu_);
+          auth_token_ = token;
+        }
+      }
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + timeout_);
+      if (!token.empty()) context.AddMetadata(kEtcdTokenKey, token);
+      status = call(*stubs_[i], context);
+      if (status.ok() || credentials_.user.empty() || !AuthTokenRefused(status)) break;
+    }
     if (status.ok()) {
       std::lock_guard lock(mu_);
       current_ = i;
       return Status::Ok();
     }
+    refused |= status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+               AuthTokenRefused(status) ||
+               status.error_message().find("permission denied") != std::string::npos;
     reasons += (reasons.empty() ? "" : "; ") + stubs_[i]->endpoint + ": " +
                std::to_string(static_cast<int>(status.error_code())) + " " + status.error_message();
   }
-  return Status(ErrorCode::RPC_FAIL, std::string("etcd ") + what + " at " + Describe() +
-                                         " failed (timeout " + std::to_string(timeout_.count()) +
-                                         " ms per endpoint): " + reasons);
+  return Status(refused ? ErrorCode::UNAUTHENTICATED : ErrorCode::RPC_FAIL,
+                std::string("etcd ") + what + " at " + Describe() + " failed (timeout " +
+                    std::to_string(timeout_.count()) + " ms per endpoint): " + reasons);
+}
+
+std::string EtcdClient::Authenticate(Stubs& stubs, std::string* why) {
+  etcdserverpb::AuthenticateRequest request;
+  request.set_name(credentials_.user);
+  request.set_password(credentials_.password);
+  etcdserverpb::AuthenticateResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout_);
+  const grpc::Status status = stubs.auth->Authenticate(&context, request, &response);
+  if (!status.ok()) {
+    *why = "authenticating as etcd user '" + credentials_.user + "': " + status.error_message();
+    return "";
+  }
+  if (response.token().empty()) {
+    *why = "etcd user '" + credentials_.user + "': etcd's authentication is not enabled";
+  }
+  return response.token();
+}
+
+Status EtcdClient::EnableAuth(const std::string& root_password) {
+  etcdserverpb::AuthUserAddRequest add;
+  add.set_name("root");
+  add.set_password(root_password);
+  etcdserverpb::AuthUserAddResponse added;
+  if (Status st =
+          Try("UserAdd",
+              [&](Stubs& s, grpc::ClientContext& c) { return s.auth->UserAdd(&c, add, &added); });
+      !st.ok()) {
+    return st;
+  }
+  etcdserverpb::AuthUserGrantRoleRequest grant;
+  grant.set_user("root");
+  grant.set_role("root");
+  etcdserverpb::AuthUserGrantRoleResponse granted;
+  if (Status st = Try("UserGrantRole",
+                      [&](Stubs& s, grpc::ClientContext& c) {
+                        return s.auth->UserGrantRole(&c, grant, &granted);
+                      });
+      !st.ok()) {
+    return st;
+  }
+  etcdserverpb::AuthEnableRequest enable;
+  etcdserverpb::AuthEnableResponse enabled;
+  return Try("AuthEnable", [&](Stubs& s, grpc::ClientContext& c) {
+    return s.auth->AuthEnable(&c, enable, &enabled);
+  });
 }
 
 Result<std::optional<EtcdKeyValue>> EtcdClient::Get(const std::string& key) {

@@ -35,6 +35,19 @@ bool IsEtcdAddress(const std::string& address);
 // scheme, no endpoint, or an endpoint without a port.
 Result<std::vector<std::string>> ParseEtcdAddress(const std::string& address);
 
+// How to reach an etcd that requires authentication (etcd's user/password auth) and TLS.
+struct EtcdCredentials {
+  std::string user;      // "" = no authentication
+  std::string password;  // the secret itself (read from a file by the caller)
+  std::string ca_pem;    // "" = plaintext; else TLS, trusting this CA
+  bool empty() const { return user.empty() && ca_pem.empty(); }
+};
+// From the user and a password file (mode 0600 or stricter: the token file's rules,
+// common/cluster_token.h) and a CA file; `what` names the flags or keys in errors.
+Result<EtcdCredentials> LoadEtcdCredentials(const std::string& user,
+                                            const std::string& password_file,
+                                            const std::string& ca_file, const std::string& what);
+
 struct EtcdKeyValue {
   std::string key;
   std::string value;
@@ -51,8 +64,11 @@ struct LeaderInfo {
 
 class EtcdClient {
  public:
+  // With `credentials.user`, every call carries an etcd auth token got by Authenticate (again
+  // when etcd says it expired); a wrong user or password is UNAUTHENTICATED.
   static Result<std::unique_ptr<EtcdClient>> Create(std::vector<std::string> endpoints,
-                                                    Millis timeout = Millis(1000));
+                                                    Millis timeout = Millis(1000),
+                                                    EtcdCredentials credentials = {});
   ~EtcdClient();
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
@@ -77,6 +93,11 @@ class EtcdClient {
   // One keep-alive: the TTL the lease has again, in seconds (<= 0: the lease is gone).
   Result<int64_t> LeaseKeepAlive(int64_t id);
 
+  // Turns etcd's authentication on: user "root" with `root_password` and the root role, then
+  // AuthEnable (what `etcdctl user add root; etcdctl auth enable` do). For deployments and the
+  // tests; etcd refuses it when authentication is on already.
+  Status EnableAuth(const std::string& root_password);
+
   // The cluster's leader ("<prefix>leader"), or nullopt when none is elected.
   Result<std::optional<LeaderInfo>> Leader(const std::string& prefix = kMasterPrefix);
 
@@ -85,7 +106,9 @@ class EtcdClient {
 
  private:
   struct Stubs;
-  EtcdClient(std::vector<std::string> endpoints, Millis timeout);
+  EtcdClient(std::vector<std::string> endpoints, Millis timeout, EtcdCredentials credentials);
+  // An auth token from `stubs`' endpoint (Authenticate); "" and `why` set on failure.
+  std::string Authenticate(Stubs& stubs, std::string* why);
   // Runs `call(stubs)` on each endpoint in turn until one answers (gRPC status OK): its status,
   // or the last failure.
   template <typename Call>
@@ -93,9 +116,11 @@ class EtcdClient {
 
   const std::vector<std::string> endpoints_;
   const Millis timeout_;
+  const EtcdCredentials credentials_;
   std::vector<std::unique_ptr<Stubs>> stubs_;  // one per endpoint, fixed after Create
   std::mutex mu_;
-  size_t current_ = 0;  // the endpoint that answered last; guarded by mu_
+  size_t current_ = 0;      // the endpoint that answered last; guarded by mu_
+  std::string auth_token_;  // etcd's, with credentials_.user; guarded by mu_
 };
 
 }  // namespace tierkv

@@ -45,10 +45,16 @@ Result<std::unique_ptr<LeaderElection>> LeaderElection::Start(LeaderElectionOpti
   if (options.lease_ttl_s < 1) {
     return Status(ErrorCode::INVALID_PARAMS, "--ha-lease-ttl-s must be >= 1");
   }
-  auto etcd = EtcdClient::Create(options.endpoints, options.etcd_timeout);
+  auto etcd = EtcdClient::Create(options.endpoints, options.etcd_timeout, options.credentials);
   if (!etcd.ok()) return etcd.status();
   std::unique_ptr<LeaderElection> election(
       new LeaderElection(std::move(options), std::move(callbacks), std::move(etcd).value()));
+  // etcd grants leases to anyone; reading the leader key shows whether it lets this master in
+  // (its authentication on, and no or wrong credentials): then the start fails, not the loop.
+  if (auto leader = election->etcd_->Leader(election->options_.prefix);
+      !leader.ok() && leader.code() == ErrorCode::UNAUTHENTICATED) {
+    return leader.status();
+  }
   // The first lease now, so that a wrong etcd address fails the start instead of looping.
   for (int attempt = 0; attempt < 5 && !election->NewLease(); ++attempt) {
     std::this_thread::sleep_for(Millis(200));

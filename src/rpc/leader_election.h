@@ -42,6 +42,7 @@ struct LeaderElectionOptions {
   int64_t lease_ttl_s = 2;  // etcd raises a TTL below its minimum (1.5 x its election timeout)
   Millis poll{100};         // how often a standby looks at the leader key
   Millis etcd_timeout{1000};
+  EtcdCredentials credentials;  // etcd's user/password and TLS; empty = none
 };
 
 struct ElectionCallbacks {

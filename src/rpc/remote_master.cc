@@ -303,7 +303,8 @@ Result<std::unique_ptr<RemoteMaster>> RemoteMaster::Connect(const std::string& a
     auto endpoints = ParseEtcdAddress(address);
     if (!endpoints.ok()) return endpoints.status();
     auto etcd = EtcdClient::Create(std::move(endpoints).value(),
-                                   std::min(master->options_.rpc_timeout, Millis(1000)));
+                                   std::min(master->options_.rpc_timeout, Millis(1000)),
+                                   master->options_.security.etcd);
     if (!etcd.ok()) return etcd.status();
     master->etcd_ = std::move(etcd).value();
     // The leader etcd names; an election may be under way: wait for one, within the timeout.
@@ -316,6 +317,7 @@ Result<std::unique_ptr<RemoteMaster>> RemoteMaster::Connect(const std::string& a
         break;
       }
       if (!leader.ok()) last = leader.status();
+      if (!leader.ok() && leader.code() == ErrorCode::UNAUTHENTICATED) return leader.status();
       if (std::chrono::steady_clock::now() + Millis(50) >= deadline) {
         return Status(ErrorCode::RPC_FAIL, "no tierkv master leads at " + address + " within " +
                                                std::to_string(connect_timeout.count()) +
@@ -976,7 +978,7 @@ Result<MasterProcessStats> RemoteMaster::QueryStats(const std::string& address, 
   if (IsEtcdAddress(address)) {
     auto endpoints = ParseEtcdAddress(address);
     if (!endpoints.ok()) return endpoints.status();
-    auto etcd = EtcdClient::Create(std::move(endpoints).value(), timeout);
+    auto etcd = EtcdClient::Create(std::move(endpoints).value(), timeout, security.etcd);
     if (!etcd.ok()) return etcd.status();
     auto members = (*etcd)->GetPrefix(std::string(kMasterPrefix) + "members/");
     if (!members.ok()) return members.status();

@@ -16,6 +16,8 @@
 #include "distributed_test_util.h"
 #include "http_test_util.h"
 #include "process_test_util.h"
+#include "rpc/etcd_client.h"
+#include "rpc/etcd_process.h"
 #include "rpc/remote_master.h"
 
 namespace tierkv {
@@ -262,10 +264,10 @@ bool MakeCertificates(const std::string& dir, std::string* output) {
 }
 
 // TLS on the control plane: a requester that trusts the CA works; a plaintext one, or one that
-// trusts another CA, cannot talk to the master. With --tls-ca (mutual TLS) a requester without
-// a client certificate is refused, one with a certificate the CA signed works; `tierkv stat`
-// too. The token rides inside TLS.
-TEST_F(AuthTest, TlsAndMutualTlsOnTheControlPlane) {
+// trusts another CA, cannot talk to the master; `tierkv stat` too. The token rides inside TLS.
+// The store's data port speaks TLS too: a requester without data_tls_ca_file cannot write there.
+// (Mutual TLS: the next test.)
+TEST_F(AuthTest, TlsOnTheControlPlaneAndTheDataPlane) {
   std::string output;
   ASSERT_TRUE(MakeCertificates(dir_, &output)) << output;
   const std::string ca = dir_ + "/ca.pem", cert = dir_ + "/master.pem", key = dir_ + "/master.key",
@@ -311,6 +313,14 @@ TEST_F(AuthTest, TlsAndMutualTlsOnTheControlPlane) {
         RunToExit({"stat", "--master", master->address(), "--token-file", token_, "--tls-ca", ca});
     EXPECT_EQ(stat.code, 0) << stat.output;
   }
+}
+
+TEST_F(AuthTest, MutualTlsRefusesAClientWithoutACertificate) {
+  std::string output;
+  ASSERT_TRUE(MakeCertificates(dir_, &output)) << output;
+  const std::string ca = dir_ + "/ca.pem", cert = dir_ + "/master.pem", key = dir_ + "/master.key",
+                    client_cert = dir_ + "/client.pem", client_key = dir_ + "/client.key";
+  const std::string log = dir_ + "/master.log";
   {
     auto master =
         Start("master", {"--port", "0", "--tls-cert", cert, "--tls-key", key, "--tls-ca", ca},
@@ -424,6 +434,82 @@ TEST_F(AuthTest, SilentGrpcConnectionsAreClosed) {
   // The master still serves.
   proc_test::Exit stat = RunToExit({"stat", "--master", master->address()});
   EXPECT_EQ(stat.code, 0) << stat.output;
+}
+
+}  // namespace
+}  // namespace tierkv
+
+namespace tierkv {
+namespace {
+
+// etcd with its authentication on: masters (--ha), stores and requesters following
+// etcd://..., and `tierkv stat`, reach it with a user and password; without them, or with a
+// wrong password, they are refused, naming etcd and the user — never the password.
+TEST_F(AuthTest, EtcdIsReachedWithItsOwnCredentials) {
+  if (EtcdProcess::FindEtcd().empty()) GTEST_SKIP() << "no etcd (apt-get install etcd-server)";
+  EtcdProcessOptions etcd_options;
+  etcd_options.parent_dir = dir_;
+  auto etcd = EtcdProcess::Start(etcd_options);
+  ASSERT_TRUE(etcd.ok()) << etcd.status().ToString();
+  const std::string password = "etcd-root-pw-7c41";
+  {
+    auto admin = EtcdClient::Create({(*etcd)->endpoint()});
+    ASSERT_TRUE(admin.ok());
+    ASSERT_TRUE((*admin)->EnableAuth(password).ok());
+  }
+  const std::string password_file = Write("etcd-password", password + "\n", 0600);
+  const std::string wrong_file = Write("etcd-wrong", "not-the-password\n", 0600);
+  const std::string ha = (*etcd)->address();
+  for (const std::vector<std::string>& creds :
+       {std::vector<std::string>{},
+        std::vector<std::string>{"--etcd-user", "root", "--etcd-password-file", wrong_file}}) {
+    std::vector<std::string> args = {"master", "--port", "0", "--metrics-port", "-1", "--ha", ha};
+    args.insert(args.end(), creds.begin(), creds.end());
+    proc_test::Exit refused = RunToExit(args);
+    EXPECT_EQ(refused.code, 1) << refused.output;
+    EXPECT_NE(refused.output.find("etcd"), std::string::npos) << refused.output;
+    EXPECT_EQ(refused.output.find("not-the-password"), std::string::npos);
+  }
+  auto master = Start(
+      "master",
+      {"--port", "0", "--ha", ha, "--etcd-user", "root", "--etcd-password-file", password_file},
+      false, dir_ + "/master.log");
+  ASSERT_NE(master, nullptr) << Read(dir_ + "/master.log");
+  Config config;
+  config.mode = Mode::kStandaloneStore;
+  config.global_segment_size = 0;
+  config.master_server_address = ha;
+  config.protocol = "tcp";
+  config.require_registered_buffers = false;
+  auto no_credentials = Client::Create(config);
+  ASSERT_FALSE(no_credentials.ok());
+  EXPECT_NE(no_credentials.status().message().find("etcd"), std::string::npos)
+      << no_credentials.status().ToString();
+  config.etcd_user = "root";
+  config.etcd_password_file = password_file;
+  const std::string store_config =
+      Write("store.json",
+            "{\"etcd_user\": \"root\", \"etcd_password_file\": \"" + password_file + "\"}", 0600);
+  auto store =
+      Start("store",
+            {"--master", ha, "--config", store_config, "--segment-size", "32MiB", "--small-pages"},
+            false, dir_ + "/store.log");
+  ASSERT_NE(store, nullptr) << Read(dir_ + "/store.log");
+  {
+    auto requester = Requester(config);
+    ASSERT_NE(requester, nullptr);
+    ASSERT_EQ(PutKey(*requester, "via-etcd", 4), 0);
+    EXPECT_EQ(GetKey(*requester, "via-etcd", 4), static_cast<int64_t>(dist_test::kObject));
+  }
+  proc_test::Exit stat = RunToExit(
+      {"stat", "--master", ha, "--etcd-user", "root", "--etcd-password-file", password_file});
+  EXPECT_EQ(stat.code, 0) << stat.output;
+  proc_test::Exit stat_refused = RunToExit({"stat", "--master", ha});
+  EXPECT_EQ(stat_refused.code, 1) << stat_refused.output;
+  for (const std::string& text :
+       {Read(dir_ + "/master.log"), Read(dir_ + "/store.log"), stat.output}) {
+    EXPECT_EQ(text.find(password), std::string::npos) << text;
+  }
 }
 
 }  // namespace
