@@ -514,3 +514,61 @@ TEST_F(AuthTest, EtcdIsReachedWithItsOwnCredentials) {
 
 }  // namespace
 }  // namespace tierkv
+
+namespace tierkv {
+namespace {
+
+// Rotation without a restart: the master accepts a second token file; SIGHUP re-reads both.
+// Clients move from the old token to the new one while both are accepted; once the old one is
+// dropped, it is refused, and clients holding the new one never noticed.
+TEST_F(AuthTest, TheTokenRotatesWithoutARestart) {
+  const std::string current = Write("current", std::string(kSecret) + "\n", 0600);
+  const std::string next = Write("next", std::string(kSecret) + "\n", 0600);  // none yet
+  const std::string log = dir_ + "/master.log";
+  auto master = Start(
+      "master", {"--port", "0", "--token-file", current, "--accept-token-file", next}, false, log);
+  ASSERT_NE(master, nullptr) << Read(log);
+  auto store = Start("store",
+                     {"--master", master->address(), "--segment-size", "32MiB", "--small-pages",
+                      "--token-file", current, "--accept-token-file", next},
+                     false, dir_ + "/store.log");
+  ASSERT_NE(store, nullptr);
+  Config old_config = RequesterConfig(*master, "tcp");
+  old_config.cluster_token_file = token_;  // kSecret, the old token
+  auto old_client = Requester(old_config);
+  ASSERT_NE(old_client, nullptr);
+  ASSERT_EQ(PutKey(*old_client, "before", 1), 0);
+
+  // Step 1: the new token is accepted too (SIGHUP to the master and the store).
+  const std::string new_secret = "rotated-token-9f8e7d6c5b4a";
+  Write("next", new_secret + "\n", 0600);
+  ASSERT_EQ(kill(master->pid(), SIGHUP), 0);
+  ASSERT_EQ(kill(store->pid(), SIGHUP), 0);
+  Config new_config = old_config;
+  new_config.cluster_token_file = Write("client-new", new_secret + "\n", 0600);
+  std::unique_ptr<Client> new_client;
+  ASSERT_TRUE(dist_test::Eventually(
+      [&] {
+        auto c = Client::Create(new_config);
+        if (!c.ok()) return false;
+        new_client = std::move(c).value();
+        return true;
+      },
+      std::chrono::seconds(5)));
+  EXPECT_EQ(GetKey(*new_client, "before", 1), static_cast<int64_t>(dist_test::kObject));
+  EXPECT_EQ(PutKey(*old_client, "during", 2), 0);  // the old one still works
+
+  // Step 3: the new token is the cluster's, the old one is dropped.
+  Write("current", new_secret + "\n", 0600);
+  ASSERT_EQ(kill(master->pid(), SIGHUP), 0);
+  ASSERT_EQ(kill(store->pid(), SIGHUP), 0);
+  ASSERT_TRUE(dist_test::Eventually(
+      [&] { return Client::Create(old_config).code() == ErrorCode::UNAUTHENTICATED; },
+      std::chrono::seconds(5)));
+  EXPECT_EQ(PutKey(*new_client, "after", 3), 0);
+  EXPECT_EQ(GetKey(*new_client, "during", 2), static_cast<int64_t>(dist_test::kObject));
+  EXPECT_NE(Read(log).find("SIGHUP: token files re-read"), std::string::npos) << Read(log);
+}
+
+}  // namespace
+}  // namespace tierkv
