@@ -92,6 +92,46 @@ void PrintHuman(std::ostream& out, const RemoteBenchOptions& options, const Conf
   out << line << std::flush;
 }
 
+// --auth and --tls: the JSON line of one size's paired comparison (printed with --json) and its
+// human line (returned). `target` 0: reported without one.
+std::string PairedLine(const RemoteBenchOptions& options, uint64_t size, const char* auth,
+                       const char* base_name, const char* name, const std::vector<double>& base_get,
+                       const std::vector<double>& get, const std::vector<double>& put,
+                       const std::vector<double>& ratios, double target) {
+  const double ratio = Median(ratios);
+  const double low = *std::min_element(ratios.begin(), ratios.end());
+  const double high = *std::max_element(ratios.begin(), ratios.end());
+  const bool pass = ratio >= target;
+  nlohmann::ordered_json line;
+  line["bench"] = "remote";
+  line["transport"] = "tcp";
+  line["auth"] = auth;
+  line["object_bytes"] = size;
+  line["reps"] = options.common.reps;
+  line[std::string("get_gbps_") + base_name] = Round3(Median(base_get));
+  line[std::string("get_gbps_") + name] = Round3(Median(get));
+  line[std::string("put_gbps_") + name] = Round3(Median(put));
+  line["get_ratio"] = Round3(ratio);
+  line["get_ratio_min"] = Round3(low);
+  line["get_ratio_max"] = Round3(high);
+  if (target > 0) {
+    line["target_ratio"] = target;
+    line["pass"] = pass;
+  }
+  if (options.common.json) EmitJson(line);
+  char text[320];
+  std::snprintf(text, sizeof(text),
+                "tcp get (%s), %s objects: %.3f GB/s vs %.3f GB/s (%s): ratio %.3f, min %.3f, "
+                "max %.3f over %d paired reps; %s\n",
+                auth, FormatBytes(size).c_str(), Median(get), Median(base_get), base_name, ratio,
+                low, high, options.common.reps,
+                target > 0 ? (std::string("target >= ") + std::to_string(target).substr(0, 4) +
+                              (pass ? ": PASS" : ": FAIL"))
+                                 .c_str()
+                           : "reported");
+  return text;
+}
+
 }  // namespace
 
 // ---- RunRemoteBench -----------------------------------------------------------------------
@@ -221,57 +261,12 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
     }
     results.push_back(r);
     if (!tls_ratio.empty()) {
-      const double ratio = Median(tls_ratio);
-      const double low = *std::min_element(tls_ratio.begin(), tls_ratio.end());
-      const double high = *std::max_element(tls_ratio.begin(), tls_ratio.end());
-      nlohmann::ordered_json line;
-      line["bench"] = "remote";
-      line["transport"] = "tcp";
-      line["auth"] = "token+tls";
-      line["object_bytes"] = size;
-      line["reps"] = reps;
-      line["get_gbps_plaintext"] = Round3(Median(tcp_get));
-      line["get_gbps_tls"] = Round3(Median(tls_get));
-      line["put_gbps_tls"] = Round3(Median(tls_put));
-      line["get_ratio"] = Round3(ratio);
-      line["get_ratio_min"] = Round3(low);
-      line["get_ratio_max"] = Round3(high);
-      if (options.common.json) EmitJson(line);
-      char text[256];
-      std::snprintf(text, sizeof(text),
-                    "tcp get over TLS (with the token), %s objects: %.3f GB/s vs %.3f GB/s "
-                    "plaintext (ratio %.3f, min %.3f, max %.3f over %d paired reps; reported)\n",
-                    FormatBytes(size).c_str(), Median(tls_get), Median(tcp_get), ratio, low, high,
-                    reps);
-      auth_lines += text;
+      auth_lines += PairedLine(options, size, "token+tls", "plaintext", "tls", tcp_get, tls_get,
+                               tls_put, tls_ratio, 0);
     }
     if (!token_ratio.empty()) {
-      const double ratio = Median(token_ratio);
-      const double low = *std::min_element(token_ratio.begin(), token_ratio.end());
-      const double high = *std::max_element(token_ratio.begin(), token_ratio.end());
-      const bool pass = ratio >= kTokenDataPlaneRatioTarget;
-      nlohmann::ordered_json line;
-      line["bench"] = "remote";
-      line["transport"] = "tcp";
-      line["auth"] = "token";
-      line["object_bytes"] = size;
-      line["reps"] = reps;
-      line["get_gbps_without_token"] = Round3(Median(tcp_get));
-      line["get_gbps_with_token"] = Round3(Median(token_get));
-      line["put_gbps_with_token"] = Round3(Median(token_put));
-      line["get_ratio"] = Round3(ratio);
-      line["get_ratio_min"] = Round3(low);
-      line["get_ratio_max"] = Round3(high);
-      line["target_ratio"] = kTokenDataPlaneRatioTarget;
-      line["pass"] = pass;
-      if (options.common.json) EmitJson(line);
-      char text[256];
-      std::snprintf(text, sizeof(text),
-                    "tcp get with the cluster token, %s objects: %.3f GB/s vs %.3f GB/s without "
-                    "(ratio %.3f, min %.3f, max %.3f over %d paired reps; target >= %.2f: %s)\n",
-                    FormatBytes(size).c_str(), Median(token_get), Median(tcp_get), ratio, low, high,
-                    reps, kTokenDataPlaneRatioTarget, pass ? "PASS" : "FAIL");
-      auth_lines += text;
+      auth_lines += PairedLine(options, size, "token", "without_token", "with_token", tcp_get,
+                               token_get, token_put, token_ratio, kTokenDataPlaneRatioTarget);
     }
     if (options.common.json) {
       for (const char* transport : {"shm", "tcp"}) {
