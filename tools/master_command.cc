@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 
@@ -22,6 +24,7 @@
 #include "rpc/leader_election.h"
 #include "rpc/master_server.h"
 #include "tierkv/config.h"
+#include "tierkv/types.h"
 
 namespace tierkv::cli {
 namespace {
@@ -50,6 +53,8 @@ struct MasterFlags {
   std::string token_file;         // the cluster token; "" = none (trust whoever connects)
   std::string accept_token_file;  // a second accepted token (rotation)
   std::string store_token_file;   // the stores' credential; "" = the cluster token's holders
+  std::string tenants_file;       // tenants' credentials (JSON); "" = none
+  std::string admin_token_file;   // whole-cluster calls when tenants are configured
   std::string tls_cert;           // TLS: certificate and key (PEM); "" = plaintext
   std::string tls_key;
   std::string tls_ca;  // given: clients must present a certificate it signed (mutual TLS)
@@ -58,6 +63,54 @@ struct MasterFlags {
   std::string etcd_password_file;
   std::string etcd_ca;
 };
+
+// --tenants-file: {"tenants": {"NAME": {"token_file": PATH}, ...}}. INVALID_CONFIG naming the
+// file and what is wrong.
+Status LoadTenants(const std::string& path, MasterServerOptions* options) {
+  auto bad = [&](const std::string& why) {
+    return Status(ErrorCode::INVALID_CONFIG, "--tenants-file " + path + ": " + why);
+  };
+  std::ifstream in(path);
+  if (!in) return bad("cannot be read");
+  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return bad("not a JSON object");
+  for (const auto& [key, value] : doc.items()) {
+    if (key != "tenants") return bad("unknown key '" + key + "' (only \"tenants\")");
+  }
+  if (!doc.contains("tenants") || !doc["tenants"].is_object() || doc["tenants"].empty()) {
+    return bad("\"tenants\" must be an object naming at least one tenant");
+  }
+  for (const auto& [name, tenant] : doc["tenants"].items()) {
+    const bool valid = !name.empty() && name.size() <= 64 && name != "default" &&
+                       name.find_first_not_of(
+                           "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                           "0123456789_.-") == std::string::npos;
+    if (!valid) {
+      return bad("tenant '" + name +
+                 "': a name of 1..64 characters of A-Z a-z 0-9 _ . - (not "
+                 "\"default\")");
+    }
+    if (!tenant.is_object()) return bad("tenant '" + name + "' must be an object");
+    for (const auto& [field, value] : tenant.items()) {
+      if (field == "token_file") continue;
+      if (field == "dram_quota" || field == "ssd_quota" || field == "dram_share") {
+        return bad("tenant '" + name + "': '" + field +
+                   "' is not supported: quotas inside shared segments are not built; dedicate "
+                   "stores to the tenant instead (tierkv store --tenant " +
+                   name + "): their capacity is its quota");
+      }
+      return bad("tenant '" + name + "': unknown key '" + field + "' (only \"token_file\")");
+    }
+    if (!tenant.contains("token_file") || !tenant["token_file"].is_string()) {
+      return bad("tenant '" + name + "' needs \"token_file\"");
+    }
+    auto tokens = TokenSet::Load(tenant["token_file"].get<std::string>());
+    if (!tokens.ok()) return bad("tenant '" + name + "': " + tokens.status().message());
+    const std::string prefix = std::string(1, kKeyNamespaceMark) + name + kKeyNamespaceMark;
+    options->tenants.push_back(TenantCredential{name, prefix, std::move(tokens).value()});
+  }
+  return Status::Ok();
+}
 
 // Loads the token and TLS files named by the flags into `options`; false (and the error
 // printed, naming the flag) when one is refused.
@@ -79,6 +132,18 @@ bool LoadSecurity(const MasterFlags& flags, MasterServerOptions* options) {
     auto stores = TokenSet::Load(flags.store_token_file);
     if (!stores.ok()) return fail("--store-token-file: " + stores.status().message());
     options->store_tokens = std::move(stores).value();
+  }
+  if (!flags.tenants_file.empty()) {
+    if (Status st = LoadTenants(flags.tenants_file, options); !st.ok()) return fail(st.message());
+    if (options->store_tokens == nullptr) {
+      return fail("--tenants-file needs --store-token-file: stores report every tenant's keys");
+    }
+  }
+  if (!flags.admin_token_file.empty()) {
+    if (flags.token_file.empty()) return fail("--admin-token-file needs --token-file");
+    auto admin = TokenSet::Load(flags.admin_token_file);
+    if (!admin.ok()) return fail("--admin-token-file: " + admin.status().message());
+    options->admin_tokens = std::move(admin).value();
   }
   if (flags.tls_cert.empty() != flags.tls_key.empty()) {
     return fail("--tls-cert and --tls-key go together");
@@ -447,6 +512,18 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
                    "The stores' credential (a file as --token-file): only a process presenting "
                    "it may mount a segment or report its contents; holders of --token-file only "
                    "make requests. Stores: --token-file STORE --accept-token-file CLUSTER")
+      ->capture_default_str();
+  master
+      ->add_option("--tenants-file", flags->tenants_file,
+                   "Tenants' credentials, JSON: {\"tenants\": {\"NAME\": {\"token_file\": "
+                   "PATH}}}. A call with a tenant's token acts in that tenant's keys only "
+                   "(tenant_id NAME); the cluster token then acts in the default tenant's, and "
+                   "whole-cluster calls need --admin-token-file. Needs --store-token-file")
+      ->capture_default_str();
+  master
+      ->add_option("--admin-token-file", flags->admin_token_file,
+                   "With --tenants-file: the credential of cluster-wide calls (remove_all of "
+                   "every tenant, stats of the whole cluster)")
       ->capture_default_str();
   master
       ->add_option("--tls-cert", flags->tls_cert,

@@ -35,6 +35,7 @@ struct StoreFlags {
   std::string tls_key;
   std::string data_tls_cert;
   std::string data_tls_key;
+  std::string tenant;
   std::string config_path;
   std::string hostname;
   bool small_pages = false;
@@ -82,6 +83,7 @@ int RunStore(const StoreFlags& flags) {
   flag_wins("--data-tls-cert", flags.data_tls_cert, "data_tls_cert_file",
             &config.data_tls_cert_file);
   flag_wins("--data-tls-key", flags.data_tls_key, "data_tls_key_file", &config.data_tls_key_file);
+  flag_wins("--tenant", flags.tenant, "segment_tenant", &config.segment_tenant);
   if (config.master_server_address.empty()) {
     std::cerr << "tierkv store: error: no master: pass --master HOST:PORT (or "
                  "master_server_address in the config)"
@@ -314,6 +316,11 @@ void AddStoreCommand(CLI::App& app, int* exit_code) {
                     "TLS on the data port (tierkv's TCP transport): this store's certificate, "
                     "naming --data-host (config key data_tls_cert_file); requesters need "
                     "data_tls_ca_file. Default: plaintext");
+  store->add_option("--tenant", flags->tenant,
+                    "Dedicate the segment to this tenant (config key segment_tenant): its objects "
+                    "go only to its dedicated segments, nobody else's come here. Give the store "
+                    "that tenant's token to accept (--accept-token-file) so only its requesters "
+                    "reach the data port. Default: shared");
   store->add_option("--data-tls-key", flags->data_tls_key,
                     "The key of --data-tls-cert (data_tls_key_file)");
   store->add_flag("--small-pages", flags->small_pages,

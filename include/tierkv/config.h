@@ -53,6 +53,9 @@ struct Config {
   // etcd's own credentials, for a master_server_address "etcd://...": a user and a file (mode
   // 0600 or stricter) holding its password ("" = no authentication), and the CA of etcd's
   // certificate ("" = plaintext).
+  // The tenant the segment this process contributes is dedicated to ("" = shared; a tenant's
+  // name: 1..64 of [A-Za-z0-9_.-]; tierkv store --tenant). docs/security.md, "Tenants".
+  std::string segment_tenant;
   std::string etcd_user;
   std::string etcd_password_file;
   std::string etcd_ca_file;

@@ -298,6 +298,7 @@ const KeySpec kKeys[] = {
     {"data_tls_cert_file", &StringKey<&Config::data_tls_cert_file>},
     {"data_tls_key_file", &StringKey<&Config::data_tls_key_file>},
     {"data_tls_ca_file", &StringKey<&Config::data_tls_ca_file>},
+    {"segment_tenant", &StringKey<&Config::segment_tenant>},
     {"etcd_user", &StringKey<&Config::etcd_user>},
     {"etcd_password_file", &StringKey<&Config::etcd_password_file>},
     {"etcd_ca_file", &StringKey<&Config::etcd_ca_file>},
@@ -592,6 +593,11 @@ Status ValidateConfig(const Config& config) {
     return KeyError("data_tls_ca_file",
                     "TLS on the data plane is tierkv's TCP transport's; "
                     "protocol \"rdma\" has none");
+  }
+  if (config.segment_tenant.size() > 64 ||
+      config.segment_tenant.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                              "0123456789_.-") != std::string::npos) {
+    return KeyError("segment_tenant", "a tenant's name: 1 to 64 characters of A-Z a-z 0-9 _ . -");
   }
   if (!config.cluster_token_file.empty() && config.protocol == "rdma") {
     return KeyError("cluster_token_file",

@@ -14,7 +14,9 @@
 
 namespace tierkv {
 
-uint64_t MasterService::EvictForPut(uint64_t size, const ReplicateConfig& config) {
+uint64_t MasterService::EvictForPut(uint64_t size, const ReplicateConfig& config,
+                                    std::string_view tenant) {
+  const std::string pool = segments_.PlacementPool(tenant);
   auto usage = segments_.Usage();
   std::sort(usage.begin(), usage.end(), [&](const SegmentUsage& x, const SegmentUsage& y) {
     const bool px = IsPreferred(x.name, config.preferred_segment);
@@ -29,7 +31,7 @@ uint64_t MasterService::EvictForPut(uint64_t size, const ReplicateConfig& config
     // there frees nothing this put could use — and would walk the whole table for nothing on
     // every put refused while the stores report.
     auto seg = segments_.Find(usage[i].id);
-    if (!seg || seg->held.load()) continue;
+    if (!seg || seg->held.load() || seg->options.tenant != pool) continue;
     ++taken;
     const auto target = size + static_cast<uint64_t>(options_.eviction_ratio *
                                                      static_cast<double>(usage[i].capacity));

@@ -251,7 +251,7 @@ std::vector<Result<PutStartResult>> MasterService::StartPuts(const std::vector<s
       // fits or nothing more can go. Bounded so one put cannot empty a segment
       // in tiny steps.
       for (int round = 0; round < kMaxEvictionRounds; ++round) {
-        const bool freed = EvictForPut(sizes[i], config) > 0;
+        const bool freed = EvictForPut(sizes[i], config, TenantOfKey(key)) > 0;
         r = start();
         if (r.code() != ErrorCode::NO_AVAILABLE_HANDLE) break;
         // On segments whose owner keeps an index, what eviction (or anything else) freed is
@@ -317,7 +317,7 @@ Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64
     if (hs.objects.contains(key)) return Status(ErrorCode::OBJECT_ALREADY_EXISTS, key);
 
     auto placed = segments_.Allocate(size, config.replica_num, config.preferred_segment,
-                                     config.excluded_segments, now);
+                                     config.excluded_segments, now, TenantOfKey(key));
     if (!placed.ok()) return placed.status();
     ObjectMeta meta;
     meta.size = size;
@@ -374,7 +374,7 @@ Result<PutStartResult> MasterService::UpsertStartOne(const std::string& key, uin
       }
       // shard -> registry -> allocator: the lock order of a put.
       auto placed = segments_.Allocate(size, config.replica_num, config.preferred_segment,
-                                       config.excluded_segments, now);
+                                       config.excluded_segments, now, TenantOfKey(key));
       if (!placed.ok()) {
         result = placed.status();
         return;
@@ -787,6 +787,27 @@ uint64_t MasterService::ReclaimAbandonedPuts() {
   }
   reclaimed_puts_.fetch_add(count, std::memory_order_relaxed);
   return count;
+}
+
+MasterStats MasterService::NamespaceStats(std::string_view key_namespace) {
+  MasterStats st;
+  auto in = [&](std::string_view key) {
+    return key_namespace.empty() ? (key.empty() || key.front() != kKeyNamespaceMark)
+                                 : key.substr(0, key_namespace.size()) == key_namespace;
+  };
+  for (uint32_t i = 0; i < table_.num_shards(); ++i) {
+    Shard& s = table_.shard(i);
+    std::lock_guard lock(s.mu);
+    for (const auto& [key, meta] : s.objects) {
+      if (!in(key.str)) continue;
+      ++st.objects;
+      if (meta.state == ObjectState::kPending) ++st.pending_objects;
+      for (const auto& r : meta.replicas) {
+        ++(r.tier == ReplicaTier::kMemory ? st.memory_replicas : st.disk_replicas);
+      }
+    }
+  }
+  return st;
 }
 
 MasterStats MasterService::Stats() {

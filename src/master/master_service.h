@@ -241,6 +241,9 @@ class MasterService final : public MasterApi {
   uint64_t EvictFromSegment(SegmentId segment, uint64_t target_bytes);
 
   MasterStats Stats() override;
+  // The object and replica counts of one key namespace (a tenant's prefix; "" = keys outside
+  // every namespace); the other figures are 0.
+  MasterStats NamespaceStats(std::string_view key_namespace);
   const Clock* clock() const override { return options_.clock; }
   const MasterOptions& options() const { return options_; }
   // The eviction policy in use (options().policy, or LRU when that is null).
@@ -290,7 +293,9 @@ class MasterService final : public MasterApi {
                           std::vector<Result<DiskLocation>>& written, bool drop_memory,
                           const std::string& group, SteadyTime now);
   // Evicts on the segments a put of `size` would use; returns bytes freed.
-  uint64_t EvictForPut(uint64_t size, const ReplicateConfig& config);
+  // On the segments the put's tenant is placed on (its dedicated ones, else the shared ones):
+  // a put never pushes out another tenant's objects.
+  uint64_t EvictForPut(uint64_t size, const ReplicateConfig& config, std::string_view tenant);
   // A disk replica of `key` on `segment`; when the segment's owner keeps an index, the index
   // learns of it now (call under the object's shard lock) and of its drop later (its claim).
   Replica MakeDiskReplica(SegmentId segment, const std::string& key, const ObjectMeta& meta,

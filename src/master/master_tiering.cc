@@ -43,7 +43,7 @@ std::vector<Result<PutStartResult>> MasterService::PromoteStart(
       }
       auto seg = segments_.Find(meta.replicas.front().segment);
       auto placed = segments_.Allocate(meta.size, 1, seg ? seg->name : std::string(), {},
-                                       options_.clock->Now());
+                                       options_.clock->Now(), TenantOfKey(key));
       if (!placed.ok()) {
         r = placed.status();
         return;

@@ -4,6 +4,8 @@
 #include <mutex>
 #include <utility>
 
+#include "tierkv/types.h"
+
 namespace tierkv {
 
 bool IsPreferred(const std::string& name, const std::string& preferred) {
@@ -80,13 +82,18 @@ std::shared_ptr<const Segment> SegmentRegistry::FindByName(const std::string& na
 Result<std::vector<PlacedReplica>> SegmentRegistry::Allocate(uint64_t size, size_t replica_num,
                                                              const std::string& preferred_segment,
                                                              const std::vector<SegmentId>& excluded,
-                                                             SteadyTime now) const {
+                                                             SteadyTime now,
+                                                             std::string_view tenant) const {
   std::vector<std::shared_ptr<const Segment>> order;
+  std::string pool;
   {
     std::shared_lock lock(mu_);
+    // A tenant with dedicated segments mounted goes there only; otherwise to the shared ones.
+    pool = PlacementPoolLocked(tenant);
     order.reserve(segments_.size());
     for (const auto& [id, seg] : segments_) {
       if (seg->held.load(std::memory_order_acquire)) continue;
+      if (seg->options.tenant != pool) continue;
       if (std::find(excluded.begin(), excluded.end(), id) != excluded.end()) continue;
       order.push_back(seg);
     }
@@ -95,7 +102,8 @@ Result<std::vector<PlacedReplica>> SegmentRegistry::Allocate(uint64_t size, size
     return Status(
         ErrorCode::NO_AVAILABLE_HANDLE,
         "replica_num " + std::to_string(replica_num) + " > " + std::to_string(order.size()) +
-            " mounted segments" +
+            (pool.empty() ? std::string(" mounted segments")
+                          : " mounted segments of tenant '" + pool + "'") +
             (excluded.empty() ? std::string()
                               : " this requester can reach (" + std::to_string(excluded.size()) +
                                     " unreachable from it)"));
@@ -125,11 +133,34 @@ Result<std::vector<PlacedReplica>> SegmentRegistry::Allocate(uint64_t size, size
     if (alloc) placed.push_back(PlacedReplica{order[idx]->id, std::move(*alloc)});
   }
   if (placed.size() < replica_num) {
-    return Status(ErrorCode::NO_AVAILABLE_HANDLE, "no room for " + std::to_string(replica_num) +
-                                                      " replica(s) of " + std::to_string(size) +
-                                                      " bytes");
+    return Status(ErrorCode::NO_AVAILABLE_HANDLE,
+                  "no room for " + std::to_string(replica_num) + " replica(s) of " +
+                      std::to_string(size) + " bytes" +
+                      (pool.empty() ? std::string()
+                                    : " in tenant '" + pool +
+                                          "''s segments (its quota: what its stores give)"));
   }
   return placed;
+}
+
+std::string SegmentRegistry::PlacementPoolLocked(std::string_view tenant) const {
+  if (tenant.empty()) return {};
+  for (const auto& [id, seg] : segments_) {
+    if (seg->options.tenant == tenant) return std::string(tenant);
+  }
+  return {};
+}
+
+std::string SegmentRegistry::PlacementPool(std::string_view tenant) const {
+  std::shared_lock lock(mu_);
+  return PlacementPoolLocked(tenant);
+}
+
+std::string_view TenantOfKey(std::string_view key) {
+  if (key.empty() || key.front() != kKeyNamespaceMark) return {};
+  const size_t end = key.find(kKeyNamespaceMark, 1);
+  if (end == std::string_view::npos) return {};
+  return key.substr(1, end - 1);
 }
 
 bool SegmentRegistry::MarkUnreachable(SegmentId id, SteadyTime until) {

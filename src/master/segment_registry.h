@@ -12,6 +12,7 @@
 #include <memory>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/clock.h"
@@ -33,6 +34,9 @@ struct MountOptions {
   // The owner has an SSD tier behind the segment: while its tier stream is down, eviction there
   // waits for it (demotes later) instead of dropping objects.
   bool has_tier = false;
+  // The tenant the segment is dedicated to ("" = shared): a tenant that has dedicated segments
+  // is placed on them only, and no other tenant's (nor the default tenant's) objects go there.
+  std::string tenant;
 };
 
 struct Segment {
@@ -56,6 +60,10 @@ struct PlacedReplica {
   SegmentId segment;
   Allocation allocation;
 };
+
+// The tenant a key belongs to: the name between its two kKeyNamespaceMark bytes
+// (tierkv/types.h), "" for a key outside every namespace (the default tenant).
+std::string_view TenantOfKey(std::string_view key);
 
 // True when `preferred` (non-empty) names segment `name`: equal to it, or to its part before
 // the "@endpoint" a served segment's name carries; a `preferred` ending in ':' ("host:") names
@@ -93,11 +101,16 @@ class SegmentRegistry {
   // Held segments and those in `excluded` (a requester that cannot reach them) are skipped.
   // NO_AVAILABLE_HANDLE when fewer than `replica_num` segments have room (nothing is kept then).
   // Segments marked unreachable (MarkUnreachable) until after `now` come last, used only when
-  // the others cannot take the replicas.
+  // the others cannot take the replicas. `tenant` (of the key, TenantOfKey): its dedicated
+  // segments if it has any mounted, else the shared ones.
   Result<std::vector<PlacedReplica>> Allocate(uint64_t size, size_t replica_num,
                                               const std::string& preferred_segment,
                                               const std::vector<SegmentId>& excluded = {},
-                                              SteadyTime now = {}) const;
+                                              SteadyTime now = {},
+                                              std::string_view tenant = {}) const;
+  // The tenant whose segments `tenant`'s objects go to: `tenant` when it has a dedicated
+  // segment mounted, else "" (the shared ones).
+  std::string PlacementPool(std::string_view tenant) const;
   // Placement avoids segment `id` until `until`. False if it is not mounted.
   bool MarkUnreachable(SegmentId id, SteadyTime until);
 
@@ -110,6 +123,7 @@ class SegmentRegistry {
   size_t Count() const;
 
  private:
+  std::string PlacementPoolLocked(std::string_view tenant) const;  // requires mu_
   mutable std::shared_mutex mu_;
   SegmentId next_id_ = 1;                                         // guarded by mu_
   std::map<SegmentId, std::shared_ptr<const Segment>> segments_;  // guarded by mu_

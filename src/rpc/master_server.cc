@@ -66,9 +66,47 @@ MasterRpcHandler::MasterRpcHandler(MasterService& master, ClientRegistry& client
                                    uint64_t incarnation)
     : master_(master), clients_(clients), incarnation_(incarnation) {}
 
+namespace {
+
+// The key namespace the call being handled on this thread may act in (a tenant's prefix; "" =
+// keys outside every namespace), or null: anywhere (no tenants configured, an admin, a store).
+// Set by the gRPC service around each call from the caller's credential (CallScope); the fuzz
+// targets and tests that drive the handler directly leave it null. A thread_local rather than
+// a parameter of every handler: one place sets it, Keys() and the few whole-table calls read it.
+thread_local const std::string* t_scope = nullptr;
+
+bool InScope(std::string_view key, const std::string& scope) {
+  return scope.empty() ? (key.empty() || key.front() != kKeyNamespaceMark)
+                       : key.substr(0, scope.size()) == scope;
+}
+
+std::string ScopeName(const std::string& scope) {
+  return scope.empty() ? std::string("the default tenant")
+                       : "tenant '" + scope.substr(1, scope.size() - 2) + "'";
+}
+
+Status OutOfScope(std::string_view key, const std::string& scope) {
+  return Status(ErrorCode::UNAUTHENTICATED,
+                "key '" + LabelValue(std::string(key)) + "' is outside " + ScopeName(scope) +
+                    ", the only one this credential may use (set tenant_id to match it)");
+}
+
+}  // namespace
+
+MasterRpcHandler::CallScope::CallScope(const std::string* scope) { t_scope = scope; }
+MasterRpcHandler::CallScope::~CallScope() { t_scope = nullptr; }
+
 bool MasterRpcHandler::Keys(const rpc::KeyBatch& batch, std::vector<std::string>* keys,
                             rpc::CallStatus* status) const {
   Status st = wire::DecodeKeys(batch, keys);
+  if (st.ok() && t_scope != nullptr) {
+    for (const std::string& key : *keys) {
+      if (!InScope(key, *t_scope)) {
+        st = OutOfScope(key, *t_scope);
+        break;
+      }
+    }
+  }
   if (st.ok()) return true;
   wire::SetStatus(status, st);
   return false;
@@ -147,9 +185,18 @@ void MasterRpcHandler::MountSegment(const rpc::MountSegmentRequest& request,
                                        " is larger than " + std::to_string(kMaxSegmentCapacity)));
     return;
   }
+  if (request.tenant().size() > 64 ||
+      request.tenant().find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                         "0123456789_.-") != std::string::npos) {
+    wire::SetStatus(status, Status(ErrorCode::INVALID_PARAMS,
+                                   "tenant '" + Printable(request.tenant()) +
+                                       "': at most 64 characters of A-Z a-z 0-9 _ . -"));
+    return;
+  }
   MountOptions mount;
   mount.index_stream = request.index_stream();
   mount.has_tier = request.has_tier();
+  mount.tenant = request.tenant();
   Result<SegmentId> id = master_.MountSegment(request.name(), request.capacity(), mount);
   if (!id.ok()) {
     wire::SetStatus(status, id.status());
@@ -202,6 +249,16 @@ void MasterRpcHandler::PutStart(const rpc::PutStartRequest& request,
   if (!config.parent_keys.empty() &&
       !CheckLength("config.parent_keys", config.parent_keys.size(), keys.size(), status)) {
     return;
+  }
+  if (t_scope != nullptr) {
+    for (const auto* names : {&config.group_ids, &config.parent_keys}) {
+      for (const std::string& name : *names) {
+        if (!name.empty() && !InScope(name, *t_scope)) {
+          wire::SetStatus(status, OutOfScope(name, *t_scope));
+          return;
+        }
+      }
+    }
   }
   std::vector<uint64_t> sizes(request.sizes().begin(), request.sizes().end());
   wire::EncodePlacements(request.upsert() ? master_.UpsertStart(keys, sizes, config)
@@ -266,6 +323,15 @@ void MasterRpcHandler::Remove(const rpc::RemoveRequest& request, rpc::BatchRespo
 
 void MasterRpcHandler::RemoveAll(const rpc::RemoveAllRequest& request,
                                  rpc::CountResponse* response) {
+  if (t_scope != nullptr) {  // a tenant's remove_all: its namespace only
+    auto removed = master_.RemoveInNamespace(*t_scope, "", request.force());
+    if (!removed.ok()) {
+      wire::SetStatus(response->mutable_status(), removed.status());
+      return;
+    }
+    response->set_count(*removed);
+    return;
+  }
   response->set_count(master_.RemoveAll(request.force()));
 }
 
@@ -276,10 +342,18 @@ void MasterRpcHandler::RemoveByRegex(const rpc::RemoveByRegexRequest& request,
                     Status(ErrorCode::INVALID_PARAMS, "regex longer than the longest key"));
     return;
   }
+  // A namespace inside the caller's (its prefix, or nested under it).
+  if (t_scope != nullptr && request.in_namespace() &&
+      !(t_scope->empty() ? InScope(request.key_namespace(), *t_scope)
+                         : request.key_namespace().rfind(*t_scope, 0) == 0)) {
+    wire::SetStatus(response->mutable_status(), OutOfScope(request.key_namespace(), *t_scope));
+    return;
+  }
   auto removed =
       request.in_namespace()
           ? master_.RemoveInNamespace(request.key_namespace(), request.regex(), request.force())
-          : master_.RemoveByRegex(request.regex(), request.force());
+      : t_scope != nullptr ? master_.RemoveInNamespace(*t_scope, request.regex(), request.force())
+                           : master_.RemoveByRegex(request.regex(), request.force());
   if (!removed.ok()) {
     wire::SetStatus(response->mutable_status(), removed.status());
     return;
@@ -394,6 +468,23 @@ void MasterRpcHandler::PromoteEnd(const rpc::PromoteEndRequest& request,
 }
 
 void MasterRpcHandler::Stats(const rpc::StatsRequest& /*request*/, rpc::StatsResponse* response) {
+  if (t_scope != nullptr) {  // a tenant sees its own objects and the segments it is placed on
+    wire::EncodeStats(master_.NamespaceStats(*t_scope), response);
+    const std::string tenant =
+        t_scope->empty() ? std::string() : t_scope->substr(1, t_scope->size() - 2);
+    const std::string pool = master_.segments().PlacementPool(tenant);
+    for (const SegmentUsage& usage : master_.segments().Usage()) {
+      auto seg = master_.segments().Find(usage.id);
+      if (!seg || seg->options.tenant != pool) continue;
+      rpc::SegmentUsage* out = response->add_segment_usage();
+      out->set_id(usage.id);
+      out->set_name(usage.name);
+      out->set_capacity(usage.capacity);
+      out->set_used(usage.used);
+    }
+    response->set_master_incarnation(incarnation_);
+    return;
+  }
   wire::EncodeStats(master_.Stats(), response);
   response->set_clients(clients_.size());
   response->set_segments(master_.segments().Count());
@@ -553,6 +644,7 @@ class MasterServer::Service final : public rpc::Master::Service {
                     rpc::Response* response) override {                        \
     if (!Authenticated(*context)) return Unauthenticated(*context);            \
     if (!MayCall(*context, kRpc##Name)) return NotAStore(*context, #Name);     \
+    MasterRpcHandler::CallScope scope(Scope(*context));                        \
     const auto start = std::chrono::steady_clock::now();                       \
     std::shared_ptr<Term> term = server_.CurrentTerm();                        \
     /* Fencing: checked before the call runs and again before it answers. */   \
@@ -713,15 +805,34 @@ class MasterServer::Service final : public rpc::Master::Service {
     if (it == metadata.end()) return {};
     return std::string_view(it->second.data(), it->second.size());
   }
-  // Whether the call carries an accepted token — the cluster's or a store's (always, on a
-  // master without tokens).
+  // Whether the call carries an accepted token — the cluster's, a store's, the admin's or a
+  // tenant's (always, on a master without tokens).
   bool Authenticated(const grpc::ServerContext& context) const {
-    const TokenSet* tokens = server_.options_.tokens.get();
-    if (tokens == nullptr) return true;
+    const MasterServerOptions& o = server_.options_;
+    if (o.tokens == nullptr) return true;
     const std::string_view presented = PresentedToken(context);
-    if (tokens->Accepts(presented)) return true;
-    const TokenSet* stores = server_.options_.store_tokens.get();
-    return stores != nullptr && stores->Accepts(presented);
+    if (o.tokens->Accepts(presented)) return true;
+    if (o.store_tokens != nullptr && o.store_tokens->Accepts(presented)) return true;
+    if (o.admin_tokens != nullptr && o.admin_tokens->Accepts(presented)) return true;
+    for (const TenantCredential& t : o.tenants) {
+      if (t.tokens->Accepts(presented)) return true;
+    }
+    return false;
+  }
+  // The namespace the caller may act in (MasterRpcHandler::CallScope): with tenants
+  // configured, a tenant's token scopes it to its prefix and the cluster token to the default
+  // tenant's keys; a store's and the admin's reach everything. Without tenants: everything.
+  const std::string* Scope(const grpc::ServerContext& context) const {
+    const MasterServerOptions& o = server_.options_;
+    if (o.tenants.empty()) return nullptr;
+    const std::string_view presented = PresentedToken(context);
+    for (const TenantCredential& t : o.tenants) {
+      if (t.tokens->Accepts(presented)) return &t.prefix;
+    }
+    if (o.admin_tokens != nullptr && o.admin_tokens->Accepts(presented)) return nullptr;
+    if (o.store_tokens != nullptr && o.store_tokens->Accepts(presented)) return nullptr;
+    static const std::string kDefaultTenant;
+    return &kDefaultTenant;
   }
   // Whether the caller holds a store's credential: the store token where one is configured,
   // else any accepted token (one credential for the whole cluster).

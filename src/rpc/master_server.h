@@ -97,6 +97,17 @@ class MasterRpcHandler {
 
   uint64_t incarnation() const { return incarnation_; }
 
+  // While alive, the calls this thread handles may act in the key namespace `scope` only (a
+  // tenant's prefix; "" = keys outside every namespace); null = anywhere. Keys outside it are
+  // refused with UNAUTHENTICATED; RemoveAll, RemoveByRegex and Stats reach that namespace only.
+  class CallScope {
+   public:
+    explicit CallScope(const std::string* scope);
+    ~CallScope();
+    CallScope(const CallScope&) = delete;
+    CallScope& operator=(const CallScope&) = delete;
+  };
+
  private:
   // Whole-call checks shared by the handlers; false (and `status` set) to refuse the call.
   bool Keys(const rpc::KeyBatch& batch, std::vector<std::string>* keys,
@@ -117,6 +128,14 @@ class TermLease {
  public:
   virtual ~TermLease() = default;
   virtual bool Valid() const = 0;
+};
+
+// A tenant's credential (tierkv master --tenants-file): calls carrying its token act in its key
+// namespace only.
+struct TenantCredential {
+  std::string name;
+  std::string prefix;  // kKeyNamespaceMark + name + kKeyNamespaceMark
+  std::shared_ptr<const TokenSet> tokens;
 };
 
 struct MasterServerOptions {
@@ -142,6 +161,11 @@ struct MasterServerOptions {
   // segment's TierMoves stream or report its disk replicas (tokens' holders make requests
   // only); null = every holder of `tokens` may. Needs `tokens`.
   std::shared_ptr<const TokenSet> store_tokens;
+  // Tenants (need `tokens`): each token acts in its tenant's keys only; with any tenant
+  // configured the cluster token acts in the default tenant's keys (those outside every
+  // namespace), and whole-cluster calls need `admin_tokens` (or a store's).
+  std::vector<TenantCredential> tenants;
+  std::shared_ptr<const TokenSet> admin_tokens;
   // TLS (PEM contents): certificate and key ("" = plaintext), and the CA that signs client
   // certificates: given, every client must present one it signed (mutual TLS).
   std::string tls_cert_pem;

@@ -97,6 +97,7 @@ Result<SegmentId> RemoteBackend::MountOwn(std::shared_ptr<MemorySegment> segment
   MountOptions mount;
   mount.index_stream = true;
   mount.has_tier = tier.tier != nullptr;
+  mount.tenant = segment_tenant_;
   SegmentId handle = 0;
   {
     // Publish the memory before the master can place replicas on it: under mu_, so a lookup of

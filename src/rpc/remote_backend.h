@@ -62,6 +62,9 @@ class RemoteBackend final : public ClientBackend {
   const std::string& host() const { return host_; }
 
   bool serves_other_processes() const override { return true; }
+  // The tenant this process's own segments are dedicated to (config key segment_tenant; "" =
+  // shared). Set before MountOwn.
+  void set_segment_tenant(std::string tenant) { segment_tenant_ = std::move(tenant); }
   Result<SegmentId> MountOwn(std::shared_ptr<MemorySegment> segment,
                              const std::string& mounted_name, OwnTier tier) override;
   void DropOwnDiskReplicas(SegmentId handle, uint32_t region, uint64_t generation,
@@ -117,6 +120,7 @@ class RemoteBackend final : public ClientBackend {
   const std::string host_;
   const std::string protocol_;
   const transport::UcxTransportOptions ucx_;
+  std::string segment_tenant_;  // MountOwn's segments' tenant ("" = shared)
   transport::ShmSegmentMapper mapper_;
   // Serializes the slow paths (list refresh, connecting): one connection per segment. Taken
   // before mu_, never while holding it.

@@ -454,6 +454,7 @@ Status RemoteMaster::MountOne(OwnedSegment& segment) {
   request.set_capacity(segment.capacity);
   request.set_index_stream(segment.options.index_stream);
   request.set_has_tier(segment.options.has_tier);
+  request.set_tenant(segment.options.tenant);
   rpc::MountSegmentResponse response;
   grpc::Status status = Call("MountSegment", false, &response,
                              [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
@@ -592,6 +593,7 @@ Result<SegmentId> RemoteMaster::MountSegment(const std::string& name, uint64_t c
     request.set_capacity(capacity);
     request.set_index_stream(options.index_stream);
     request.set_has_tier(options.has_tier);
+    request.set_tenant(options.tenant);
     rpc::MountSegmentResponse response;
     grpc::Status status = Call("MountSegment", false, &response,
                                [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
