@@ -810,6 +810,23 @@ MasterStats MasterService::NamespaceStats(std::string_view key_namespace) {
   return st;
 }
 
+std::map<std::string, MasterStats> MasterService::StatsByTenant() {
+  std::map<std::string, MasterStats> out;
+  for (uint32_t i = 0; i < table_.num_shards(); ++i) {
+    Shard& s = table_.shard(i);
+    std::lock_guard lock(s.mu);
+    for (const auto& [key, meta] : s.objects) {
+      const std::string_view tenant = TenantOfKey(key.str);
+      MasterStats& st = out[std::string(tenant)];
+      ++st.objects;
+      for (const auto& r : meta.replicas) {
+        ++(r.tier == ReplicaTier::kMemory ? st.memory_replicas : st.disk_replicas);
+      }
+    }
+  }
+  return out;
+}
+
 MasterStats MasterService::Stats() {
   MasterStats st;
   for (uint32_t i = 0; i < table_.num_shards(); ++i) {

@@ -244,6 +244,9 @@ class MasterService final : public MasterApi {
   // The object and replica counts of one key namespace (a tenant's prefix; "" = keys outside
   // every namespace); the other figures are 0.
   MasterStats NamespaceStats(std::string_view key_namespace);
+  // Objects and replicas per tenant (TenantOfKey; "" = the default tenant), in one pass; only
+  // tenants that hold objects appear.
+  std::map<std::string, MasterStats> StatsByTenant();
   const Clock* clock() const override { return options_.clock; }
   const MasterOptions& options() const { return options_; }
   // The eviction policy in use (options().policy, or LRU when that is null).

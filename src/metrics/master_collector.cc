@@ -1,5 +1,7 @@
 #include "metrics/master_collector.h"
 
+#include <map>
+
 #include <prometheus/client_metric.h>
 #include <prometheus/metric_type.h>
 
@@ -157,6 +159,57 @@ std::vector<prometheus::MetricFamily> MasterCollector::Collect() const {
                      "and direction, as they report them with their heartbeats",
                      clients_->TransferTotals());
   }
+  // Per tenant (the namespace of the keys; "default" for keys outside every namespace), and the
+  // room of the segments dedicated to each (tierkv store --tenant).
+  prometheus::MetricFamily tenant_objects =
+      Family("tenant_objects", "Objects of a tenant (pending puts included)",
+             prometheus::MetricType::Gauge);
+  prometheus::MetricFamily tenant_memory =
+      Family("tenant_memory_replicas", "A tenant's replicas in DRAM segments",
+             prometheus::MetricType::Gauge);
+  prometheus::MetricFamily tenant_disk =
+      Family("tenant_disk_replicas", "A tenant's replicas in SSD tiers",
+             prometheus::MetricType::Gauge);
+  auto label = [](const std::string& tenant) {
+    return std::vector<prometheus::ClientMetric::Label>{
+        {"tenant", tenant.empty() ? std::string("default") : LabelValue(tenant)}};
+  };
+  auto add = [](prometheus::MetricFamily& family, std::vector<prometheus::ClientMetric::Label> l,
+                uint64_t value) {
+    prometheus::ClientMetric sample =
+        SampleOf(prometheus::MetricType::Gauge, static_cast<double>(value));
+    sample.label = std::move(l);
+    family.metric.push_back(std::move(sample));
+  };
+  for (const auto& [tenant, st] : master_.StatsByTenant()) {
+    add(tenant_objects, label(tenant), st.objects);
+    add(tenant_memory, label(tenant), st.memory_replicas);
+    add(tenant_disk, label(tenant), st.disk_replicas);
+  }
+  out.push_back(std::move(tenant_objects));
+  out.push_back(std::move(tenant_memory));
+  out.push_back(std::move(tenant_disk));
+  std::map<std::string, std::pair<uint64_t, uint64_t>> dedicated;  // tenant -> capacity, used
+  for (const SegmentUsage& segment : usage) {
+    auto seg = master_.segments().Find(segment.id);
+    if (!seg || seg->options.tenant.empty()) continue;
+    auto& [cap, use] = dedicated[seg->options.tenant];
+    cap += segment.capacity;
+    use += segment.used;
+  }
+  prometheus::MetricFamily tenant_capacity =
+      Family("tenant_segment_capacity_bytes",
+             "Capacity of the segments dedicated to a tenant (its DRAM quota)",
+             prometheus::MetricType::Gauge);
+  prometheus::MetricFamily tenant_used =
+      Family("tenant_segment_used_bytes", "Bytes allocated in the segments dedicated to a tenant",
+             prometheus::MetricType::Gauge);
+  for (const auto& [tenant, room] : dedicated) {
+    add(tenant_capacity, label(tenant), room.first);
+    add(tenant_used, label(tenant), room.second);
+  }
+  out.push_back(std::move(tenant_capacity));
+  out.push_back(std::move(tenant_used));
   return out;
 }
 

@@ -27,6 +27,9 @@ using dist_test::GetKey;
 using dist_test::PutKey;
 using dist_test::Requester;
 using dist_test::RequesterConfig;
+using http_test::HttpGet;
+using http_test::HttpResponse;
+using http_test::Sample;
 using proc_test::RunToExit;
 
 constexpr char kSecret[] = "auth-test-token-5f1c0e9a7b3d";

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "distributed_test_util.h"
+#include "http_test_util.h"
 #include "process_test_util.h"
 #include "rpc/remote_master.h"
 #include "transport/tcp_segment_client.h"
@@ -22,6 +23,9 @@ using dist_test::GetKey;
 using dist_test::PutKey;
 using dist_test::Requester;
 using dist_test::RequesterConfig;
+using http_test::HttpGet;
+using http_test::HttpResponse;
+using http_test::Sample;
 
 std::string Key(const std::string& tenant, const std::string& key) {
   return std::string(1, kKeyNamespaceMark) + tenant + std::string(1, kKeyNamespaceMark) + key;
@@ -60,9 +64,10 @@ class TenantTest : public ::testing::Test {
 };
 
 TEST_F(TenantTest, ATenantActsInItsOwnNamespaceOnItsOwnStoresOnly) {
-  auto master = dist_test::StartMaster({"--token-file", Token("cluster"), "--store-token-file",
-                                        Token("store"), "--tenants-file", dir_ + "/tenants.json",
-                                        "--admin-token-file", Token("admin")});
+  auto master = dist_test::StartMaster(
+      {"--token-file", Token("cluster"), "--store-token-file", Token("store"), "--tenants-file",
+       dir_ + "/tenants.json", "--admin-token-file", Token("admin")},
+      0, /*metrics=*/true);
   ASSERT_NE(master, nullptr);
   auto alpha_store = Store(*master, "alpha", "alpha");
   auto beta_store = Store(*master, "beta", "beta");
@@ -125,6 +130,14 @@ TEST_F(TenantTest, ATenantActsInItsOwnNamespaceOnItsOwnStoresOnly) {
   EXPECT_EQ(stats_as("beta"), 1u);
   EXPECT_EQ(stats_as("alpha"), 0u);
   EXPECT_EQ(stats_as("cluster"), 1u);  // the default tenant's
+  // Per-tenant metrics.
+  HttpResponse metrics = HttpGet(master->metrics_port(), "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_EQ(Sample(metrics.body, "tierkv_master_tenant_objects{tenant=\"beta\"}"), 1.0)
+      << metrics.body;
+  EXPECT_EQ(Sample(metrics.body, "tierkv_master_tenant_objects{tenant=\"default\"}"), 1.0);
+  EXPECT_EQ(Sample(metrics.body, "tierkv_master_tenant_segment_capacity_bytes{tenant=\"alpha\"}"),
+            16.0 * 1024 * 1024);
 }
 
 // A tenant's room is its dedicated stores: puts beyond it evict the tenant's own objects, and
