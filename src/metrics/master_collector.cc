@@ -1,10 +1,9 @@
 #include "metrics/master_collector.h"
 
-#include <map>
-
 #include <prometheus/client_metric.h>
 #include <prometheus/metric_type.h>
 
+#include <map>
 #include <string>
 #include <utility>
 
@@ -167,9 +166,8 @@ std::vector<prometheus::MetricFamily> MasterCollector::Collect() const {
   prometheus::MetricFamily tenant_memory =
       Family("tenant_memory_replicas", "A tenant's replicas in DRAM segments",
              prometheus::MetricType::Gauge);
-  prometheus::MetricFamily tenant_disk =
-      Family("tenant_disk_replicas", "A tenant's replicas in SSD tiers",
-             prometheus::MetricType::Gauge);
+  prometheus::MetricFamily tenant_disk = Family(
+      "tenant_disk_replicas", "A tenant's replicas in SSD tiers", prometheus::MetricType::Gauge);
   auto label = [](const std::string& tenant) {
     return std::vector<prometheus::ClientMetric::Label>{
         {"tenant", tenant.empty() ? std::string("default") : LabelValue(tenant)}};
