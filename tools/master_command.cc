@@ -15,6 +15,7 @@
 
 #include "common/cluster_token.h"
 #include "common/host_port.h"
+#include "common/key.h"
 #include "exit_codes.h"
 #include "metrics/ha_collector.h"
 #include "metrics/metrics_registry.h"
@@ -81,11 +82,7 @@ Status LoadTenants(const std::string& path, MasterServerOptions* options) {
     return bad("\"tenants\" must be an object naming at least one tenant");
   }
   for (const auto& [name, tenant] : doc["tenants"].items()) {
-    const bool valid = !name.empty() && name.size() <= 64 && name != "default" &&
-                       name.find_first_not_of(
-                           "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                           "0123456789_.-") == std::string::npos;
-    if (!valid) {
+    if (!IsTenantName(name) || name == "default") {
       return bad("tenant '" + name +
                  "': a name of 1..64 characters of A-Z a-z 0-9 _ . - (not "
                  "\"default\")");

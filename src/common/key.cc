@@ -76,4 +76,11 @@ Status ValidateKey(std::string_view key) {
   return Status::Ok();
 }
 
+bool IsTenantName(std::string_view name) {
+  return !name.empty() && name.size() <= 64 &&
+         name.find_first_not_of(
+             "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+             "0123456789_.-") == std::string_view::npos;
+}
+
 }  // namespace tierkv

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/host_port.h"
+#include "common/key.h"
 #include "common/logging.h"
 
 namespace tierkv {
@@ -594,9 +595,7 @@ Status ValidateConfig(const Config& config) {
                     "TLS on the data plane is tierkv's TCP transport's; "
                     "protocol \"rdma\" has none");
   }
-  if (config.segment_tenant.size() > 64 ||
-      config.segment_tenant.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                              "0123456789_.-") != std::string::npos) {
+  if (!config.segment_tenant.empty() && !IsTenantName(config.segment_tenant)) {
     return KeyError("segment_tenant", "a tenant's name: 1 to 64 characters of A-Z a-z 0-9 _ . -");
   }
   if (!config.cluster_token_file.empty() && config.protocol == "rdma") {

@@ -1,14 +1,12 @@
 #include "connector/tenant_client.h"
 
+#include "common/key.h"
+
 namespace tierkv {
 
 Result<std::string> TenantKeyPrefix(const std::string& tenant) {
   if (tenant == "default") return std::string();
-  const bool ok_chars = !tenant.empty() && tenant.size() <= 64 &&
-                        tenant.find_first_not_of(
-                            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                            "0123456789_.-") == std::string::npos;
-  if (!ok_chars) {
+  if (!IsTenantName(tenant)) {
     return Status(ErrorCode::INVALID_PARAMS,
                   "tenant_id '" + tenant + "': 1 to 64 characters of A-Z a-z 0-9 _ . -");
   }

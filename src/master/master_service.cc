@@ -789,45 +789,9 @@ uint64_t MasterService::ReclaimAbandonedPuts() {
   return count;
 }
 
-MasterStats MasterService::NamespaceStats(std::string_view key_namespace) {
-  MasterStats st;
-  auto in = [&](std::string_view key) {
-    return key_namespace.empty() ? (key.empty() || key.front() != kKeyNamespaceMark)
-                                 : key.substr(0, key_namespace.size()) == key_namespace;
-  };
-  for (uint32_t i = 0; i < table_.num_shards(); ++i) {
-    Shard& s = table_.shard(i);
-    std::lock_guard lock(s.mu);
-    for (const auto& [key, meta] : s.objects) {
-      if (!in(key.str)) continue;
-      ++st.objects;
-      if (meta.state == ObjectState::kPending) ++st.pending_objects;
-      for (const auto& r : meta.replicas) {
-        ++(r.tier == ReplicaTier::kMemory ? st.memory_replicas : st.disk_replicas);
-      }
-    }
-  }
-  return st;
-}
+MasterStats MasterService::Stats() { return Stats(nullptr); }
 
-std::map<std::string, MasterStats> MasterService::StatsByTenant() {
-  std::map<std::string, MasterStats> out;
-  for (uint32_t i = 0; i < table_.num_shards(); ++i) {
-    Shard& s = table_.shard(i);
-    std::lock_guard lock(s.mu);
-    for (const auto& [key, meta] : s.objects) {
-      const std::string_view tenant = TenantOfKey(key.str);
-      MasterStats& st = out[std::string(tenant)];
-      ++st.objects;
-      for (const auto& r : meta.replicas) {
-        ++(r.tier == ReplicaTier::kMemory ? st.memory_replicas : st.disk_replicas);
-      }
-    }
-  }
-  return out;
-}
-
-MasterStats MasterService::Stats() {
+MasterStats MasterService::Stats(std::map<std::string, MasterStats>* by_tenant) {
   MasterStats st;
   for (uint32_t i = 0; i < table_.num_shards(); ++i) {
     Shard& s = table_.shard(i);
@@ -835,9 +799,16 @@ MasterStats MasterService::Stats() {
     st.objects += s.objects.size();
     st.groups += s.groups.size();
     for (const auto& [key, meta] : s.objects) {
-      if (meta.state == ObjectState::kPending) ++st.pending_objects;
+      MasterStats* tenant = by_tenant ? &(*by_tenant)[std::string(TenantOfKey(key.str))] : nullptr;
+      if (tenant != nullptr) ++tenant->objects;
+      if (meta.state == ObjectState::kPending) {
+        ++st.pending_objects;
+        if (tenant != nullptr) ++tenant->pending_objects;
+      }
       for (const auto& r : meta.replicas) {
-        ++(r.tier == ReplicaTier::kMemory ? st.memory_replicas : st.disk_replicas);
+        const bool memory = r.tier == ReplicaTier::kMemory;
+        ++(memory ? st.memory_replicas : st.disk_replicas);
+        if (tenant != nullptr) ++(memory ? tenant->memory_replicas : tenant->disk_replicas);
       }
     }
   }

@@ -241,12 +241,9 @@ class MasterService final : public MasterApi {
   uint64_t EvictFromSegment(SegmentId segment, uint64_t target_bytes);
 
   MasterStats Stats() override;
-  // The object and replica counts of one key namespace (a tenant's prefix; "" = keys outside
-  // every namespace); the other figures are 0.
-  MasterStats NamespaceStats(std::string_view key_namespace);
-  // Objects and replicas per tenant (TenantOfKey; "" = the default tenant), in one pass; only
-  // tenants that hold objects appear.
-  std::map<std::string, MasterStats> StatsByTenant();
+  // The same, and in the same pass the object and replica counts of each tenant that holds
+  // objects (TenantOfKey: "" = the default tenant; their other figures 0) into `by_tenant`.
+  MasterStats Stats(std::map<std::string, MasterStats>* by_tenant);
   const Clock* clock() const override { return options_.clock; }
   const MasterOptions& options() const { return options_; }
   // The eviction policy in use (options().policy, or LRU when that is null).

@@ -51,7 +51,8 @@ MasterCollector::MasterCollector(MasterService& master, const ClientRegistry* cl
     : master_(master), clients_(clients) {}
 
 std::vector<prometheus::MetricFamily> MasterCollector::Collect() const {
-  const MasterStats s = master_.Stats();
+  std::map<std::string, MasterStats> by_tenant;  // one walk of the table for both
+  const MasterStats s = master_.Stats(&by_tenant);
   const std::vector<SegmentUsage> usage = master_.segments().Usage();
   std::vector<prometheus::MetricFamily> out;
 
@@ -179,7 +180,7 @@ std::vector<prometheus::MetricFamily> MasterCollector::Collect() const {
     sample.label = std::move(l);
     family.metric.push_back(std::move(sample));
   };
-  for (const auto& [tenant, st] : master_.StatsByTenant()) {
+  for (const auto& [tenant, st] : by_tenant) {
     add(tenant_objects, label(tenant), st.objects);
     add(tenant_memory, label(tenant), st.memory_replicas);
     add(tenant_disk, label(tenant), st.disk_replicas);

@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "common/key.h"
 #include "metrics/auth_collector.h"
 #include "metrics/latency_histograms.h"
 #include "metrics/master_collector.h"
@@ -185,9 +186,7 @@ void MasterRpcHandler::MountSegment(const rpc::MountSegmentRequest& request,
                                        " is larger than " + std::to_string(kMaxSegmentCapacity)));
     return;
   }
-  if (request.tenant().size() > 64 ||
-      request.tenant().find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                         "0123456789_.-") != std::string::npos) {
+  if (!request.tenant().empty() && !IsTenantName(request.tenant())) {
     wire::SetStatus(status, Status(ErrorCode::INVALID_PARAMS,
                                    "tenant '" + Printable(request.tenant()) +
                                        "': at most 64 characters of A-Z a-z 0-9 _ . -"));
@@ -469,9 +468,11 @@ void MasterRpcHandler::PromoteEnd(const rpc::PromoteEndRequest& request,
 
 void MasterRpcHandler::Stats(const rpc::StatsRequest& /*request*/, rpc::StatsResponse* response) {
   if (t_scope != nullptr) {  // a tenant sees its own objects and the segments it is placed on
-    wire::EncodeStats(master_.NamespaceStats(*t_scope), response);
     const std::string tenant =
         t_scope->empty() ? std::string() : t_scope->substr(1, t_scope->size() - 2);
+    std::map<std::string, MasterStats> by_tenant;
+    (void)master_.Stats(&by_tenant);
+    wire::EncodeStats(by_tenant[tenant], response);
     const std::string pool = master_.segments().PlacementPool(tenant);
     for (const SegmentUsage& usage : master_.segments().Usage()) {
       auto seg = master_.segments().Find(usage.id);
