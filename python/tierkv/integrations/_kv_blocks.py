@@ -10,7 +10,8 @@ block's bytes are in staging, the engine may reuse the block while the put goes 
 
 A stored object is one block of one layer in the layer tensor's logical order with the block
 dimension removed (for vLLM's ``[2, num_blocks, block_size, heads, head_size]``: K then V), or,
-for cross-layer objects, every layer's block bytes one after another in layer order.
+for cross-layer objects, every layer's block bytes one after another in layer order. A Mamba
+layer's block is its state tensors' blocks one after another (``StateTensors``).
 """
 
 import threading
@@ -69,6 +70,41 @@ class LayerTensor:
         if self.block_dim != 0:
             src = src.movedim(0, self.block_dim)
         self.tensor.index_copy_(self.block_dim, idx, src)
+
+
+class StateTensors:
+    """A Mamba layer's state tensors (vLLM hands a list: conv state, SSM state, each
+    ``[num_blocks, *shape]``, possibly strided views into one page) as one block source: a
+    block's bytes are each tensor's block in order."""
+
+    def __init__(self, name, tensors, num_blocks=None):
+        self.name = name
+        self.parts = [LayerTensor(f"{name}[{i}]", t, num_blocks) for i, t in enumerate(tensors)]
+        if not self.parts:
+            raise ValueError(f"layer {name!r}: an empty list of state tensors")
+        counts = {p.num_blocks for p in self.parts}
+        if len(counts) != 1:
+            raise ValueError(f"layer {name!r}: state tensors of {sorted(counts)} blocks")
+        self.tensor = self.parts[0].tensor
+        self.num_blocks = self.parts[0].num_blocks
+        self.block_bytes = sum(p.block_bytes for p in self.parts)
+        self.is_cuda = self.parts[0].is_cuda
+
+    def gather(self, block_ids):
+        return torch.cat([p.gather(block_ids) for p in self.parts], dim=1)
+
+    def scatter(self, block_ids, data):
+        off = 0
+        for p in self.parts:
+            p.scatter(block_ids, data[:, off:off + p.block_bytes])
+            off += p.block_bytes
+
+
+def block_source(name, value, num_blocks=None):
+    """A registered layer: one KV tensor, or a Mamba layer's list of state tensors."""
+    if isinstance(value, (list, tuple)):
+        return StateTensors(name, value, num_blocks)
+    return LayerTensor(name, value, num_blocks)
 
 
 class _Streams:

@@ -28,6 +28,11 @@ EXTRA_DEFAULTS = {
     "remote_wait_s": 5.0,               # consumer: wait this long for a producer's blocks
     "store": None,                      # DistributedStore.setup keys (else env, else embedded)
     "master_server_address": None,      # shortcut: join this master (store config from env)
+    # BlockRemoved events (with vLLM's KV events on): how often and how many keys a sweep of
+    # the blocks this scheduler announced checks, and how many blocks it tracks at most.
+    "removed_check_interval_s": 1.0,
+    "removed_check_keys": 65536,
+    "removed_track_blocks": 262144,
 }
 
 
@@ -45,6 +50,9 @@ class Options:
     tier_log: bool
     disk_staging_usable_ratio: float
     preferred_segment: str
+    removed_check_interval_s: float = 1.0
+    removed_check_keys: int = 65536
+    removed_track_blocks: int = 262144
 
 
 def parse_options(extra, env=None):
@@ -62,12 +70,10 @@ def parse_options(extra, env=None):
                            and port.isdigit() else port)
     if not isinstance(v["cache_prefix"], str) or "@" in v["cache_prefix"]:
         raise ValueError(f"cache_prefix: {v['cache_prefix']!r} must be a string without '@'")
-    try:
-        wait = float(v["remote_wait_s"])
-    except (TypeError, ValueError):
-        raise ValueError(f"remote_wait_s: {v['remote_wait_s']!r} is not a number") from None
-    if wait < 0:
-        raise ValueError("remote_wait_s must be >= 0")
+    wait = _non_negative("remote_wait_s", v["remote_wait_s"])
+    interval = _non_negative("removed_check_interval_s", v["removed_check_interval_s"])
+    if interval == 0:
+        raise ValueError("removed_check_interval_s must be > 0")
     store = v["store"]
     if store is not None and not isinstance(store, dict):
         raise ValueError("store: must be a JSON object of DistributedStore.setup keys")
@@ -90,7 +96,21 @@ def parse_options(extra, env=None):
             0.9, env),
         preferred_segment=(env.get("TIERKV_PREFERRED_SEGMENT")
                            or env.get("MOONCAKE_PREFERRED_SEGMENT") or ""),
+        removed_check_interval_s=interval,
+        removed_check_keys=parse_positive_int("removed_check_keys", v["removed_check_keys"]),
+        removed_track_blocks=parse_positive_int("removed_track_blocks",
+                                                v["removed_track_blocks"]),
     )
+
+
+def _non_negative(name, value):
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: {value!r} is not a number") from None
+    if out < 0 or out != out:
+        raise ValueError(f"{name} must be >= 0")
+    return out
 
 
 _LAYER_INDEX = re.compile(r"\.(\d+)\.")
@@ -113,7 +133,10 @@ class GroupInfo:
     head_size: int = 0
     dtype: str = ""
     sliding_window: int = 0
-    loadable: bool = True  # attention KV in blocks (not a Mamba state)
+    # Mamba: every layer holds state tensors ([num_blocks, *shape] each), not KV; block i holds
+    # the state after token (i + 1) * block_size when vLLM's mamba_cache_mode is "all".
+    is_state: bool = False
+    state: tuple = ()     # ((shape, dtype), ...) of the state tensors, and the cache mode
 
 
 @dataclass
@@ -139,7 +162,9 @@ class EngineFacts:
             num_layers=self.num_layers, tp_size=self.tp_size, pp_size=self.pp_size,
             pcp_size=self.pcp_size, dcp_size=self.dcp_size, mla=self.use_mla,
             groups=[[g.kind, g.block_size, g.num_kv_heads, g.head_size, g.dtype,
-                     g.sliding_window, len(g.layer_names)] for g in self.groups])
+                     g.sliding_window, len(g.layer_names)] + ([repr(g.state)] if g.is_state
+                                                              else [])
+                    for g in self.groups])
 
 
 def engine_facts(vllm_config, kv_cache_config):
@@ -165,7 +190,7 @@ def engine_facts(vllm_config, kv_cache_config):
             head_size=int(field_of(spec, "head_size", 0) or 0),
             dtype=dtype_name(field_of(spec, "dtype", kv_dtype)),
             sliding_window=int(field_of(spec, "sliding_window", 0) or 0),
-            loadable="Mamba" not in kind))
+            **_state_facts(i, kind, spec)))
     num_layers = sum(len(g.layer_names) for g in groups)
     if not groups:
         heads = _call(mc, "get_total_num_kv_heads") or 0
@@ -184,6 +209,23 @@ def engine_facts(vllm_config, kv_cache_config):
         dcp_size=int(field_of(pc, "decode_context_parallel_size", 1) or 1),
         num_layers=num_layers, use_mla=bool(field_of(mc, "use_mla", False)),
         layout=os.environ.get("VLLM_KV_CACHE_LAYOUT", "NHD") or "NHD", kv_dtype=kv_dtype)
+
+
+def _state_facts(index, kind, spec):
+    """A Mamba group's state shapes and dtypes; refused unless vLLM caches a state at every
+    block boundary (mamba_cache_mode "all"): with "align" a state exists only where a
+    scheduler step ended, and the block a connector hit would load into is vLLM's null block."""
+    if "Mamba" not in kind:
+        return {}
+    mode = str(field_of(spec, "mamba_cache_mode", "none") or "none")
+    if mode != "all":
+        raise ValueError(
+            f"KV-cache group {index} ({kind}) has mamba_cache_mode {mode!r}: tierkv stores "
+            "Mamba states only with mamba_cache_mode 'all' (a state at every block boundary; "
+            "vLLM's default with prefix caching on)")
+    shapes = [tuple(int(n) for n in s) for s in (field_of(spec, "shapes", ()) or ())]
+    dtypes = [dtype_name(d) for d in (field_of(spec, "dtypes", ()) or ())]
+    return {"is_state": True, "state": (tuple(zip(shapes, dtypes)), mode)}
 
 
 def _call(obj, name):

@@ -12,6 +12,10 @@ point, on a GPU); the putter thread puts them from there. ``wait_for_save`` wait
 step's gathers, so the engine may reuse any block once it returns; a finished request's blocks
 are released (``get_finished``'s ``done_sending``) once its puts ended. A request whose load
 failed in a step computed that step from missing KV: its saves of the step are dropped.
+
+Mamba layers have no per-layer hooks in vLLM's forward (only attention layers call
+``wait_for_layer_load`` / ``save_kv_layer``): their states load first and ``start_load_kv``
+waits for them; ``wait_for_save`` gathers them (the forward has written them by then).
 """
 
 import logging
@@ -20,7 +24,7 @@ import threading
 import time
 
 from ._common import NO_AVAILABLE_HANDLE, OBJECT_NOT_FOUND, is_stored
-from ._kv_blocks import LayerTensor, Staging, _Streams, pin_wanted
+from ._kv_blocks import Staging, _Streams, block_source, pin_wanted
 
 _log = logging.getLogger("tierkv.integrations.vllm")
 
@@ -61,6 +65,7 @@ class VllmWorker:
         self.layer_index = {}    # layer name -> global layer index (key)
         self.group_layers = {}   # group -> [LayerTensor] in forward order
         self.single_tensor_names = set()  # layers held by one cross-layer tensor
+        self.hookless = []       # layer names the forward never hooks (Mamba states)
         self.streams = None
         self.load_staging = self.save_staging = None
         self._meta = None
@@ -82,15 +87,22 @@ class VllmWorker:
 
     # ---- registration ---------------------------------------------------------------------
 
-    def register(self, kv_caches, layer_groups, layer_indices, num_blocks):
-        """``kv_caches``: {layer name: tensor}; ``layer_groups``: layer name -> group;
-        ``layer_indices``: layer name -> the global layer index used in keys."""
+    def register(self, kv_caches, layer_groups, layer_indices, num_blocks, hookless=()):
+        """``kv_caches``: {layer name: tensor, or a Mamba layer's list of state tensors};
+        ``layer_groups``: layer name -> group; ``layer_indices``: layer name -> the global
+        layer index used in keys; ``hookless``: the layers the forward never hooks."""
         if self.layers:
             raise RuntimeError("register_kv_caches called twice")
+        hookless = set(hookless)
         for name, t in kv_caches.items():
             if name not in layer_groups:
                 raise ValueError(f"KV cache layer {name!r} is in no KV-cache group")
-            lt = LayerTensor(name, t, num_blocks)
+            if isinstance(t, (list, tuple)) != (name in hookless):
+                raise ValueError(f"layer {name!r}: a list of state tensors is expected exactly "
+                                 "for the layers of a Mamba group")
+            lt = block_source(name, t, num_blocks)
+            if name in hookless:
+                self.hookless.append(name)
             self.layers.append(lt)
             g = layer_groups[name]
             self.layer_group[name] = g
@@ -143,6 +155,8 @@ class VllmWorker:
         if sync:
             self._job = _LoadJob(sync, names)
             self._load_q.put((self._job, after))
+            for name in self.hookless:  # loaded first; no layer hook will wait for them
+                self.wait_layer(name)
 
     def wait_layer(self, layer_name):
         job = self._job
@@ -154,7 +168,9 @@ class VllmWorker:
         ev.wait()
         self.streams.engine_wait(job.cuda_done.get(layer_name))
 
-    def save_layer(self, layer_name):
+    def save_layer(self, layer_name, hook=True):
+        if hook and layer_name in self.hookless:
+            return  # gathered by wait_for_save (a hook here would be a second save)
         meta = self._meta
         if meta is None or not meta.saves or self.kv_role == "kv_consumer":
             return
@@ -170,6 +186,8 @@ class VllmWorker:
         to the putter, which then counts the step's saves of each request as put."""
         meta = self._meta
         if meta is not None and meta.saves and self.kv_role != "kv_consumer":
+            for name in self.hookless:
+                self.save_layer(name, hook=False)
             with self._lock:
                 for sv in meta.saves:
                     self._put_pending[sv.req_id] = self._put_pending.get(sv.req_id, 0) + 1
@@ -288,7 +306,8 @@ class VllmWorker:
                     job.cuda_done[lt.name] = ev
                     job.layer_done[lt.name].set()
         else:
-            for lt in self.layers:
+            first = [lt for lt in self.layers if lt.name in self.hookless]
+            for lt in first + [lt for lt in self.layers if lt.name not in self.hookless]:
                 g = self.layer_group[lt.name]
                 pairs = [(b, h) for b, h in self._load_targets(job, g)
                          if b not in job.failed_blocks]

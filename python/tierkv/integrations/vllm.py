@@ -40,6 +40,7 @@ from ..connector import (
 )
 from . import _common
 from ._vllm_config import engine_facts, layer_index, parse_options
+from ._vllm_events import RemovedBlocks, kv_events, removed_events
 from ._vllm_worker import VllmWorker
 
 _log = logging.getLogger("tierkv.integrations.vllm")
@@ -260,7 +261,14 @@ class TierkvConnector(_Base, _HMA):
         self._reqs = {}
         self._pending_loads = []
         self._event_acc = None
-        self._lookup_ns = self._namespaces()  # the key namespaces every lookup checks
+        self._group_ns = self._namespaces()  # group -> the key namespaces a hit needs
+        self._lookup_ns = [ns for g in sorted(self._group_ns) for ns in self._group_ns[g]]
+        self._removed = None
+        if self._is_scheduler and _kv_events_enabled(vllm_config):
+            opt = self.options
+            self._removed = RemovedBlocks(self.store, self._block_keys,
+                                          opt.removed_check_interval_s, opt.removed_check_keys,
+                                          opt.removed_track_blocks)
         self._lookup_pool = (ThreadPoolExecutor(1, thread_name_prefix="tierkv-lookup")
                              if self.options.lookup_async and self._is_scheduler else None)
         self.worker = None
@@ -275,17 +283,21 @@ class TierkvConnector(_Base, _HMA):
     # ---- scheduler side -------------------------------------------------------------------
 
     def _namespaces(self):
-        out = []
+        out = {}
         for g in self.facts.groups:
-            if not g.loadable:
-                continue
+            mine = out[g.index] = []
             for ns in self.keys.namespaces[g.index]:
                 if self.options.cross_layers:
-                    out.append(f"{ns}@all")
+                    mine.append(f"{ns}@all")
                 else:
-                    out.extend(f"{ns}@layer:{layer_index(n, i)}"
-                               for i, n in enumerate(g.layer_names))
+                    mine.extend(f"{ns}@layer:{layer_index(n, i)}"
+                                for i, n in enumerate(g.layer_names))
         return out
+
+    def _block_keys(self, group, h):
+        """Every key a hit on block ``h`` of ``group`` needs (None: of every group)."""
+        nss = self._lookup_ns if group is None else self._group_ns.get(group, ())
+        return [f"{ns}@{h}" for ns in nss]
 
     def _lookup(self, hashes, num_tokens):
         bs = self.facts.block_size
@@ -301,7 +313,7 @@ class TierkvConnector(_Base, _HMA):
         st = self._state(request)
         st.num_computed = num_computed_tokens
         st.external = 0
-        if self.kv_role == "kv_producer" or any(not g.loadable for g in self.facts.groups):
+        if self.kv_role == "kv_producer":
             return 0, False
         rid = request.request_id
         hashes = [_hex(h) for h in (getattr(request, "block_hashes", None) or [])]
@@ -353,7 +365,7 @@ class TierkvConnector(_Base, _HMA):
             if len(part) != last - first:
                 raise ValueError(f"request {request.request_id}: group {g.index} has "
                                  f"{len(ids)} blocks, the load needs {last}")
-            pairs = [(b, h) for b, h in zip(part, hashes) if b != 0 or g.sliding_window == 0]
+            pairs = [(b, h) for b, h in zip(part, hashes) if b != 0 or not _may_skip(g)]
             groups.append((g.index, [b for b, _ in pairs], [h for _, h in pairs]))
         self._pending_loads.append(BlockTransfer(request.request_id, groups,
                                                  self.options.load_async))
@@ -417,7 +429,7 @@ class TierkvConnector(_Base, _HMA):
             part = ids[start:full]
             if len(part) < full - start:
                 return  # the engine holds fewer blocks than computed tokens: nothing sane
-            pairs = [(b, h) for b, h in zip(part, hx) if b != 0 or g.sliding_window == 0]
+            pairs = [(b, h) for b, h in zip(part, hx) if b != 0 or not _may_skip(g)]
             groups.append((g.index, [b for b, _ in pairs], [h for _, h in pairs]))
         meta.saves.append(BlockTransfer(rid, groups))
         st.saved_blocks = max(st.saved_blocks, full)
@@ -454,13 +466,22 @@ class TierkvConnector(_Base, _HMA):
         return self.request_finished(request, block_ids)
 
     def take_events(self):
-        """The blocks stored by every worker since the last call (BlockStored events)."""
+        """The blocks stored by every worker since the last call (BlockStored events) and,
+        with vLLM's KV events on, the announced blocks the store no longer holds whole
+        (BlockRemoved, found by a background sweep: _vllm_events.RemovedBlocks)."""
         acc, self._event_acc = self._event_acc, None
-        if acc is None:
-            return
-        if hasattr(acc, "aggregate"):
-            acc = acc.aggregate()
-        yield from acc.get_all_events()
+        events = []
+        if acc is not None:
+            if hasattr(acc, "aggregate"):
+                acc = acc.aggregate()
+            events = list(acc.get_all_events())
+        if self._removed is not None:
+            for e in events:
+                hashes, group = _stored_blocks(e)
+                if hashes:
+                    self._removed.stored(group, hashes)
+            events.extend(removed_events(self._removed.take()))
+        yield from events
 
     @property
     def requires_kv_delivery(self):
@@ -501,12 +522,10 @@ class TierkvConnector(_Base, _HMA):
                 groups[n] = 0
                 indices[n] = layer_index(n, i)
                 self.facts.groups[0].layer_names.append(n)
-        for n in kv_caches:
-            if n in groups and not self.facts.groups[groups[n]].loadable:
-                raise ValueError(f"layer {n}: Mamba state groups are not supported by tierkv")
+        states = [n for g in self.facts.groups if g.is_state for n in g.layer_names]
         nb = getattr(self._kv_cache_config, "num_blocks", None)
         ordered = dict(sorted(kv_caches.items(), key=lambda kv: indices.get(kv[0], 0)))
-        self.worker.register(ordered, groups, indices, nb)
+        self.worker.register(ordered, groups, indices, nb, hookless=states)
 
     def register_cross_layers_kv_cache(self, kv_cache, attn_backend=None):
         """One tensor holding every layer ([num_blocks, ...] block-first): one object per
@@ -565,7 +584,7 @@ class TierkvConnector(_Base, _HMA):
         stored = self.worker.take_stored() if self.worker is not None else []
         if not stored:
             return None
-        return _kv_events(stored, self.facts.block_size)
+        return kv_events(stored, self.facts.block_size)
 
     def flush(self, timeout=None):
         """Waits for every queued save (tests, benchmarks)."""
@@ -579,6 +598,8 @@ class TierkvConnector(_Base, _HMA):
             self.worker.close()
         if self._lookup_pool is not None:
             self._lookup_pool.shutdown(wait=True)
+        if self._removed is not None:
+            self._removed.close()
         _common.release_store(self.store)
 
     close = shutdown
@@ -589,6 +610,12 @@ class TierkvConnector(_Base, _HMA):
     def _last_layer_name(self):
         names = [n for g in self.facts.groups for n in g.layer_names]
         return names[-1] if names else "all_layers"
+
+
+def _may_skip(group):
+    """Whether vLLM may hand its null block (id 0) in this group's block list: sliding-window
+    groups (blocks out of the window) and Mamba groups (states no longer needed)."""
+    return group.sliding_window != 0 or group.is_state
 
 
 def _miss_on_error(rid, lookup):
@@ -628,91 +655,16 @@ def _resumed_set(cached):
     return {r for r, f in zip(cached.req_ids, flags) if f}
 
 
-def _event_fields(cls):
-    for name in ("__struct_fields__", "__dataclass_fields__"):
-        f = getattr(cls, name, None)
-        if f is not None:
-            return set(f)
-    return set()
+def _kv_events_enabled(vllm_config):
+    """vLLM publishes KV events (``--kv-events-config '{"enable_kv_cache_events": true}'``)."""
+    cfg = getattr(vllm_config, "kv_events_config", None)
+    return bool(getattr(cfg, "enable_kv_cache_events", False))
 
 
-def _kv_events(stored, block_size):
-    """The workers' KV events of the blocks stored: vLLM's KVConnectorKVEvents holding
-    BlockStored events when vLLM is importable (fields filled as the installed version
-    declares them), else a plain holder of dicts."""
-    try:
-        from vllm.distributed.kv_events import BlockStored
-    except ImportError:
-        BlockStored = None
-    events = []
-    for group, hashes in stored:
-        hs = [bytes.fromhex(h) for h in hashes]
-        if BlockStored is None:
-            events.append({"type": "BlockStored", "block_hashes": hs, "medium": "tierkv",
-                           "group_idx": group})
-            continue
-        fields = _event_fields(BlockStored)
-        kw = dict(block_hashes=hs, parent_block_hash=None, token_ids=[],
-                  block_size=block_size, lora_id=None, medium="tierkv")
-        for name, value in (("lora_name", None), ("group_idx", group)):
-            if name in fields:
-                kw[name] = value
-        events.append(BlockStored(**kw))
-    return _TierkvKVEvents.of(events)
-
-
-try:
-    from vllm.distributed.kv_events import KVConnectorKVEvents as _EventsBase
-    from vllm.distributed.kv_events import KVEventAggregator as _Aggregator
-except ImportError:
-    _EventsBase, _Aggregator = object, None
-
-
-class _TierkvKVEvents(_EventsBase):
-    """vLLM's KVConnectorKVEvents over its KVEventAggregator: the events every worker
-    reported (one worker each when created; merged across workers by vLLM)."""
-
-    def __init__(self, num_workers=1):
-        self._agg = _Aggregator(num_workers) if _Aggregator is not None else None
-        self._plain = []
-
-    @classmethod
-    def of(cls, events):
-        out = cls(1)
-        out.add_events(events)
-        return out
-
-    def add_events(self, events):
-        if self._agg is not None:
-            self._agg.add_events(events)
-        else:
-            self._plain.extend(events)
-
-    def aggregate(self):
-        if self._agg is not None:
-            common = self._agg.get_common_events()
-            self._agg.clear_events()
-            self._agg.add_events(common)
-            self._agg.reset_workers()
-        return self
-
-    def increment_workers(self, count=1):
-        if self._agg is not None:
-            self._agg.increment_workers(count)
-
-    def get_all_events(self):
-        return self._agg.get_all_events() if self._agg is not None else list(self._plain)
-
-    def get_number_of_workers(self):
-        return self._agg.get_number_of_workers() if self._agg is not None else 1
-
-    def clear_events(self):
-        if self._agg is not None:
-            self._agg.clear_events()
-            self._agg.reset_workers()
-        self._plain = []
-
-    def merge(self, other):
-        self.add_events(other.get_all_events())
-        self.increment_workers(other.get_number_of_workers())
-        return self
+def _stored_blocks(event):
+    """(block hashes as hex, group or None) of a BlockStored event; ([], None) otherwise."""
+    get = event.get if isinstance(event, dict) else (lambda k: getattr(event, k, None))
+    kind = event.get("type") if isinstance(event, dict) else type(event).__name__
+    if kind != "BlockStored":
+        return [], None
+    return [_hex(h) for h in get("block_hashes") or ()], get("group_idx")
