@@ -61,8 +61,10 @@ class ClientBackend : public SegmentHost {
 
   // Moves the bytes of unmapped segments through the backend's network transport, many
   // ranges in flight; one Status per op (TRANSFER_FAIL for a failed or unreachable one).
-  // Default: no network transport, every op fails.
-  virtual std::vector<Status> ReadRemote(const std::vector<RemoteRead>& ops) {
+  // Reads wait at most `idle` for a silent server (0: the transport's io_timeout; see
+  // NetworkSegmentClient::ReadBatch). Default: no network transport, every op fails.
+  virtual std::vector<Status> ReadRemote(const std::vector<RemoteRead>& ops,
+                                         std::chrono::milliseconds /*idle*/) {
     return std::vector<Status>(
         ops.size(), Status(ErrorCode::TRANSFER_FAIL, "no network transport in this backend"));
   }

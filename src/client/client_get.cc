@@ -35,6 +35,28 @@ int64_t CopyMappedReplica(const SegmentAccess& seg, uint64_t offset,
   return static_cast<int64_t>(obj.size);
 }
 
+// How long a round of network reads waits for a silent store (a partition drops its replies):
+// when a key of the round has another replica after the one being read (remote_from = its
+// index + 2), a third of the shortest such lease left, so that failing over still fits in the
+// lease; otherwise 0, the transport's io_timeout. The wait is for no reply at all: a slow link
+// that keeps delivering is not cut short.
+std::chrono::milliseconds FailoverIdle(const std::vector<Result<ObjectReplicas>>& replicas,
+                                       const std::vector<size_t>& remote_from,
+                                       const std::vector<size_t>& owner, const Clock& clock) {
+  const SteadyTime now = clock.Now();
+  bool any = false;
+  SteadyTime::duration shortest = SteadyTime::duration::max();
+  for (size_t j : owner) {
+    const ObjectReplicas& obj = *replicas[j];
+    if (remote_from[j] < 2 || remote_from[j] - 1 >= obj.replicas.size()) continue;
+    any = true;
+    shortest = std::min(shortest, obj.lease_deadline - now);
+  }
+  if (!any) return std::chrono::milliseconds(0);
+  const auto third = std::chrono::duration_cast<std::chrono::milliseconds>(shortest / 3);
+  return std::max(third, std::chrono::milliseconds(100));
+}
+
 }  // namespace
 
 std::vector<int64_t> ClientImpl::GetImpl(const std::vector<std::string>& keys,
@@ -274,7 +296,8 @@ void ClientImpl::ReadRemoteReplicas(const std::vector<std::string>& keys,
       ZeroPieces(dsts[j]);
     }
     if (ops.empty()) return;
-    const std::vector<Status> done = backend_->ReadRemote(ops);
+    const std::vector<Status> done =
+        backend_->ReadRemote(ops, FailoverIdle(replicas, remote_from, owner, *clock));
     // The checksums of what arrived, on the transfer pool's threads (a pass over the bytes).
     std::vector<uint8_t> intact(ops.size(), 0);
     pool_.ParallelFor(ops.size(), [&](size_t k) {

@@ -17,6 +17,10 @@ namespace {
 
 constexpr auto kRefreshInterval = std::chrono::milliseconds(100);
 constexpr auto kMapTimeout = std::chrono::milliseconds(5000);
+// A network connect (handshake included). A store behind a partition drops the SYN silently:
+// this bounds how long a get waits there before it moves on to another replica, and how long
+// the thread connecting holds connect_mu_.
+constexpr auto kNetworkConnectTimeout = std::chrono::milliseconds(2000);
 // How long a segment found unreachable is skipped (puts placed elsewhere, gets to the next
 // replica) before connecting to it is tried again.
 constexpr auto kUnreachableRetry = std::chrono::milliseconds(5000);
@@ -256,7 +260,15 @@ std::shared_ptr<SegmentAccess> RemoteBackend::CachedLocked(SegmentId id, bool* k
     if (master_->CurrentSegmentId(handle) == id) return segment;
   }
   if (auto it = mapped_.find(id); it != mapped_.end()) {
-    return it->second->alive() ? it->second : nullptr;  // never bytes of a dead owner
+    if (it->second->alive()) return it->second;
+    // Never bytes of a dead connection. Its owner may be alive behind a partition (a read
+    // waited in vain, the connection was closed): connect again after kUnreachableRetry, as
+    // for a segment never reached. A new connection's hello names the segment, and a
+    // restarted owner serves another name, so a reconnect never reaches another process's
+    // bytes.
+    mapped_.erase(it);
+    unreachable_[id] = std::chrono::steady_clock::now();
+    return nullptr;
   }
   if (auto u = unreachable_.find(id); u != unreachable_.end()) {
     if (std::chrono::steady_clock::now() - u->second < kUnreachableRetry) return nullptr;
@@ -333,7 +345,8 @@ std::shared_ptr<SegmentAccess> RemoteBackend::Connect(SegmentId id, const std::s
                  protocol_, id, mounted);
     return nullptr;
   }
-  auto connected = transport::ConnectNetworkSegment(tcp_address, name, kMapTimeout, ucx_);
+  auto connected =
+      transport::ConnectNetworkSegment(tcp_address, name, kNetworkConnectTimeout, ucx_);
   if (!connected.ok()) {
     spdlog::warn("requester: connecting to segment {} ('{}') at {} failed: {}", id, name,
                  tcp_address, connected.status().ToString());
@@ -378,11 +391,12 @@ std::vector<Status> PerSegment(const std::vector<Op>& ops, const Run& run) {
 
 }  // namespace
 
-std::vector<Status> RemoteBackend::ReadRemote(const std::vector<RemoteRead>& ops) {
+std::vector<Status> RemoteBackend::ReadRemote(const std::vector<RemoteRead>& ops,
+                                              std::chrono::milliseconds idle) {
   using Batch = transport::NetworkSegmentClient::ReadOp;
   return PerSegment<RemoteRead, Batch>(
-      ops, [](transport::NetworkSegmentClient& c, const std::vector<Batch>& b) {
-        return c.ReadBatch(b);
+      ops, [idle](transport::NetworkSegmentClient& c, const std::vector<Batch>& b) {
+        return c.ReadBatch(b, idle);
       });
 }
 
@@ -435,7 +449,8 @@ std::shared_ptr<SegmentAccess> RemoteBackend::StageAccess(SegmentId id) {
   }
   transport::UcxTransportOptions options = ucx_;
   if (protocol_ == "shm" || protocol_ == "auto") options.protocol = "tcp";
-  auto connected = transport::ConnectNetworkSegment(tcp_address, name, kMapTimeout, options);
+  auto connected =
+      transport::ConnectNetworkSegment(tcp_address, name, kNetworkConnectTimeout, options);
   if (!connected.ok()) {
     spdlog::warn("requester: connecting to segment {} ('{}') at {} for a staged load failed: {}",
                  id, name, tcp_address, connected.status().ToString());

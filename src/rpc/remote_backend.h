@@ -9,10 +9,11 @@
 // ShmSegmentMapper and cached; otherwise (protocol tcp/rdma, or auto for another host) it
 // connects a NetworkSegmentClient (tcp: TcpSegmentClient; rdma: UcxSegmentClient) to the
 // address after '#' and the bytes move with
-// ReadRemote/WriteRemote. A connection whose owner hung up is dead: FindSegment returns null for
-// it from then on (its replicas fail rather than return bytes of a dead owner), and the master
-// drops them after client_ttl. A segment this protocol cannot reach: null, logged, and tried
-// again after 5 s (the client places puts elsewhere meanwhile). Fetching the list and connecting
+// ReadRemote/WriteRemote. A dead connection (its owner hung up, or a read waited in vain behind a
+// partition) is never used again: FindSegment returns null for its segment (its replicas fail
+// rather than return bytes of a dead owner) and connects anew after 5 s, as for a segment it
+// cannot reach (null, logged; the client places puts elsewhere meanwhile); the master drops a
+// dead owner's segments after client_ttl. Fetching the list and connecting
 // happen outside the lock the lookups of known segments take: a slow master or owner never stalls
 // transfers to segments already known.
 //
@@ -87,7 +88,8 @@ class RemoteBackend final : public ClientBackend {
                                   double usable_ratio) override;
   Transport StageTransport(SegmentId id) override;
   std::string SegmentName(SegmentId id) override;
-  std::vector<Status> ReadRemote(const std::vector<RemoteRead>& ops) override;
+  std::vector<Status> ReadRemote(const std::vector<RemoteRead>& ops,
+                                 std::chrono::milliseconds idle) override;
   std::vector<Status> WriteRemote(const std::vector<RemoteWrite>& ops) override;
 
  private:

@@ -80,8 +80,13 @@ class NetworkSegmentClient {
   // One status per op, in order; many requests in flight. Errors per op: INVALID_PARAMS (a
   // range outside the segment, a null piece with a size; checked here and again by the server);
   // TRANSFER_FAIL (the connection failed before or during the op). An op that failed may have
-  // moved part of its bytes. An empty range succeeds without a message.
-  virtual std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops) = 0;
+  // moved part of its bytes. An empty range succeeds without a message. `idle` (0: the
+  // transport's io_timeout, and never more than it): how long the batch waits for the server
+  // without any reply before it fails and the connection is closed — shorter when the caller
+  // has another replica to fail over to within its lease.
+  virtual std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops,
+                                        std::chrono::milliseconds idle) = 0;
+  std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops) { return ReadBatch(ops, {}); }
   virtual std::vector<Status> WriteBatch(const std::vector<WriteOp>& ops) = 0;
   // Loads every op from the server's SSD tier, each cut into ranges whose staging need fits
   // usable_ratio x the server's staging capacity. The bytes are NOT verified here (the caller

@@ -165,7 +165,9 @@ struct TcpSegmentClient::Impl {
   template <typename Piece>
   void AddOp(std::vector<Pending>& out, UcxOp op, size_t index, uint64_t offset,
              const std::vector<Piece>& pieces, uint64_t limit, uint64_t max_request);
-  std::vector<Status> RunOps(std::vector<Pending>& pendings, size_t count);
+  // Runs the ops, failing them after `idle` without a reply (0: options.io_timeout).
+  std::vector<Status> RunOps(std::vector<Pending>& pendings, size_t count,
+                             std::chrono::milliseconds idle = {});
 };
 
 void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::milliseconds idle) {
@@ -455,8 +457,10 @@ void TcpSegmentClient::Impl::AddOp(std::vector<Pending>& out, UcxOp op, size_t i
   }
 }
 
-std::vector<Status> TcpSegmentClient::Impl::RunOps(std::vector<Pending>& pendings, size_t count) {
-  if (failure.empty()) Run(pendings, options.io_timeout);
+std::vector<Status> TcpSegmentClient::Impl::RunOps(std::vector<Pending>& pendings, size_t count,
+                                                 std::chrono::milliseconds idle) {
+  if (idle.count() <= 0 || idle > options.io_timeout) idle = options.io_timeout;
+  if (failure.empty()) Run(pendings, idle);
   std::vector<Status> out(count);
   for (Pending& p : pendings) {
     Status& result = out[p.op_index];
@@ -617,7 +621,8 @@ bool TcpSegmentClient::alive() const {
   return impl_->alive.load(std::memory_order_acquire);
 }
 
-std::vector<Status> TcpSegmentClient::ReadBatch(const std::vector<ReadOp>& ops) {
+std::vector<Status> TcpSegmentClient::ReadBatch(const std::vector<ReadOp>& ops,
+                                                std::chrono::milliseconds idle) {
   std::vector<Impl::Pending> pendings;
   pendings.reserve(ops.size());
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -625,7 +630,7 @@ std::vector<Status> TcpSegmentClient::ReadBatch(const std::vector<ReadOp>& ops) 
     impl_->AddOp(pendings, UcxOp::kRead, i, ops[i].offset, ops[i].dst, impl_->size,
                  kTcpMaxRequestBytes);
   }
-  return impl_->RunOps(pendings, ops.size());
+  return impl_->RunOps(pendings, ops.size(), idle);
 }
 
 std::vector<Status> TcpSegmentClient::WriteBatch(const std::vector<WriteOp>& ops) {

@@ -42,7 +42,9 @@ class TcpSegmentClient final : public NetworkSegmentClient {
   uint64_t staging_capacity() const override;
   const std::string& address() const override;
   const std::string& segment_name() const override;
-  std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops) override;
+  using NetworkSegmentClient::ReadBatch;
+  std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops,
+                                std::chrono::milliseconds idle) override;
   std::vector<Status> WriteBatch(const std::vector<WriteOp>& ops) override;
   std::vector<Status> StageBatch(const std::vector<StageOp>& ops, double usable_ratio) override;
   // When no call is running, it first looks at the socket, so a server that hung up is noticed.

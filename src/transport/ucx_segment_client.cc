@@ -175,7 +175,9 @@ struct UcxSegmentClient::Impl {
   void AddOp(std::vector<Pending>& out, UcxOp op, size_t index, uint64_t offset,
              const std::vector<Piece>& pieces, uint64_t limit, uint64_t max_request);
   // Runs the requests of `count` ops and returns one status per op: its first failure, if any.
-  std::vector<Status> RunOps(std::vector<Pending>& pendings, size_t count);
+  // Runs the ops, failing them after `idle` without a reply (0: options.io_timeout).
+  std::vector<Status> RunOps(std::vector<Pending>& pendings, size_t count,
+                             std::chrono::milliseconds idle = {});
 
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   static ucs_status_t OnReply(void* arg, const void* header, size_t header_length, void* data,
@@ -522,12 +524,14 @@ void UcxSegmentClient::Impl::AddOp(std::vector<Pending>& out, UcxOp op, size_t i
   }
 }
 
-std::vector<Status> UcxSegmentClient::Impl::RunOps(std::vector<Pending>& pendings, size_t count) {
+std::vector<Status> UcxSegmentClient::Impl::RunOps(std::vector<Pending>& pendings, size_t count,
+                                                 std::chrono::milliseconds idle) {
   for (Pending& p : pendings) {  // the vector no longer grows: point parts at their pieces
     if (!p.dst_part.empty()) p.dst = &p.dst_part;
     if (!p.src_part.empty()) p.src = &p.src_part;
   }
-  if (failure.empty()) Run(pendings, options.io_timeout);
+  if (idle.count() <= 0 || idle > options.io_timeout) idle = options.io_timeout;
+  if (failure.empty()) Run(pendings, idle);
   std::vector<Status> out(count);
   for (Pending& p : pendings) {
     Status& result = out[p.op_index];
@@ -621,7 +625,8 @@ bool UcxSegmentClient::alive() const {
   return impl_->alive.load(std::memory_order_acquire);
 }
 
-std::vector<Status> UcxSegmentClient::ReadBatch(const std::vector<ReadOp>& ops) {
+std::vector<Status> UcxSegmentClient::ReadBatch(const std::vector<ReadOp>& ops,
+                                                std::chrono::milliseconds idle) {
   std::vector<Impl::Pending> pendings;
   pendings.reserve(ops.size());
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -629,7 +634,7 @@ std::vector<Status> UcxSegmentClient::ReadBatch(const std::vector<ReadOp>& ops) 
     impl_->AddOp(pendings, UcxOp::kRead, i, ops[i].offset, ops[i].dst, impl_->size,
                  kMaxRequestBytes);
   }
-  return impl_->RunOps(pendings, ops.size());
+  return impl_->RunOps(pendings, ops.size(), idle);
 }
 
 std::vector<Status> UcxSegmentClient::WriteBatch(const std::vector<WriteOp>& ops) {

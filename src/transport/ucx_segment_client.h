@@ -57,7 +57,9 @@ class UcxSegmentClient final : public NetworkSegmentClient {
   // size; checked here and again by the server, which never touches bytes outside the segment);
   // TRANSFER_FAIL (the connection failed before or during the op; see above). An op that failed
   // may have transferred part of its bytes. An empty range succeeds without a message.
-  std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops) override;
+  using NetworkSegmentClient::ReadBatch;
+  std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops,
+                                std::chrono::milliseconds idle) override;
   std::vector<Status> WriteBatch(const std::vector<WriteOp>& ops) override;
 
   // Loads every op from the server's SSD tier (the requester's half of a staged load), many
