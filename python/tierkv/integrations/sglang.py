@@ -12,13 +12,21 @@ embedded store (an in-process master); with one it joins that master.
 One object per page: the page's K bytes then its V bytes (MHA) or its latent KV (MLA), in the
 host pool's layout order, read and written zero-copy between the registered host pool and the
 store (``batch_get_v1`` / ``batch_set_v1``). ``get``/``set`` move the same bytes through the
-flat page tensors SGLang hands them, so both paths read each other's objects. Keys::
+flat page tensors SGLang hands them, so both paths read each other's objects. The Ascend MLA
+layout ``page_first_kv_split`` stores K, V (and the indexer K and scale, if any) of a page one
+after the other in its object (zero-copy path only, as in SGLang). Keys::
 
     [cache_prefix@]sglang@<model>@fp:<fingerprint>@<page key>[@tp<rank>]@pp<rank>
 
 ``tp<rank>`` is left out for MLA models: every TP rank holds the same latent KV, so one copy
 serves all (rank 0 writes it). The fingerprint covers the model, dtype, page size, layout,
 layers, KV heads, head size and the TP/PP/CP placement (``_common.layout_fingerprint``).
+
+Hybrid models (SGLang's ``HybridCacheController``: Mamba state, SWA, DSA indexer pools
+registered through ``register_mem_host_pool_v2``) store a page of each side pool as its own
+object, ``<page key>.<pool>.<pool fingerprint>`` in the same key scheme (the KV page keeps the
+bare key, as in SGLang's file and Mooncake backends); ``batch_exists_v2`` / ``batch_get_v2`` /
+``batch_set_v2`` follow SGLang's pool hit policies (``_sglang_v2``).
 """
 
 import logging
@@ -30,6 +38,8 @@ import torch
 from .. import _tierkv
 from ..connector import model_name as _model_name
 from . import _common
+from . import _sglang_pools as _pools
+from ._sglang_v2 import HybridPoolsMixin
 
 _log = logging.getLogger("tierkv.integrations.sglang")
 
@@ -53,60 +63,7 @@ _STORE_KEYS = {"local_hostname", "metadata_server", "protocol", "device_name",
                "global_segment_size", "local_buffer_size"}
 
 
-def _runs(view):
-    """The contiguous byte runs of a tensor view, in its logical order (adjacent runs
-    merged)."""
-    if view.is_contiguous():
-        return [[view.data_ptr(), view.numel() * view.element_size()]]
-    out = []
-    for i in range(view.shape[0]):
-        for ptr, n in _runs(view[i]):
-            if out and out[-1][0] + out[-1][1] == ptr:
-                out[-1][1] += n
-            else:
-                out.append([ptr, n])
-    return out
-
-
-# The page starting at host token t in each layout, as SGLang's get_data_page views it: the
-# object holds exactly the bytes of the flat data page (K then V for MHA), so the zero-copy and
-# the flat-tensor paths read each other's objects.
-_MHA_PAGE = {
-    "layer_first": lambda b, t, p: b[:, :, t:t + p],
-    "page_first": lambda b, t, p: b[:, t:t + p],
-    "page_first_direct": lambda b, t, p: b[:, t // p],
-    "page_head": lambda b, t, p: b[:, t // p],
-}
-_MLA_PAGE = {
-    "layer_first": lambda b, t, p: b[:, t:t + p],
-    "page_first": lambda b, t, p: b[t:t + p],
-    "page_first_direct": lambda b, t, p: b[t // p],
-}
-
-
-class _PagePieces:
-    """Where each page's bytes lie in the host pool's buffer, for its layout."""
-
-    def __init__(self, pool, is_mla):
-        self.layout = str(getattr(pool, "layout", "layer_first"))
-        self.page_size = int(pool.page_size)
-        self.buf = pool.kv_buffer
-        table = _MLA_PAGE if is_mla else _MHA_PAGE
-        if self.layout not in table:
-            raise ValueError(f"host KV pool layout {self.layout!r} is not supported by tierkv "
-                             f"for {'MLA' if is_mla else 'MHA'} models ({sorted(table)})")
-        self._page = table[self.layout]
-        first = self._page(self.buf, 0, self.page_size)
-        self.object_bytes = first.numel() * first.element_size()
-        self.page_shape = list(first.shape)
-
-    def pieces(self, token_index):
-        """(pointers, sizes) of the page starting at host token ``token_index``."""
-        runs = _runs(self._page(self.buf, token_index, self.page_size))
-        return [r[0] for r in runs], [r[1] for r in runs]
-
-
-class TierkvHiCacheStorage(_Base):
+class TierkvHiCacheStorage(HybridPoolsMixin, _Base):
     """SGLang ``HiCacheStorage`` backed by tierkv. ``storage_config``: SGLang's
     ``HiCacheStorageConfig`` (tp/pp ranks and sizes, is_mla_model, model_name, extra_config);
     ``kwargs``: what SGLang's factory passes beside it (unused)."""
@@ -143,7 +100,8 @@ class TierkvHiCacheStorage(_Base):
         self.mem_pool_host = None
         self.pieces = None
         self.prefix = None
-        self._registered = None
+        self._registered = []
+        self.side_pools = {}
         self._stats = {"prefetch_pages": 0, "prefetch_bytes": 0, "prefetch_seconds": 0.0,
                        "backup_pages": 0, "backup_bytes": 0, "backup_seconds": 0.0,
                        "get_errors": 0, "set_errors": 0}
@@ -159,20 +117,19 @@ class TierkvHiCacheStorage(_Base):
         fixes the key prefix from its layout."""
         super().register_mem_pool_host(mem_pool_host)
         self.mem_pool_host = mem_pool_host
-        self.pieces = _PagePieces(mem_pool_host, self.is_mla)
+        if getattr(mem_pool_host, "kv_buffer", None) is None:
+            raise ValueError("tierkv HiCache storage: the host KV pool has no kv_buffer (a "
+                             "logical anchor such as DeepSeek-V4's is not supported)")
+        self.pieces = _pools.PagePieces(mem_pool_host, self.is_mla)
+        self._register_buffers(self.pieces.buffers, "host KV pool")
         buf = mem_pool_host.kv_buffer
-        nbytes = buf.numel() * buf.element_size()
-        rc = self.store.register_buffer(buf.data_ptr(), nbytes)
-        if rc != 0:
-            raise RuntimeError(f"register_buffer of the host KV pool ({nbytes} bytes) failed: "
-                               f"{_tierkv.strerror(rc)}: {self.store.last_error()}")
-        self._registered = buf.data_ptr()
         # What a page's bytes depend on: the pool's page shape (layers, heads, head size or
         # latent size) in its layout, the dtype, and the placement of this rank's slice.
         fp = _common.layout_fingerprint(
             engine="sglang", model=self.model, kv_dtype=getattr(mem_pool_host, "dtype",
                                                                 buf.dtype),
-            page_size=self.pieces.page_size, layout=self.pieces.layout, page_shape=self.pieces.page_shape,
+            page_size=self.pieces.page_size, layout=self.pieces.layout,
+            page_shape=self.pieces.page_shape,
             mla=self.is_mla, tp_size=self.tp_size, pp_size=self.pp_size, cp_size=self.cp_size)
         self.fingerprint = fp
         head = f"{self.cache_prefix}@" if self.cache_prefix else ""
@@ -186,11 +143,24 @@ class TierkvHiCacheStorage(_Base):
             raise RuntimeError("tierkv HiCache storage: register_mem_pool_host was not called")
         return f"{self.prefix}{key}{self.suffix}"
 
-    def _config(self, keys):
+    def _config(self, keys, groups=None):
         cfg = _tierkv.ReplicateConfig()
         if self.group_semantics:
-            cfg.group_ids = [k[:k.rfind("@")] for k in keys]
+            cfg.group_ids = groups or [k[:k.rfind("@")] for k in keys]
         return cfg
+
+    def _register_buffers(self, buffers, what):
+        """Registers host tensors with the store (each once) for zero-copy transfers."""
+        for buf in buffers:
+            ptr = buf.data_ptr()
+            if ptr in self._registered:
+                continue
+            nbytes = buf.numel() * buf.element_size()
+            rc = self.store.register_buffer(ptr, nbytes)
+            if rc != 0:
+                raise RuntimeError(f"register_buffer of the {what} ({nbytes} bytes) failed: "
+                                   f"{_tierkv.strerror(rc)}: {self.store.last_error()}")
+            self._registered.append(ptr)
 
     # ---- zero-copy page transfers ---------------------------------------------------------
 
@@ -250,6 +220,10 @@ class TierkvHiCacheStorage(_Base):
         of another size). Without targets, new tensors from the pool's dummy page."""
         if not keys:
             return []
+        if not self.pieces.flat_compatible:
+            _log.error("tierkv HiCache storage: layout %s has no flat data pages; use the "
+                       "zero-copy interface (\"interface_v1\": 1)", self.pieces.layout)
+            return [None] * len(keys)
         if target_locations is None:
             target_locations = [self.mem_pool_host.get_dummy_flat_data_page() for _ in keys]
         got = self.store.get_batch([self._key(k) for k in keys])
@@ -279,6 +253,10 @@ class TierkvHiCacheStorage(_Base):
             return True
         if values is None:
             raise ValueError("batch_set: no values")
+        if not self.pieces.flat_compatible:
+            _log.error("tierkv HiCache storage: layout %s has no flat data pages; use the "
+                       "zero-copy interface (\"interface_v1\": 1)", self.pieces.layout)
+            return False
         full = [self._key(k) for k in keys]
         data = [v.contiguous().view(-1).view(torch.uint8).numpy() for v in values]
         got = self.store.put_batch(full, data, self._config(full))
@@ -316,8 +294,9 @@ class TierkvHiCacheStorage(_Base):
         if self._closed:
             return
         self._closed = True
-        if self._registered is not None:
-            self.store.unregister_buffer(self._registered)
+        for ptr in self._registered:
+            self.store.unregister_buffer(ptr)
+        self._registered = []
         _common.release_store(self.store)
 
     # ---- helpers --------------------------------------------------------------------------

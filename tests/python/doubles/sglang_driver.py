@@ -24,6 +24,11 @@ from sglang.srt.mem_cache.hicache_storage import (
     HiCacheStorage,
     HiCacheStorageConfig,
     HiCacheStorageExtraInfo,
+    PoolHitPolicy,
+    PoolName,
+    PoolTransfer,
+    PoolTransferResult,
+    count_pool_hits,
 )
 from sglang.srt.mem_cache.memory_pool_host import MLATokenToKVPoolHost
 from sglang.srt.mem_cache.storage import StorageBackendFactory
@@ -81,6 +86,8 @@ class PrefetchResult:
     host_indices: Optional[torch.Tensor]
     completed_tokens: int
     calls: List[str] = field(default_factory=list)
+    pool_hits: dict = field(default_factory=dict)  # hybrid: pages read per side pool
+    exists: Optional[PoolTransferResult] = None  # hybrid: what batch_exists_v2 answered
 
 
 class HiCacheDriver:
@@ -151,6 +158,9 @@ class HiCacheDriver:
             hash_value = page_hashes(token_ids, self.page_size, prior_hash)
         if self.backup_skip:
             return 0
+        return self._page_backup_kv(hash_value, host_indices, prefix_keys)
+
+    def _page_backup_kv(self, hash_value, host_indices, prefix_keys=None) -> int:
         done = 0
         for i in range(0, len(hash_value), STORAGE_BATCH_SIZE):
             batch = hash_value[i : i + STORAGE_BATCH_SIZE]
@@ -202,3 +212,123 @@ class HiCacheDriver:
             if got != len(batch):
                 break
         return PrefetchResult(hit, tokens, host_indices, pages * self.page_size)
+
+
+class HybridHiCacheDriver(HiCacheDriver):
+    """HybridCacheController's storage path (python/sglang/srt/mem_cache/hybrid_cache/
+    hybrid_cache_controller.py @ 00343773d3293d382f0b39101f36b656d30ad2f0), single rank,
+    synchronous:
+      attach: the backend gets the anchor (KV) host pool through register_mem_pool_host,
+        then register_mem_host_pool_v2(entry.host_pool, entry.name) for every entry of the
+        HostPoolGroup (the KV anchor included);
+      backup (_page_backup): batch_set_v2(side-pool transfers that should_backup: all on
+        backup_skip=False ranks, only MAMBA on MLA ranks != 0) with KV-derived transfers
+        resolved to the KV host indices/keys, then the KV pages as HiCacheController does
+        (skipped on backup_skip ranks, where completed = all iff every side page was set);
+      prefetch (_storage_hit_query): ONE batch_exists_v2(all page hashes, pool_transfers)
+        (batch_exists without transfers) -> kv_hit_pages; then the KV pages per batch of
+        STORAGE_BATCH_SIZE, with KV-derived pools read by batch_get_v2 beside each batch and
+        the hit clamped to the minimum (_page_transfer_kv_batch); then, if every KV page
+        arrived, _sync_trailing_keys (a TRAILING_PAGES transfer's keys become the last
+        len(keys) hit hashes, its host indices cut to match) and batch_get_v2 of the other
+        side pools; pool hits = leading successes per pool (count_pool_hits)."""
+
+    def __init__(self, host_group, storage_backend: str = "dynamic",
+                 storage_config: Optional[HiCacheStorageConfig] = None,
+                 backend: Optional[HiCacheStorage] = None, **config_kwargs):
+        self.host_group = host_group
+        super().__init__(host_group.anchor_entry.host_pool, storage_backend, storage_config,
+                         backend, **config_kwargs)
+        for entry in host_group.entries:
+            self.backend.register_mem_host_pool_v2(entry.host_pool, entry.name)
+
+    def should_backup(self, transfer: PoolTransfer) -> bool:
+        if not self.backup_skip:
+            return True
+        return transfer.name == PoolName.MAMBA  # rank-sharded state even for MLA KV
+
+    @staticmethod
+    def _resolve_derived(transfers, kv_host_indices, kv_keys):
+        for t in transfers:
+            if t.indices_from_pool is None:
+                continue
+            if t.indices_from_pool == PoolName.KV:
+                t.host_indices = kv_host_indices
+                if t.keys is None:
+                    t.keys = kv_keys
+                continue
+            source = next(s for s in transfers
+                          if s.indices_from_pool is None and s.name == t.indices_from_pool)
+            t.host_indices = source.host_indices
+            if t.keys is None:
+                t.keys = source.keys
+
+    def backup(self, token_ids, host_indices, prior_hash=None, prefix_keys=None,
+               hash_value=None, extra_pools: Optional[List[PoolTransfer]] = None) -> int:
+        if hash_value is None:
+            hash_value = page_hashes(token_ids, self.page_size, prior_hash)
+        transfers = [t for t in extra_pools or [] if self.should_backup(t)]
+        results = {}
+        self.last_pool_hits = {}
+        if transfers:
+            self._resolve_derived(transfers, host_indices, hash_value)
+            results = self.backend.batch_set_v2(transfers)
+            self.last_pool_hits = count_pool_hits(results)
+        if not self.backup_skip:
+            return self._page_backup_kv(hash_value, host_indices, prefix_keys)
+        ok = bool(transfers) and all(
+            len(results.get(t.name, [])) == len(t.keys or []) and all(results[t.name])
+            for t in transfers)
+        return len(hash_value) * self.page_size if ok else 0
+
+    def _sync_trailing_keys(self, transfers, all_hashes, kv_hit_pages):
+        for t in transfers:
+            if t.hit_policy != PoolHitPolicy.TRAILING_PAGES:
+                continue
+            n = len(t.keys) if t.keys else 1
+            t.keys = all_hashes[max(0, kv_hit_pages - n) : kv_hit_pages]
+            if t.host_indices is None:
+                continue
+            entry = self.host_group.entry_map.get(t.name)
+            ps = entry.host_pool.page_size if entry is not None else self.page_size
+            need = len(t.keys) * ps
+            if t.host_indices.numel() > need:
+                entry.host_pool.free(t.host_indices[need:])
+                t.host_indices = t.host_indices[:need]
+
+    def prefetch(self, token_ids, last_hash=None, prefix_keys=None, prefetch_threshold=0,
+                 extra_pools: Optional[List[PoolTransfer]] = None) -> PrefetchResult:
+        hashes = page_hashes(token_ids, self.page_size, last_hash)
+        info = HiCacheStorageExtraInfo(prefix_keys=list(prefix_keys) if prefix_keys else None)
+        if extra_pools:
+            res = self.backend.batch_exists_v2(hashes, extra_pools, info)
+        else:
+            res = PoolTransferResult(self.backend.batch_exists(hashes, info), {})
+        hit = hashes[: res.kv_hit_pages]
+        tokens = len(hit) * self.page_size
+        if tokens == 0 or tokens < prefetch_threshold:
+            return PrefetchResult(hit, tokens, None, 0, exists=res)
+        host_indices = self.mem_pool_host.alloc(tokens)
+        if host_indices is None:
+            return PrefetchResult(hit, tokens, None, 0, exists=res)
+        derived = [t for t in extra_pools or [] if t.indices_from_pool == PoolName.KV]
+        pages = 0
+        for i in range(0, len(hit), STORAGE_BATCH_SIZE):
+            batch = hit[i : i + STORAGE_BATCH_SIZE]
+            idx = host_indices[i * self.page_size : (i + len(batch)) * self.page_size]
+            got = self._page_get(batch, idx, HiCacheStorageExtraInfo(prefix_keys=None))
+            if derived:
+                side = self.backend.batch_get_v2(
+                    [PoolTransfer(name=t.name, host_indices=idx, keys=batch) for t in derived])
+                got = min([got, *count_pool_hits(side).values()])
+            pages += got
+            if got != len(batch):
+                break
+        pool_hits = {}
+        if pages == len(hit) and extra_pools:
+            others = [t for t in extra_pools if t.indices_from_pool != PoolName.KV]
+            self._sync_trailing_keys(others, hit, pages)
+            self._resolve_derived(others, host_indices, hit)
+            pool_hits = count_pool_hits(self.backend.batch_get_v2(others))
+        return PrefetchResult(hit, tokens, host_indices, pages * self.page_size,
+                              pool_hits=pool_hits, exists=res)

@@ -116,6 +116,12 @@ class PoolTransferResult:
     def empty(cls) -> "PoolTransferResult":
         return cls(0, {})
 
+    def update_kv_hit_pages(self, kv_hit_pages: int) -> None:
+        self.kv_hit_pages = max(self.kv_hit_pages, kv_hit_pages)
+
+    def update_extra_pool_hit_pages(self, results: dict) -> None:
+        self.extra_pool_hit_pages.update(results)
+
 
 def count_pool_hits(results: dict) -> dict:
     return {n: (rs.index(False) if False in rs else len(rs)) for n, rs in results.items()}

@@ -7,7 +7,9 @@
 # module path used here; newer SGLang re-exports them from sglang.srt.mem_cache.pool_host,
 # which this double also provides). Same constructor signature, sizing rule, kv_buffer
 # shapes per layout, get_data_page / get_dummy_flat_data_page / set_from_flat_data_page /
-# get_page_buffer_meta semantics. No device transfer (load/backup are no-ops), no pinning.
+# get_page_buffer_meta semantics, including MLA's Ascend page_first_kv_split (separate K, V,
+# indexer K and FP32 scale buffers, mla.py@01c0ede3; get_data_page raises for it as there).
+# No device transfer (load/backup are no-ops), no pinning.
 # Use FakeMHADevicePool / FakeMLADevicePool (or make_mha_host_pool / make_mla_host_pool) in
 # place of the GPU pool. Own code; see /work/specs/sglang.md.
 from __future__ import annotations
@@ -26,7 +28,7 @@ def _itemsize(dtype: torch.dtype) -> int:
 
 
 LAYOUTS_MHA = ("layer_first", "page_first", "page_first_direct", "page_head")
-LAYOUTS_MLA = ("layer_first", "page_first", "page_first_direct")
+LAYOUTS_MLA = ("layer_first", "page_first", "page_first_direct", "page_first_kv_split")
 
 
 def synchronized(func):
@@ -71,6 +73,11 @@ class FakeMLADevicePool:
     start_layer: int = 0
     device: str = "cpu"
     index_head_dim: Optional[int] = None
+    # Ascend DSA (page_first_kv_split): indexer layers (None = all), an FP32 indexer scale
+    # buffer, FP8 DSA packing V into K (the host V mirror is then not persisted).
+    num_indexer_layers: Optional[int] = None
+    index_k_scale_buffer: Optional[object] = None
+    dsa_kv_cache_store_fp8: bool = False
 
     @property
     def end_layer(self) -> int:
@@ -288,7 +295,14 @@ class MLATokenToKVPoolHost(HostKVCache):
         self.qk_rope_head_dim = self.device_pool.qk_rope_head_dim
         self.layer_num = self.device_pool.layer_num
         self.kv_cache_dim = self.override_kv_cache_dim or (self.kv_lora_rank + self.qk_rope_head_dim)
-        return self.kv_cache_dim * _itemsize(self.dtype) * self.layer_num
+        self.dsa_kv_cache_store_fp8 = getattr(self.device_pool, "dsa_kv_cache_store_fp8", False)
+        size = self.kv_cache_dim * _itemsize(self.dtype) * self.layer_num
+        if self.layout == "page_first_kv_split" and self.device_pool.index_head_dim is not None:
+            n_idx = self.device_pool.num_indexer_layers or self.layer_num
+            size += self.device_pool.index_head_dim * _itemsize(self.dtype) * n_idx
+            if getattr(self.device_pool, "index_k_scale_buffer", None) is not None:
+                size += 4 * n_idx  # one FP32 scale per token per indexer layer
+        return size
 
     def get_ksize_per_token(self):
         return self.get_size_per_token()
@@ -301,11 +315,35 @@ class MLATokenToKVPoolHost(HostKVCache):
             dims = (self.size, L, 1, C)
         elif self.layout == "page_first_direct":
             dims = (self.page_num, L, P, 1, C)
-        else:  # page_first_kv_split is Ascend-only and not mirrored
+        elif self.layout == "page_first_kv_split":
+            return self._init_kv_split_buffers()
+        else:
             raise ValueError(f"Unsupported layout: {self.layout}")
         self.token_stride_size = C * _itemsize(self.dtype)
         self.layout_dim = self.token_stride_size * L
         return torch.zeros(dims, dtype=self.dtype, device=self.device)
+
+    def _init_kv_split_buffers(self):
+        """Ascend layout: separate K (latent) and V (rope) buffers, each (page_num, layers,
+        page_size, 1, width), plus the optional indexer K (page_num, indexer layers, page_size,
+        1, index_head_dim) and its FP32 scale (..., 1); kv_buffer is the K buffer."""
+        dev = self.device_pool
+        base = (self.page_num, self.layer_num, self.page_size, 1)
+        k_width = dev.kv_lora_rank + dev.qk_rope_head_dim if self.dsa_kv_cache_store_fp8 \
+            else self.kv_lora_rank
+        self.k_buffer = torch.zeros((*base, k_width), dtype=self.dtype)
+        self.v_buffer = torch.zeros((*base, self.qk_rope_head_dim), dtype=self.dtype)
+        n_idx = dev.num_indexer_layers or self.layer_num
+        idx_base = (self.page_num, n_idx, self.page_size, 1)
+        self.index_k_buffer = None
+        if dev.index_head_dim is not None:
+            self.index_k_buffer = torch.zeros((*idx_base, dev.index_head_dim), dtype=self.dtype)
+        self.index_k_scale_buffer = None
+        if getattr(dev, "index_k_scale_buffer", None) is not None:
+            self.index_k_scale_buffer = torch.zeros((*idx_base, 1), dtype=torch.float32)
+        self.token_stride_size = self.kv_cache_dim * _itemsize(self.dtype)
+        self.layout_dim = self.token_stride_size * self.layer_num
+        return self.k_buffer
 
     def _page_view(self, index):
         i = int(index)
@@ -351,9 +389,29 @@ class MLATokenToKVPoolHost(HostKVCache):
             for j in range(0, len(idx), self.page_size):
                 ptrs.append(base + idx[j] * self.layer_num * tok)
             size = self.layer_num * item * self.page_size * self.kv_cache_dim
+        elif self.layout == "page_first_kv_split":
+            return self._kv_split_buffer_meta(idx)
         else:
             raise ValueError(f"Unsupported layout: {self.layout}")
         return ptrs, [size] * len(ptrs)
+
+
+    def _kv_split_buffer_meta(self, idx):
+        """Per page [k, v (not for FP8 DSA), index_k?, scale?]; each pointer is the buffer
+        base + first token * (that buffer's per-token bytes over its layers)."""
+        bufs = [self.k_buffer]
+        if not self.dsa_kv_cache_store_fp8:
+            bufs.append(self.v_buffer)
+        bufs += [b for b in (self.index_k_buffer, self.index_k_scale_buffer) if b is not None]
+        # per-token bytes of each buffer: layers * width * itemsize
+        per_tok = [b.shape[1] * b.shape[-1] * b.element_size() for b in bufs]
+        ptrs: List[int] = []
+        sizes: List[int] = []
+        for j in range(0, len(idx), self.page_size):
+            for b, t in zip(bufs, per_tok):
+                ptrs.append(b.data_ptr() + idx[j] * t)
+                sizes.append(t * self.page_size)
+        return ptrs, sizes
 
 
 def make_mha_host_pool(
@@ -379,8 +437,13 @@ def make_mla_host_pool(
     kv_lora_rank: int = 16,
     qk_rope_head_dim: int = 8,
     dtype: torch.dtype = torch.bfloat16,
+    index_head_dim: Optional[int] = None,
+    num_indexer_layers: Optional[int] = None,
+    index_k_scale: bool = False,
 ) -> MLATokenToKVPoolHost:
     dev = FakeMLADevicePool(size=num_pages * page_size, layer_num=layer_num,
                             kv_lora_rank=kv_lora_rank, qk_rope_head_dim=qk_rope_head_dim,
-                            store_dtype=dtype)
+                            store_dtype=dtype, index_head_dim=index_head_dim,
+                            num_indexer_layers=num_indexer_layers,
+                            index_k_scale_buffer=object() if index_k_scale else None)
     return MLATokenToKVPoolHost(dev, 1.0, 0, page_size, layout)

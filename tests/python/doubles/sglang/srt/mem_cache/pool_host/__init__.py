@@ -7,3 +7,4 @@ from sglang.srt.mem_cache.memory_pool_host import (  # noqa: F401
     MHATokenToKVPoolHost,
     MLATokenToKVPoolHost,
 )
+from sglang.srt.mem_cache.pool_host.group import HostPoolGroup, PoolEntry  # noqa: F401,E402
