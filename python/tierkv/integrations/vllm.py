@@ -92,6 +92,14 @@ except ImportError:
         pass
 
 try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+        KVConnectorWorkerMetadata as _WorkerMetaBase,
+    )
+except ImportError:
+    class _WorkerMetaBase:
+        pass
+
+try:
     from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
         KVConnectorStats as _StatsBase,
     )
@@ -115,6 +123,23 @@ class TierkvConnectorMetadata(_MetadataBase):
     loads: list = field(default_factory=list)
     saves: list = field(default_factory=list)
     preempted_req_ids: set = field(default_factory=set)  # handle_preemptions reads these
+
+
+@dataclass
+class TierkvWorkerMetadata(_WorkerMetaBase):
+    """A worker's KV events of the step, in ``KVConnectorOutput.kv_connector_worker_meta``:
+    vLLM's MultiConnector forwards each child's worker metadata but not
+    ``get_kv_connector_kv_cache_events`` (vllm-project/vllm multi_connector.py @ 00f4240)."""
+
+    events: object = None
+
+    def aggregate(self, other):
+        """Across TP workers (vLLM's KVOutputAggregator): events stored by every worker."""
+        if self.events is None:
+            return other
+        if getattr(other, "events", None) is not None:
+            self.events.merge(other.events)
+        return self
 
 
 _COUNTERS = ("lookups", "lookup_hit_tokens", "loaded_blocks", "load_error_blocks",
@@ -436,16 +461,23 @@ class TierkvConnector(_Base, _HMA):
         st.saves_scheduled = True
 
     def update_connector_output(self, connector_output):
-        """Collects the workers' KV events (vLLM has already merged the workers' outputs)."""
-        events = getattr(connector_output, "kv_cache_events", None)
-        if events is None:
-            return
-        if self._event_acc is None:
-            self._event_acc = events
-        elif hasattr(self._event_acc, "merge"):
-            self._event_acc = self._event_acc.merge(events)
-        else:
-            self._event_acc.add_events(events.get_all_events())
+        """Collects the workers' KV events (vLLM has already merged the workers' outputs):
+        from ``kv_cache_events``, or from tierkv's worker metadata when a MultiConnector
+        carried them (whichever the worker filled: the other is empty)."""
+        meta = getattr(connector_output, "kv_connector_worker_meta", None)
+        sources = [getattr(connector_output, "kv_cache_events", None)]
+        if isinstance(meta, TierkvWorkerMetadata) and meta.events is not None \
+                and meta.events.get_all_events():
+            sources.append(meta.events)
+        for events in sources:
+            if events is None:
+                continue
+            if self._event_acc is None:
+                self._event_acc = events
+            elif hasattr(self._event_acc, "merge"):
+                self._event_acc = self._event_acc.merge(events)
+            else:
+                self._event_acc.add_events(events.get_all_events())
 
     def request_finished(self, request, block_ids):
         """(delay_free, kv_transfer_params): the blocks stay until ``get_finished`` reports the
@@ -586,6 +618,15 @@ class TierkvConnector(_Base, _HMA):
             return None
         return kv_events(stored, self.facts.block_size)
 
+    def build_connector_worker_meta(self):
+        """The step's KV events not yet taken by ``get_kv_connector_kv_cache_events`` (which
+        vLLM calls first: without a MultiConnector this is empty). Always an object, so each
+        worker counts in the "stored by every worker" aggregation."""
+        if self.worker is None:
+            return None
+        ev = self.get_kv_connector_kv_cache_events()
+        return TierkvWorkerMetadata(ev if ev is not None else kv_events([], self.facts.block_size))
+
     def flush(self, timeout=None):
         """Waits for every queued save (tests, benchmarks)."""
         return self.worker.flush(timeout) if self.worker is not None else True
@@ -668,3 +709,21 @@ def _stored_blocks(event):
     if kind != "BlockStored":
         return [], None
     return [_hex(h) for h in get("block_hashes") or ()], get("group_idx")
+
+
+def _register_with_vllm():
+    """Registers TierkvConnector in vLLM's connector registry (when vLLM is importable): vLLM
+    rebuilds serialized stats of a MultiConnector's children by name
+    (``KVConnectorFactory.get_connector_class_by_name``), which a connector loaded by
+    ``kv_connector_module_path`` alone is not under."""
+    if not HAVE_VLLM:
+        return
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+        if "TierkvConnector" not in getattr(KVConnectorFactory, "_registry", {}):
+            KVConnectorFactory.register_connector("TierkvConnector", __name__, "TierkvConnector")
+    except Exception as e:  # a vLLM without that registry: loading by module path still works
+        _log.debug("tierkv: not registered with vLLM's connector factory: %s", e)
+
+
+_register_with_vllm()

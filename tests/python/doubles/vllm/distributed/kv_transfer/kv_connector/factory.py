@@ -4,7 +4,8 @@
 # loaders; otherwise importlib.import_module(kv_connector_module_path) + getattr(module,
 # kv_connector); NO issubclass check; a class whose __init__ lacks a `kv_cache_config`
 # parameter is built with the old 2-argument form; HMA check against scheduler_config.
-# The registry here holds no real connectors (tests register what they need).
+# The registry holds only MultiConnector (registered at the end, as vLLM's factory registers
+# its built-in connectors; tests register what else they need).
 import importlib
 import inspect
 import logging
@@ -95,3 +96,9 @@ class KVConnectorFactory:
     @classmethod
     def get_connector_class(cls, kv_transfer_config: Any) -> type:
         return cls._get_connector_class_with_compat(kv_transfer_config)[0]
+
+
+# As vLLM registers its built-in connectors at import (the rest of its list has no double).
+KVConnectorFactory.register_connector(
+    "MultiConnector", "vllm.distributed.kv_transfer.kv_connector.v1.multi_connector",
+    "MultiConnector")
