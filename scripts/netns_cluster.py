@@ -181,6 +181,8 @@ def _die_with_parent():
 class Cluster:
     """``hosts``: names (letters, digits); host i gets 10.211.<i+1>.2."""
 
+    can_cut = True
+
     def __init__(self, hosts, workdir=None):
         reason = unavailable()
         if reason:
@@ -307,6 +309,50 @@ class Cluster:
         if os.path.exists(self._state):
             os.unlink(self._state)
         self._up = False
+
+    def __enter__(self):
+        return self.up()
+
+    def __exit__(self, *exc):
+        self.down()
+
+
+class Loopback:
+    """The same interface as Cluster with every "host" on 127.0.0.1 (no namespaces, no root):
+    processes, but no cuts or shaping (``can_cut`` is False)."""
+
+    can_cut = False
+
+    def __init__(self, hosts, workdir=None):
+        self.run = uuid.uuid4().hex[:8]
+        self.hosts = list(hosts)
+        self.workdir = workdir or f"/tmp/tierkv-loopback-{self.run}"
+        os.makedirs(self.workdir, exist_ok=True)
+        self.procs = []
+
+    def ip(self, host):
+        return "127.0.0.1"
+
+    def up(self):
+        return self
+
+    def spawn(self, host, argv, name=None, env=None, stdout=None, stdin=None):
+        log_path = os.path.join(self.workdir, f"{name or os.path.basename(argv[0])}-{host}-"
+                                              f"{len(self.procs)}.log")
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        with open(log_path, "w") as log:
+            popen = subprocess.Popen(list(argv), stdout=stdout if stdout is not None else log,
+                                     stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                                     stderr=log, env=full_env, preexec_fn=_die_with_parent,
+                                     text=True)
+        p = Proc(host, argv, popen, log_path)
+        self.procs.append(p)
+        return p
+
+    def down(self):
+        for p in self.procs:
+            p.kill()
 
     def __enter__(self):
         return self.up()

@@ -43,13 +43,21 @@ def wait_line(proc, pattern, timeout=20.0):
         time.sleep(0.05)
 
 
-def start_etcd(net, host):
-    """A one-member etcd on ``host``; returns (proc, "IP:2379")."""
+def free_port():
+    """A free TCP port of 127.0.0.1 (for processes sharing the machine's loopback)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_etcd(net, host, port=ETCD_PORT, peer_port=ETCD_PORT + 1):
+    """A one-member etcd on ``host``; returns (proc, "IP:PORT")."""
     binary = shutil.which("etcd") or "/usr/bin/etcd"
     ip = net.ip(host)
     data = os.path.join(net.workdir, f"etcd-{host}")
     shutil.rmtree(data, ignore_errors=True)
-    client, peer = f"http://{ip}:{ETCD_PORT}", f"http://127.0.0.1:{ETCD_PORT + 1}"
+    client, peer = f"http://{ip}:{port}", f"http://127.0.0.1:{peer_port}"
     proc = net.spawn(host, [binary, "--name", "e", "--data-dir", data,
                             "--listen-client-urls", client, "--advertise-client-urls", client,
                             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
@@ -57,18 +65,19 @@ def start_etcd(net, host):
                      name="etcd")
     wait_line(proc, r"ready to serve client requests|serving client requests on|"
                     r"serving insecure client requests", timeout=30)
-    return proc, f"{ip}:{ETCD_PORT}"
+    return proc, f"{ip}:{port}"
 
 
-def start_master(net, host, etcd=None, lease_ttl_s=2, client_ttl_ms=3000, extra=()):
+def start_master(net, host, etcd=None, lease_ttl_s=2, client_ttl_ms=3000, extra=(),
+                 port=MASTER_PORT):
     """A ``tierkv master`` on ``host`` (with ``etcd``: a candidate leader); returns the proc
-    once it listens. Its address is net.ip(host):50051."""
+    once it listens, on net.ip(host):port."""
     ip = net.ip(host)
-    argv = [tierkv_binary(), "master", "--host", ip, "--port", str(MASTER_PORT),
+    argv = [tierkv_binary(), "master", "--host", ip, "--port", str(port),
             "--metrics-port", "-1", "--client-ttl-ms", str(client_ttl_ms)]
     if etcd:
         argv += ["--ha", f"etcd://{etcd}", "--ha-lease-ttl-s", str(lease_ttl_s),
-                 "--advertise", f"{ip}:{MASTER_PORT}"]
+                 "--advertise", f"{ip}:{port}"]
     proc = net.spawn(host, argv + list(extra), name="master")
     wait_line(proc, r"tierkv master listening on")
     return proc

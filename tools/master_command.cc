@@ -236,6 +236,7 @@ int RunMaster(const MasterFlags& flags) {
   if (flags.metrics_port >= 0) options.metrics = std::make_shared<MetricsRegistry>();
 
   options.master.free_ack_wait = Millis(flags.free_ack_wait_ms);
+  options.master.confirm_index_updates = true;
   LeaderElectionOptions election_options;
   if (flags.ha.empty() &&
       (!flags.etcd_user.empty() || !flags.etcd_password_file.empty() || !flags.etcd_ca.empty())) {

@@ -445,6 +445,22 @@ int main(int argc, char** argv) {
   engine->callback([&] { exit_code = RunPythonBench(nullptr, engine->remaining()); });
 #endif
 
+  CLI::App* soak = bench->add_subcommand(
+      "soak",
+      "A cluster (etcd, 3 masters, 3 stores, one with an SSD tier, requester processes) under "
+      "a mixed load with every byte checked, while a chaos thread kills, stops and restarts "
+      "stores and masters and cuts and heals links: wrong bytes and unexpected errors (must "
+      "be 0), memory growth, latency per minute, a PNG (bench/soak_bench.py; hosts in "
+      "network namespaces as root, or --loopback; its flags, e.g. --duration 30m --json, "
+      "pass through)");
+  soak->allow_extras();
+  soak->set_help_flag();  // --help goes to the script
+#ifdef TIERKV_SOAK_BENCH
+  soak->callback([&] { exit_code = RunPythonBench(TIERKV_SOAK_BENCH, soak->remaining()); });
+#else
+  soak->callback([&] { exit_code = RunPythonBench(nullptr, soak->remaining()); });
+#endif
+
   tierkv::bench::TraceBenchOptions trace_options;
   std::string trace_ssd = "0";
   CLI::App* trace = bench->add_subcommand(

@@ -31,10 +31,11 @@ struct MasterService::IndexLink::Reported {
 };
 
 MasterService::IndexLink::IndexLink(MasterService& master, std::shared_ptr<const Segment> segment,
-                                    uint64_t generation)
+                                    uint64_t generation, bool discard)
     : master_(master),
       segment_(std::move(segment)),
       generation_(generation),
+      discard_(discard),
       started_(std::chrono::steady_clock::now()),
       reported_(std::make_unique<Reported>()) {
   recovery_.segment = segment_->id;
@@ -54,7 +55,18 @@ Result<std::unique_ptr<MasterService::IndexLink>> MasterService::OpenIndexLink(S
                   "segment " + std::to_string(segment) + " was mounted without an index stream");
   }
   const uint64_t generation = seg->feed->Attach();
-  return std::unique_ptr<IndexLink>(new IndexLink(*this, std::move(seg), generation));
+  bool discard = false;
+  if (generation == 1) {
+    std::lock_guard lock(recoveries_mu_);
+    discard = unmounted_names_.erase(seg->name) > 0;
+  }
+  if (discard) {
+    spdlog::warn(
+        "segment {} ('{}') was unmounted by this master before (its store expired): what its "
+        "index reports is discarded, not adopted",
+        segment, seg->name);
+  }
+  return std::unique_ptr<IndexLink>(new IndexLink(*this, std::move(seg), generation, discard));
 }
 
 void MasterService::IndexLink::Add(const std::vector<IndexEntry>& memory,
@@ -64,7 +76,7 @@ void MasterService::IndexLink::Add(const std::vector<IndexEntry>& memory,
   for (const IndexEntry& e : memory) {
     if (!reported_->memory.emplace(e.offset, e.put_id).second) continue;  // one per offset
     if (!first()) continue;
-    if (master_.AdoptReported(*segment_, e, /*disk=*/false, now)) {
+    if (!discard_ && master_.AdoptReported(*segment_, e, /*disk=*/false, now)) {
       ++recovery_.memory_replicas;
       recovery_.bytes += e.size;
     } else {
@@ -75,7 +87,7 @@ void MasterService::IndexLink::Add(const std::vector<IndexEntry>& memory,
   for (const IndexEntry& e : disk) {
     if (!reported_->disk.try_emplace(e.key, e.put_id, e.disk).second) continue;  // one per key
     if (!first()) continue;
-    if (master_.AdoptReported(*segment_, e, /*disk=*/true, now)) {
+    if (!discard_ && master_.AdoptReported(*segment_, e, /*disk=*/true, now)) {
       ++recovery_.disk_replicas;
     } else {
       ++recovery_.rejected;

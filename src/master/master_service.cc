@@ -3,7 +3,6 @@
 // bookkeeping: master_tiering.cc.
 #include "master/master_service.h"
 
-#include <re2/re2.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -20,33 +19,6 @@ namespace tierkv {
 namespace {
 
 constexpr int kMaxEvictionRounds = 16;
-
-// Erases, shard by shard, every object for which pred(shard, key, meta) holds,
-// then cleans the redirects of erased grouped keys; returns how many.
-template <typename Pred>
-uint64_t EraseWhere(ObjectTable& table, Pred&& pred) {
-  RedirectList redirects;
-  uint64_t count = 0;
-  for (uint32_t i = 0; i < table.num_shards(); ++i) {
-    Shard& s = table.shard(i);
-    std::lock_guard lock(s.mu);
-    for (auto it = s.objects.begin(); it != s.objects.end();) {
-      if (!pred(s, it->first, it->second)) {
-        ++it;
-        continue;
-      }
-      if (!it->second.group_id.empty() && table.ShardOf(it->first.str) != i) {
-        redirects.emplace_back(it->first.str, i);
-      }
-      auto next = std::next(it);
-      table.EraseLocked(s, it);
-      it = next;
-      ++count;
-    }
-  }
-  for (const auto& [key, home] : redirects) table.CleanupRedirect(key, home);
-  return count;
-}
 
 }  // namespace
 
@@ -107,11 +79,18 @@ Result<SegmentId> MasterService::MountSegment(const std::string& name, uint64_t 
 }
 
 Status MasterService::UnmountSegment(SegmentId id) {
+  const auto seg = segments_.Find(id);
   if (Status st = segments_.Unmount(id); !st.ok()) return st;
   SetTierMover(id, nullptr);
   {
     std::lock_guard lock(recoveries_mu_);
     recoveries_.erase(id);
+    if (seg && seg->feed) {  // an indexed store: if it comes back, its index is not adopted
+      const SteadyTime now = options_.clock->Now();
+      std::erase_if(unmounted_names_,
+                    [&](const auto& e) { return now - e.second > std::chrono::hours(1); });
+      unmounted_names_[seg->name] = now;
+    }
   }
   RedirectList redirects;
   uint64_t dropped_objects = 0;
@@ -410,13 +389,14 @@ std::vector<Status> MasterService::PutEnd(const std::vector<std::string>& keys,
                                           const std::vector<uint64_t>& checksums) {
   std::vector<Status> out;
   out.reserve(keys.size());
+  std::vector<std::vector<SegmentId>> published(keys.size());
   uint64_t ended = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (i >= put_ids.size() || i >= checksums.size()) {
       out.emplace_back(ErrorCode::INVALID_PARAMS, "put_ids/checksums shorter than keys");
       continue;
     }
-    out.push_back(EndPut(keys[i], put_ids[i], checksums[i], EndKind::kEnd));
+    out.push_back(EndPut(keys[i], put_ids[i], checksums[i], EndKind::kEnd, &published[i]));
     if (out.back().ok()) ++ended;
   }
   puts_.fetch_add(ended, std::memory_order_relaxed);
@@ -427,6 +407,25 @@ std::vector<Status> MasterService::PutEnd(const std::vector<std::string>& keys,
       if (out[i].ok()) done.push_back(keys[i]);
     }
     write_behind_->Enqueue(done);  // copied to the tiers of write-behind segments only
+  }
+  // An upsert is acknowledged once the stores of its new version have it in their indexes: a
+  // master taking over recovers the newer put from them, never the version it replaced.
+  std::vector<SegmentId> all;
+  for (const auto& p : published) all.insert(all.end(), p.begin(), p.end());
+  if (!all.empty() && options_.confirm_index_updates) {
+    const std::vector<SegmentId> late = AwaitIndexes(std::move(all));
+    for (size_t i = 0; i < out.size() && !late.empty(); ++i) {
+      for (SegmentId id : published[i]) {
+        if (std::find(late.begin(), late.end(), id) == late.end()) continue;
+        out[i] = Status(ErrorCode::TRANSFER_FAIL,
+                        "upsert of " + keys[i] + ": segment " + std::to_string(id) +
+                            " did not confirm the new version within " +
+                            std::to_string(options_.free_ack_wait.count()) +
+                            " ms (its store is unreachable from the master?): a master that "
+                            "takes over may serve the previous version");
+        break;
+      }
+    }
   }
   return out;
 }
@@ -454,7 +453,7 @@ std::vector<Status> MasterService::PutRevoke(const std::vector<std::string>& key
 }
 
 Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t checksum,
-                             EndKind kind) {
+                             EndKind kind, std::vector<SegmentId>* published) {
   if (Status st = ValidateKey(key); !st.ok()) return st;
   Status result(ErrorCode::OBJECT_NOT_FOUND, "no pending put of " + key);
   std::optional<ObjectMeta> revoked;
@@ -489,6 +488,9 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
       // lease): the owners' indexes learn the new version first, so a restart in between finds
       // both and keeps the newer put.
       PublishCommit(key, meta, meta.replicas);
+      if (published != nullptr) {
+        for (const Replica& r : meta.replicas) published->push_back(r.segment);
+      }
       if (meta.demoting) {
         // A tier move is reading the old memory: park it under the old put id, for
         // FinishDemotion to retire once the move is done.
@@ -650,92 +652,6 @@ std::vector<Result<ObjectReplicas>> MasterService::GetReplicas(
   get_hits_.fetch_add(grants, std::memory_order_relaxed);
   get_misses_.fetch_add(valid - grants, std::memory_order_relaxed);
   return out;
-}
-
-Status MasterService::Remove(const std::string& key, bool force) {
-  if (Status st = ValidateKey(key); !st.ok()) return st;
-  Status result(ErrorCode::OBJECT_NOT_FOUND, key);
-  std::optional<ObjectMeta> removed;
-  uint32_t home = 0;
-  const SteadyTime now = options_.clock->Now();
-  table_.WithObject(key, [&](uint32_t idx, Shard& s, ObjectMeta& meta) {
-    if (meta.state != ObjectState::kComplete || meta.next) {
-      result =
-          Status(ErrorCode::REPLICA_IS_NOT_READY, "a put or upsert of " + key + " is in progress");
-    } else if (!force && IsLeased(s, meta, now)) {
-      result = Status(ErrorCode::OBJECT_HAS_LEASE, key + " is leased by a reader");
-    } else if (meta.held_until > now) {
-      result = Status(ErrorCode::OBJECT_HAS_LEASE,
-                      key +
-                          " was recovered from a store moments ago: readers may still hold "
-                          "leases of the previous master");
-    } else {
-      home = idx;
-      removed = table_.EraseLocked(s, s.objects.find(key));
-      result = Status::Ok();
-    }
-  });
-  if (removed && !removed->group_id.empty()) table_.CleanupRedirect(key, home);
-  if (removed) removes_.fetch_add(1, std::memory_order_relaxed);
-  return result;
-}
-
-std::vector<Status> MasterService::BatchRemove(const std::vector<std::string>& keys, bool force) {
-  std::vector<Status> out;
-  out.reserve(keys.size());
-  for (const std::string& key : keys) out.push_back(Remove(key, force));
-  return out;
-}
-
-uint64_t MasterService::RemoveAll(bool force) {
-  const SteadyTime now = options_.clock->Now();
-  const uint64_t removed =
-      EraseWhere(table_, [&](Shard& s, const StoredKey&, const ObjectMeta& meta) {
-        return meta.state == ObjectState::kComplete && !meta.next &&
-               (force || !IsLeased(s, meta, now)) && meta.held_until <= now;
-      });
-  removes_.fetch_add(removed, std::memory_order_relaxed);
-  return removed;
-}
-
-Result<uint64_t> MasterService::RemoveByRegex(const std::string& regex, bool force) {
-  return RemoveMatching(nullptr, regex, force);
-}
-
-Result<uint64_t> MasterService::RemoveInNamespace(const std::string& key_namespace,
-                                                  const std::string& regex, bool force) {
-  return RemoveMatching(&key_namespace, regex, force);
-}
-
-Result<uint64_t> MasterService::RemoveMatching(const std::string* key_namespace,
-                                               const std::string& regex, bool force) {
-  // RE2: linear time and no recursion, so no expression a client sends can stall or overflow
-  // the master's stack (std::regex can do both on 4 KiB keys).
-  RE2::Options opts;
-  opts.set_log_errors(false);
-  const RE2 re(regex, opts);
-  if (!re.ok()) {
-    return Status(
-        ErrorCode::INVALID_PARAMS,
-        "remove_by_regex: '" + regex + "' is not a valid regular expression: " + re.error());
-  }
-  const SteadyTime now = options_.clock->Now();
-  const uint64_t removed =
-      EraseWhere(table_, [&](Shard& s, const StoredKey& key, const ObjectMeta& meta) {
-        std::string_view rest = key.str;
-        if (key_namespace != nullptr) {
-          if (key_namespace->empty() ? (!rest.empty() && rest[0] == kKeyNamespaceMark)
-                                     : !rest.starts_with(*key_namespace)) {
-            return false;
-          }
-          rest.remove_prefix(key_namespace->size());
-        }
-        return meta.state == ObjectState::kComplete && !meta.next &&
-               (force || !IsLeased(s, meta, now)) && meta.held_until <= now &&
-               RE2::PartialMatch(re2::StringPiece(rest.data(), rest.size()), re);
-      });
-  removes_.fetch_add(removed, std::memory_order_relaxed);
-  return removed;
 }
 
 uint64_t MasterService::ReclaimAbandonedPuts() {

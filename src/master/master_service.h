@@ -58,6 +58,12 @@ struct MasterOptions {
   // How long placement avoids a segment a client reported it could not write to (PutRevoke's
   // `unreachable`); its owner's heartbeats do not clear it.
   Millis unreachable_hold{10000};
+  // Removes and upserts wait (up to free_ack_wait) until the stores holding the object applied
+  // them to their indexes, and fail with TRANSFER_FAIL when one did not: then a master taking
+  // over cannot recover a removed object, or the version an acknowledged upsert replaced, from
+  // a store that had not heard of it yet. `tierkv master` turns it on; off here because an
+  // in-process master's segments have no index stream (and tests pump streams by hand).
+  bool confirm_index_updates = false;
 };
 
 // The master options a client config asks for (default_kv_lease_ttl_ms,
@@ -145,10 +151,16 @@ class MasterService final : public MasterApi {
    private:
     friend class MasterService;
     struct Reported;
-    IndexLink(MasterService& master, std::shared_ptr<const Segment> segment, uint64_t generation);
+    IndexLink(MasterService& master, std::shared_ptr<const Segment> segment, uint64_t generation,
+              bool discard);
     MasterService& master_;
     const std::shared_ptr<const Segment> segment_;
     const uint64_t generation_;
+    // The first link of a segment this master unmounted before (its store expired and came
+    // back): nothing reported is adopted, the store forgets it all. This master went on without
+    // the store meanwhile (removes, upserts, evictions the store never heard of), so its index
+    // may hold versions this master already replaced; discarding is always safe for a cache.
+    const bool discard_;
     const SteadyTime started_;
     std::unique_ptr<Reported> reported_;
     SegmentRecovery recovery_;
@@ -208,9 +220,11 @@ class MasterService final : public MasterApi {
 
   // --- Removal ---
   // OBJECT_HAS_LEASE while leased unless force; REPLICA_IS_NOT_READY for a
-  // pending put or upsert (revoke it instead); OBJECT_NOT_FOUND.
+  // pending put or upsert (revoke it instead); OBJECT_NOT_FOUND. Returns once the stores that
+  // held it applied the removal to their indexes (up to free_ack_wait), so that a master taking
+  // over cannot recover it from them; TRANSFER_FAIL (removed here) when one did not confirm.
   Status Remove(const std::string& key, bool force) override;
-  // Remove, key by key.
+  // Remove, key by key, waiting once for the stores of them all.
   std::vector<Status> BatchRemove(const std::vector<std::string>& keys, bool force) override;
   // Removes complete objects (leased ones only with force; none with an upsert in flight);
   // returns the count.
@@ -257,7 +271,14 @@ class MasterService final : public MasterApi {
   template <typename Keys>
   std::vector<int> ExistsOf(const Keys& keys);
   enum class EndKind { kEnd, kRevoke };
-  Status EndPut(const std::string& key, uint64_t put_id, uint64_t checksum, EndKind kind);
+  // `published`: the segments of an upsert's new version (their indexes must confirm it).
+  Status EndPut(const std::string& key, uint64_t put_id, uint64_t checksum, EndKind kind,
+                std::vector<SegmentId>* published = nullptr);
+  // Remove without waiting; `touched` gets the segments the object's replicas were on.
+  Status RemoveOne(const std::string& key, bool force, std::vector<SegmentId>* touched);
+  // Waits, up to free_ack_wait in all, until the owners of `segments` applied every index
+  // event recorded so far (SegmentFeed::Barrier); returns those that did not confirm in time.
+  std::vector<SegmentId> AwaitIndexes(std::vector<SegmentId> segments);
   // PutStart and UpsertStart.
   std::vector<Result<PutStartResult>> StartPuts(const std::vector<std::string>& keys,
                                                 const std::vector<uint64_t>& sizes,
@@ -331,6 +352,10 @@ class MasterService final : public MasterApi {
   std::atomic<uint64_t> get_misses_{0};
   std::atomic<uint64_t> puts_{0};
   std::atomic<uint64_t> removes_{0};
+  std::atomic<int64_t> last_unconfirmed_log_{0};
+  // Names of indexed segments this master unmounted (IndexLink::discard_), with when; pruned
+  // after an hour. Guarded by recoveries_mu_.
+  std::map<std::string, SteadyTime> unmounted_names_;  // steady ms of AwaitIndexes' last warning
   std::atomic<uint64_t> recovered_replicas_{0};
   std::atomic<uint64_t> recovered_bytes_{0};
   std::atomic<uint64_t> recovery_rejected_{0};

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +59,33 @@ inline uint64_t DropMemoryReplicas(ObjectMeta& meta, SegmentId segment) {
     return r.segment == segment && r.tier == ReplicaTier::kMemory;
   });
   return bytes;
+}
+
+// Erases, shard by shard, every object for which pred(shard, key, meta) holds,
+// then cleans the redirects of erased grouped keys; returns how many.
+template <typename Pred>
+uint64_t EraseWhere(ObjectTable& table, Pred&& pred) {
+  RedirectList redirects;
+  uint64_t count = 0;
+  for (uint32_t i = 0; i < table.num_shards(); ++i) {
+    Shard& s = table.shard(i);
+    std::lock_guard lock(s.mu);
+    for (auto it = s.objects.begin(); it != s.objects.end();) {
+      if (!pred(s, it->first, it->second)) {
+        ++it;
+        continue;
+      }
+      if (!it->second.group_id.empty() && table.ShardOf(it->first.str) != i) {
+        redirects.emplace_back(it->first.str, i);
+      }
+      auto next = std::next(it);
+      table.EraseLocked(s, it);
+      it = next;
+      ++count;
+    }
+  }
+  for (const auto& [key, home] : redirects) table.CleanupRedirect(key, home);
+  return count;
 }
 
 }  // namespace tierkv

@@ -169,6 +169,22 @@ bool SegmentFeed::WaitAcked(Millis timeout) {
   return cv_.wait_for(lock, timeout, [&] { return acked_ >= sent_ && open_.empty(); });
 }
 
+uint64_t SegmentFeed::Barrier() {
+  std::lock_guard lock(mu_);
+  if (!attached_ || closed_) return 0;
+  if (open_.empty()) return sent_;
+  if (open_.seq <= sent_) open_.seq = sent_ + 1;
+  return open_.seq;
+}
+
+bool SegmentFeed::WaitAckedThrough(uint64_t seq, Millis timeout) {
+  std::unique_lock lock(mu_);
+  const uint64_t generation = generation_;
+  cv_.wait_for(lock, timeout,
+               [&] { return acked_ >= seq || !attached_ || closed_ || generation != generation_; });
+  return acked_ >= seq && generation == generation_;
+}
+
 uint64_t SegmentFeed::acked_seq() const {
   std::lock_guard lock(mu_);
   return acked_;

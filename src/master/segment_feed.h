@@ -68,6 +68,12 @@ class SegmentFeed final : public FreeFence {
   bool attached() const;
   // Waits up to `timeout` until every batch sealed so far is acknowledged (tests).
   bool WaitAcked(Millis timeout);
+  // The batch that carries every event recorded so far: its seq (the open batch's, numbered
+  // now if it has none), or the last one sent when nothing is pending; 0 without a stream.
+  // WaitAckedThrough(seq) then waits until the owner applied it: true once it has, false on
+  // timeout or when the stream ended.
+  uint64_t Barrier();
+  bool WaitAckedThrough(uint64_t seq, Millis timeout);
   uint64_t batches_sent() const { return batches_sent_.load(std::memory_order_relaxed); }
   uint64_t events_sent() const { return events_sent_.load(std::memory_order_relaxed); }
   uint64_t acked_seq() const;

@@ -264,3 +264,42 @@ def test_a_killed_run_is_cleaned_up_by_the_next(tmp_path):
         assert not os.path.exists(os.path.join(netns_cluster.STATE_DIR, f"{run}.json"))
     finally:
         c.down()
+
+
+def test_the_deployment_walkthrough(netns, tmp_path):
+    """docs/deployment.md, command by command: etcd, three masters on it, two stores with the
+    stores' token, a requester with the cluster token, `tierkv stat` over etcd."""
+    import subprocess
+    net = netns(["E", "M1", "M2", "M3", "S1", "S2", "R"])
+    tokens = {}
+    for name in ("cluster", "store"):
+        path = tmp_path / f"{name}.token"
+        path.write_text(subprocess.run(["openssl", "rand", "-hex", "32"], check=True,
+                                       stdout=subprocess.PIPE, text=True).stdout)
+        path.chmod(0o600)
+        tokens[name] = str(path)
+    _, ep = sv.start_etcd(net, "E")
+    assert ep == "10.211.1.2:2379"
+    for m in ("M1", "M2", "M3"):
+        sv.start_master(net, m, ep, extra=["--token-file", tokens["cluster"],
+                                           "--store-token-file", tokens["store"]])
+    master = f"etcd://{ep}"
+    for s in ("S1", "S2"):
+        sv.start_store(net, s, master, extra=["--token-file", tokens["store"],
+                                              "--accept-token-file", tokens["cluster"]])
+    r = sv.Requester(net, "R", master, extra={"token_file": tokens["cluster"]})
+    keys = [f"d{i}" for i in range(32)]
+    assert r.call("put", keys=keys, version=1, size=SIZE, replica_num=2)["results"] == [0]
+    assert r.call("get", keys=keys, versions=_versions(keys), size=SIZE)["results"] == \
+        ["ok"] * len(keys)
+    stat = net.exec("R", [sv.tierkv_binary(), "stat", "--master", master, "--token-file",
+                          tokens["cluster"], "--json"])
+    assert stat.returncode == 0, stat.stderr
+    import json
+    st = json.loads(stat.stdout)
+    text = json.dumps(st)
+    assert "10.211.5.2" in text and "10.211.6.2" in text  # both stores' segments
+    # Without the token, the masters refuse (and say why).
+    bad = net.exec("R", [sv.tierkv_binary(), "stat", "--master", master])
+    assert bad.returncode != 0 and "UNAUTHENTICATED" in (bad.stdout + bad.stderr)
+    r.close()

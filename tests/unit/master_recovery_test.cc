@@ -5,6 +5,7 @@
 // with the same master, and eviction that waits for a tier stream instead of dropping.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -504,6 +505,107 @@ TEST_F(MasterRecoveryTest, RemoveByRegexAndTheReusePolicyRespectTheHoldOfRecover
   EXPECT_EQ(*removed, 1u);
   EXPECT_GT(b->EvictFromSegment(store.id, kSegment), 0u);
   EXPECT_EQ(b->Stats().objects, 0u);
+}
+
+// confirm_index_updates (as `tierkv master` runs): a remove or an upsert returns once the store's
+// index applied it, so a master taking over cannot find the removed object, or the replaced
+// version alone, there; a store that does not confirm in time makes it TRANSFER_FAIL (the
+// change is made on this master either way).
+TEST_F(MasterRecoveryTest, RemovesAndUpsertsWaitForTheStoresIndexesToConfirm) {
+  FakeStore store("store-a");
+  stores_ = {&store};
+  MasterOptions o = Options(5'000'000);
+  o.confirm_index_updates = true;
+  o.free_ack_wait = Millis(300);
+  auto a = std::make_unique<MasterService>(o);
+  store.MountOn(*a);
+  ReplicateConfig rc;
+  rc.preferred_segment = store.name;
+  Put(*a, store, "kept", Bytes(1000, 'k'));
+  Put(*a, store, "gone", Bytes(1000, 'g'));
+  Put(*a, store, "late", Bytes(1000, 'l'));
+  PumpAll();
+  ASSERT_EQ(store.index->stats().memory_entries, 3u);
+
+  std::atomic<bool> pumping{true};
+  std::thread pump([&] {  // the store's stream, delivering and acknowledging as it goes
+    while (pumping.load()) {
+      store.Pump();
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  EXPECT_TRUE(a->Remove("gone", true).ok());
+  EXPECT_EQ(store.index->stats().memory_entries, 2u);  // applied before Remove returned
+  const std::string v2 = Bytes(1500, '2');
+  auto up = a->UpsertStart({"kept"}, {v2.size()}, rc);
+  ASSERT_TRUE(up[0].ok()) << up[0].status().ToString();
+  store.Write(up[0]->replicas[0].offset, v2);
+  EXPECT_TRUE(a->PutEnd({"kept"}, {up[0]->put_id}, {Checksum(v2.data(), v2.size())})[0].ok());
+  bool indexed = false;  // v2 indexed before PutEnd returned
+  for (const IndexEntry& e : store.index->Report().memory) indexed |= e.put_id == up[0]->put_id;
+  EXPECT_TRUE(indexed);
+  pumping = false;
+  pump.join();
+
+  // The store stops confirming (cut off from the master): both fail after free_ack_wait.
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status removed = a->Remove("late", true);
+  EXPECT_EQ(removed.code(), ErrorCode::TRANSFER_FAIL) << removed.ToString();
+  EXPECT_NE(removed.message().find("did not confirm"), std::string::npos) << removed.ToString();
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 250ms);
+  EXPECT_FALSE(a->GetReplicas({"late"})[0].ok());  // removed on this master all the same
+  const std::string v3 = Bytes(1200, '3');
+  up = a->UpsertStart({"kept"}, {v3.size()}, rc);
+  ASSERT_TRUE(up[0].ok()) << up[0].status().ToString();
+  store.Write(up[0]->replicas[0].offset, v3);
+  const Status ended = a->PutEnd({"kept"}, {up[0]->put_id}, {Checksum(v3.data(), v3.size())})[0];
+  EXPECT_EQ(ended.code(), ErrorCode::TRANSFER_FAIL) << ended.ToString();
+  auto got = a->GetReplicas({"kept"});
+  ASSERT_TRUE(got[0].ok());
+  EXPECT_EQ(got[0]->size, v3.size());  // the new version is in place here
+  // Batches wait once for all their keys' stores.
+  PumpAll();
+  EXPECT_EQ(a->BatchRemove({"kept", "nothing"}, true)[0].code(), ErrorCode::TRANSFER_FAIL);
+}
+
+// A store this master unmounted (it expired: cut off, stopped) that comes back with the same
+// segment: its index is discarded, not adopted — the master went on without it (here: an
+// upsert to another store that the returning store never heard of), so what it reports may be
+// a version this master replaced. A new master still adopts.
+TEST_F(MasterRecoveryTest, AStoreThisMasterUnmountedComesBackEmpty) {
+  FakeStore a_store("store-a"), b_store("store-b");
+  stores_ = {&a_store, &b_store};
+  auto m = NewMaster();
+  a_store.MountOn(*m);
+  b_store.MountOn(*m);
+  Put(*m, a_store, "k", Bytes(1000, '1'));
+  PumpAll();
+  ASSERT_EQ(a_store.index->stats().memory_entries, 1u);
+  ASSERT_TRUE(m->UnmountSegment(a_store.id).ok());  // expired
+  ReplicateConfig rc;
+  rc.preferred_segment = b_store.name;
+  const std::string v2 = Bytes(1000, '2');
+  auto up = m->UpsertStart({"k"}, {v2.size()}, rc);  // k is gone: a plain put, on b
+  ASSERT_TRUE(up[0].ok()) << up[0].status().ToString();
+  b_store.Write(up[0]->replicas[0].offset, v2);
+  ASSERT_TRUE(m->PutEnd({"k"}, {up[0]->put_id}, {Checksum(v2.data(), v2.size())})[0].ok());
+  ASSERT_TRUE(m->Remove("k", true).ok());  // and removed: nothing of k should come back
+  PumpAll();
+
+  const SegmentRecovery rec = a_store.MountOn(*m);  // the same store, back
+  EXPECT_EQ(rec.reported, 1u);
+  EXPECT_EQ(rec.memory_replicas, 0u);
+  EXPECT_EQ(rec.rejected, 1u);
+  EXPECT_FALSE(m->GetReplicas({"k"})[0].ok());           // not resurrected
+  EXPECT_EQ(a_store.index->stats().memory_entries, 0u);  // told to forget it
+
+  // A new master knows nothing of this: it adopts what the stores report.
+  Put(*m, a_store, "j", Bytes(500, 'j'));
+  PumpAll();
+  m.reset();
+  auto n = NewMaster();
+  EXPECT_EQ(a_store.MountOn(*n).memory_replicas, 1u);
+  EXPECT_TRUE(n->GetReplicas({"j"})[0].ok());
 }
 
 }  // namespace
