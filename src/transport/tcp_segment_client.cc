@@ -458,7 +458,7 @@ void TcpSegmentClient::Impl::AddOp(std::vector<Pending>& out, UcxOp op, size_t i
 }
 
 std::vector<Status> TcpSegmentClient::Impl::RunOps(std::vector<Pending>& pendings, size_t count,
-                                                 std::chrono::milliseconds idle) {
+                                                   std::chrono::milliseconds idle) {
   if (idle.count() <= 0 || idle > options.io_timeout) idle = options.io_timeout;
   if (failure.empty()) Run(pendings, idle);
   std::vector<Status> out(count);

@@ -525,7 +525,7 @@ void UcxSegmentClient::Impl::AddOp(std::vector<Pending>& out, UcxOp op, size_t i
 }
 
 std::vector<Status> UcxSegmentClient::Impl::RunOps(std::vector<Pending>& pendings, size_t count,
-                                                 std::chrono::milliseconds idle) {
+                                                   std::chrono::milliseconds idle) {
   for (Pending& p : pendings) {  // the vector no longer grows: point parts at their pieces
     if (!p.dst_part.empty()) p.dst = &p.dst_part;
     if (!p.src_part.empty()) p.src = &p.src_part;

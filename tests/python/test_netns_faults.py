@@ -61,6 +61,16 @@ def netns(request):
             c.down()
 
 
+def _one_master_two_stores(netns):
+    """Hosts m (a master), s1 and s2 (stores), r (a requester): (net, requester, s1's segment)."""
+    net = netns(["m", "s1", "s2", "r"])
+    master = f"{net.ip('m')}:{sv.MASTER_PORT}"
+    sv.start_master(net, "m", client_ttl_ms=CLIENT_TTL_MS)
+    _, seg1 = sv.start_store(net, "s1", master)
+    sv.start_store(net, "s2", master)
+    return net, sv.Requester(net, "r", master), seg1
+
+
 def _store_keys(req, keys, segment):
     """The keys with a replica on the segment whose name starts with ``segment``."""
     return [k for k, where in zip(keys, req.call("where", keys=keys)["results"])
@@ -71,12 +81,7 @@ def test_a_store_cut_from_the_master_only_is_dropped_and_never_serves_after(netn
     """The master drops a store it cannot hear after the client TTL; its objects are then
     misses (never its bytes, never wrong bytes) even though requesters still reach it; on heal
     it registers again and what it still holds is adopted or discarded, never read wrong."""
-    net = netns(["m", "s1", "s2", "r"])
-    master = f"{net.ip('m')}:{sv.MASTER_PORT}"
-    sv.start_master(net, "m", client_ttl_ms=CLIENT_TTL_MS)
-    _, seg1 = sv.start_store(net, "s1", master)
-    sv.start_store(net, "s2", master)
-    r = sv.Requester(net, "r", master)
+    net, r, seg1 = _one_master_two_stores(netns)
     keys = [f"a{i}" for i in range(48)]
     assert r.call("put", keys=keys, version=1, size=SIZE)["results"] == [0]
     on_s1 = _store_keys(r, keys, seg1)
@@ -115,12 +120,7 @@ def test_a_store_cut_from_the_master_only_is_dropped_and_never_serves_after(netn
 def test_a_requester_cut_from_a_store_fails_over_and_puts_route_around(netns, both_ways):
     """Replicas on a store the requester cannot reach (while the master still hears it): gets
     are served by the other replica within the transfer timeout, puts land elsewhere."""
-    net = netns(["m", "s1", "s2", "r"])
-    master = f"{net.ip('m')}:{sv.MASTER_PORT}"
-    sv.start_master(net, "m", client_ttl_ms=CLIENT_TTL_MS)
-    _, seg1 = sv.start_store(net, "s1", master)
-    sv.start_store(net, "s2", master)
-    r = sv.Requester(net, "r", master)
+    net, r, seg1 = _one_master_two_stores(netns)
     keys = [f"a{i}" for i in range(24)]
     assert r.call("put", keys=keys, version=1, size=SIZE, replica_num=2)["results"] == [0]
     assert len(_store_keys(r, keys, seg1)) == len(keys)

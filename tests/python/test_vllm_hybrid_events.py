@@ -61,6 +61,16 @@ def _forward(w, meta, caches, write=None, after_start=None):
     w.clear_connector_metadata()
 
 
+def _whole_prompt_step(s, blocks=((1, 2, 3, 4, 5), (6, 7, 8, 9, 10))):
+    """Request "a" (18 tokens: 4 full blocks before the last) scheduled whole in one step,
+    nothing cached: (request, its blocks per group, the step's metadata)."""
+    req = _Request("a", list(range(1, 19)))
+    blocks = [list(b) for b in blocks]
+    s.update_state_after_alloc(req, _Blocks(*blocks), 0)
+    return req, blocks, s.build_connector_meta(_output([_new(req, blocks, 0)],
+                                                       scheduled={"a": 18}))
+
+
 def _write_all(caches, attn_blocks, state_blocks):
     def write():
         for b in attn_blocks:
@@ -114,10 +124,7 @@ def test_a_mamba_layer_hook_does_not_save_twice():
     with HeldStore():
         vc, kcc = _mamba_configs()
         s, w, caches = _mamba_pair(vc, kcc)
-        req = _Request("a", list(range(1, 19)))
-        blocks = [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]
-        s.update_state_after_alloc(req, _Blocks(*blocks), 0)
-        meta = s.build_connector_meta(_output([_new(req, blocks, 0)], scheduled={"a": 18}))
+        req, blocks, meta = _whole_prompt_step(s)
         w.bind_connector_metadata(meta)
         w.start_load_kv(None)
         for name in (ATTN, MIXER):  # an engine that hooked every layer
@@ -135,10 +142,7 @@ def test_mamba_state_shapes_are_in_the_fingerprint():
     with HeldStore():
         vc, kcc = _mamba_configs()
         s, w, caches = _mamba_pair(vc, kcc)
-        req = _Request("a", list(range(1, 19)))
-        blocks = [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]
-        s.update_state_after_alloc(req, _Blocks(*blocks), 0)
-        meta = s.build_connector_meta(_output([_new(req, blocks, 0)], scheduled={"a": 18}))
+        req, blocks, meta = _whole_prompt_step(s)
         _forward(w, meta, caches, _write_all(caches, blocks[0], blocks[1]))
         assert w.flush(30)
         other = (CONV, ((2, 4), torch.float32))

@@ -28,29 +28,35 @@ def _event_fields(cls):
     return set()
 
 
+def _vllm_events(kind, blocks, fields):
+    """One event of vLLM's class ``kind`` (BlockStored, BlockRemoved) per (group, [hash hex])
+    of ``blocks``, with ``fields`` and those the installed version declares (lora_name,
+    group_idx); without vLLM, dicts."""
+    try:
+        from vllm.distributed import kv_events as module
+        cls = getattr(module, kind)
+    except (ImportError, AttributeError):
+        cls = None
+    out = []
+    for group, hashes in blocks:
+        hs = [bytes.fromhex(h) for h in hashes]
+        if cls is None:
+            out.append({"type": kind, "block_hashes": hs, "medium": MEDIUM, "group_idx": group})
+            continue
+        declared = _event_fields(cls)
+        kw = dict(fields, block_hashes=hs, medium=MEDIUM)
+        for name, value in (("lora_name", None), ("group_idx", group)):
+            if name in declared:
+                kw[name] = value
+        out.append(cls(**kw))
+    return out
+
+
 def kv_events(stored, block_size):
     """The workers' KV events of the blocks stored: vLLM's KVConnectorKVEvents holding
-    BlockStored events when vLLM is importable (fields filled as the installed version
-    declares them), else a plain holder of dicts."""
-    try:
-        from vllm.distributed.kv_events import BlockStored
-    except ImportError:
-        BlockStored = None
-    events = []
-    for group, hashes in stored:
-        hs = [bytes.fromhex(h) for h in hashes]
-        if BlockStored is None:
-            events.append({"type": "BlockStored", "block_hashes": hs, "medium": MEDIUM,
-                           "group_idx": group})
-            continue
-        fields = _event_fields(BlockStored)
-        kw = dict(block_hashes=hs, parent_block_hash=None, token_ids=[],
-                  block_size=block_size, lora_id=None, medium=MEDIUM)
-        for name, value in (("lora_name", None), ("group_idx", group)):
-            if name in fields:
-                kw[name] = value
-        events.append(BlockStored(**kw))
-    return TierkvKVEvents.of(events)
+    BlockStored events when vLLM is importable, else a plain holder of dicts."""
+    return TierkvKVEvents.of(_vllm_events("BlockStored", stored, dict(
+        parent_block_hash=None, token_ids=[], block_size=block_size, lora_id=None)))
 
 
 try:
@@ -193,19 +199,4 @@ class RemovedBlocks:
 
 def removed_events(removed):
     """BlockRemoved events (vLLM's class when importable, else dicts) of ``take``'s result."""
-    try:
-        from vllm.distributed.kv_events import BlockRemoved
-    except ImportError:
-        BlockRemoved = None
-    out = []
-    for group, hashes in removed:
-        hs = [bytes.fromhex(h) for h in hashes]
-        if BlockRemoved is None:
-            out.append({"type": "BlockRemoved", "block_hashes": hs, "medium": MEDIUM,
-                        "group_idx": group})
-            continue
-        kw = dict(block_hashes=hs, medium=MEDIUM)
-        if "group_idx" in _event_fields(BlockRemoved):
-            kw["group_idx"] = group
-        out.append(BlockRemoved(**kw))
-    return out
+    return _vllm_events("BlockRemoved", removed, {})
