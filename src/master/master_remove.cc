@@ -97,7 +97,11 @@ std::vector<SegmentId> MasterService::AwaitIndexes(std::vector<SegmentId> segmen
   std::vector<SegmentId> late;
   for (SegmentId id : segments) {
     auto seg = segments_.Find(id);
-    if (!seg || !seg->feed) continue;  // gone (nothing left to recover from), or no index
+    if (!seg) {  // unmounted meanwhile: an expired store may still be found by a new master
+      late.push_back(id);
+      continue;
+    }
+    if (!seg->feed) continue;  // no index: nothing to recover from
     const uint64_t seq = seg->feed->Barrier();
     const auto left =
         std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());

@@ -128,6 +128,7 @@ void SegmentFeed::Acked(uint64_t generation, uint64_t seq) {
     // Not this stream's, not a batch sent, or old news.
     if (generation != generation_ || !attached_ || seq > sent_ || seq <= acked_) return;
     acked_ = seq;
+    confirmed_ = std::max(confirmed_, seq);
   }
   cv_.notify_all();
   // Without the feed's lock: Release takes the allocator's, and frees take ours first.
@@ -179,10 +180,8 @@ uint64_t SegmentFeed::Barrier() {
 
 bool SegmentFeed::WaitAckedThrough(uint64_t seq, Millis timeout) {
   std::unique_lock lock(mu_);
-  const uint64_t generation = generation_;
-  cv_.wait_for(lock, timeout,
-               [&] { return acked_ >= seq || !attached_ || closed_ || generation != generation_; });
-  return acked_ >= seq && generation == generation_;
+  cv_.wait_for(lock, timeout, [&] { return confirmed_ >= seq || closed_; });
+  return confirmed_ >= seq;
 }
 
 uint64_t SegmentFeed::acked_seq() const {

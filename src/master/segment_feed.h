@@ -70,8 +70,9 @@ class SegmentFeed final : public FreeFence {
   bool WaitAcked(Millis timeout);
   // The batch that carries every event recorded so far: its seq (the open batch's, numbered
   // now if it has none), or the last one sent when nothing is pending; 0 without a stream.
-  // WaitAckedThrough(seq) then waits until the owner applied it: true once it has, false on
-  // timeout or when the stream ended.
+  // WaitAckedThrough(seq) then waits until the owner applied it (or a later batch: a new
+  // stream's reconciliation covers what an ended one left unacknowledged): true once it has,
+  // false on timeout or once the feed is closed.
   uint64_t Barrier();
   bool WaitAckedThrough(uint64_t seq, Millis timeout);
   uint64_t batches_sent() const { return batches_sent_.load(std::memory_order_relaxed); }
@@ -82,9 +83,12 @@ class SegmentFeed final : public FreeFence {
   const std::weak_ptr<OffsetAllocator> allocator_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  IndexBatch open_;          // the batch events go into; open_.seq is its number; mu_
-  uint64_t sent_ = 0;        // highest seq handed to the stream; mu_
-  uint64_t acked_ = 0;       // highest seq acknowledged; mu_
+  IndexBatch open_;     // the batch events go into; open_.seq is its number; mu_
+  uint64_t sent_ = 0;   // highest seq handed to the stream; mu_
+  uint64_t acked_ = 0;  // highest seq acknowledged, or settled by a (de)tach; mu_
+  // Highest seq the owner really applied (Acked only; a detach settles acked_ for the window,
+  // not this): what WaitAckedThrough waits for. Seqs grow across streams. mu_
+  uint64_t confirmed_ = 0;
   bool attached_ = false;    // mu_
   bool closed_ = false;      // mu_
   uint64_t generation_ = 0;  // of the attached (or last) stream; mu_

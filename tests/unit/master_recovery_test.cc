@@ -608,5 +608,25 @@ TEST_F(MasterRecoveryTest, AStoreThisMasterUnmountedComesBackEmpty) {
   EXPECT_TRUE(n->GetReplicas({"j"})[0].ok());
 }
 
+// What confirm_index_updates waits for is the store's own acknowledgment: a stream that ended
+// with a batch in flight confirms nothing (the window settles, the index did not learn it), and
+// the next stream's reconciliation, once acknowledged, confirms it.
+TEST_F(MasterRecoveryTest, AnEndedStreamConfirmsNothing) {
+  FakeStore store("store-a");
+  stores_ = {&store};
+  auto m = NewMaster();
+  store.MountOn(*m);
+  Put(*m, store, "k", Bytes(100, 'k'));  // its commit is in the feed, not delivered
+  auto feed = store.link->feed();
+  const uint64_t seq = feed->Barrier();
+  ASSERT_GT(seq, 0u);
+  ASSERT_TRUE(feed->Next(store.link->generation(), 0ms).has_value());  // sent, never acked
+  feed->Detach(store.link->generation());                              // the stream broke
+  EXPECT_FALSE(feed->WaitAckedThrough(seq, 50ms));
+  store.Link();  // a new stream: reconciled, delivered and acknowledged
+  EXPECT_TRUE(feed->WaitAckedThrough(seq, 50ms));
+  EXPECT_EQ(store.index->stats().memory_entries, 1u);
+}
+
 }  // namespace
 }  // namespace tierkv
