@@ -323,7 +323,7 @@ def account(records, events, grace, t_start):
     return ops, expected, unexpected, wrong, resurrected, per_second, lat_minute
 
 
-def growth(samples, t_start):
+def growth(samples):
     """Per process incarnation: RSS growth (%) and fd growth from its first sample at or after
     GROWTH_FROM_S of its life to its last sample."""
     by = {}
@@ -443,7 +443,7 @@ def main(argv=None):
         soak.close()
     ops, expected, unexpected, wrong, resurrected, per_second, lat_minute = account(
         records, soak.events, a.grace, soak.t_start)
-    rss_g, fd_g = growth(soak.samples, soak.t_start)
+    rss_g, fd_g = growth(soak.samples)
     latency = {}
     for (op, minute), ms in sorted(lat_minute.items()):
         latency.setdefault(op, []).append({"minute": minute, "p50": percentile(ms, 0.5),

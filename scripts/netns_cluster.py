@@ -90,6 +90,16 @@ def _namespaces():
     return [line.split()[0] for line in p.stdout.splitlines() if line.strip()]
 
 
+def remove_run(run):
+    """Removes run ``run``'s namespaces (and the processes in them) and its state file."""
+    for ns in _namespaces():
+        if ns.startswith(f"{PREFIX}{run}-"):
+            _kill_namespace(ns)
+    path = os.path.join(STATE_DIR, f"{run}.json")
+    if os.path.exists(path):
+        os.unlink(path)
+
+
 def cleanup_stale():
     """Removes what runs whose process is gone left behind (namespaces, their processes, state
     files); returns the run ids removed. Runs of live processes are left alone."""
@@ -108,10 +118,7 @@ def cleanup_stale():
             if st.get("kept") or _alive(int(st.get("pid", 0))):
                 live_runs.add(run)
                 continue
-            for ns in _namespaces():
-                if ns.startswith(f"{PREFIX}{run}-"):
-                    _kill_namespace(ns)
-            os.unlink(path)
+            remove_run(run)
             removed.append(run)
     # Namespaces of this module's naming whose run has no state file at all.
     for ns in _namespaces():
@@ -303,11 +310,7 @@ class Cluster:
         """Stops every process and removes every namespace of this run (idempotent)."""
         for p in self.procs:
             p.kill()
-        for ns in _namespaces():
-            if ns.startswith(f"{PREFIX}{self.run}-"):
-                _kill_namespace(ns)
-        if os.path.exists(self._state):
-            os.unlink(self._state)
+        remove_run(self.run)
         self._up = False
 
     def __enter__(self):
@@ -380,12 +383,7 @@ def _main(argv):
         print("removed runs:", " ".join(cleanup_stale()) or "none")
         return 0
     if a.cmd == "down":
-        for ns in _namespaces():
-            if ns.startswith(f"{PREFIX}{a.run}-"):
-                _kill_namespace(ns)
-        path = os.path.join(STATE_DIR, f"{a.run}.json")
-        if os.path.exists(path):
-            os.unlink(path)
+        remove_run(a.run)
         return 0
     c = Cluster([f"h{i}" for i in range(a.hosts)])
     c.up()

@@ -27,13 +27,7 @@ Status UnconfirmedRemoval(const std::string& key, SegmentId segment, Millis wait
 }  // namespace
 
 Status MasterService::Remove(const std::string& key, bool force) {
-  std::vector<SegmentId> touched;
-  Status st = RemoveOne(key, force, &touched);
-  if (st.ok() && !touched.empty() && options_.confirm_index_updates) {
-    const std::vector<SegmentId> late = AwaitIndexes(std::move(touched));
-    if (!late.empty()) return UnconfirmedRemoval(key, late.front(), options_.free_ack_wait);
-  }
-  return st;
+  return BatchRemove({key}, force)[0];
 }
 
 Status MasterService::RemoveOne(const std::string& key, bool force,
@@ -73,21 +67,28 @@ std::vector<Status> MasterService::BatchRemove(const std::vector<std::string>& k
   std::vector<Status> out;
   out.reserve(keys.size());
   std::vector<std::vector<SegmentId>> touched(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) out.push_back(RemoveOne(keys[i], force, &touched[i]));
+  ConfirmIndexes(touched, out, [&](size_t i, SegmentId id) {
+    return UnconfirmedRemoval(keys[i], id, options_.free_ack_wait);
+  });
+  return out;
+}
+
+void MasterService::ConfirmIndexes(const std::vector<std::vector<SegmentId>>& touched,
+                                   std::vector<Status>& out,
+                                   const std::function<Status(size_t, SegmentId)>& unconfirmed) {
+  if (!options_.confirm_index_updates) return;
   std::vector<SegmentId> all;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    out.push_back(RemoveOne(keys[i], force, &touched[i]));
-    all.insert(all.end(), touched[i].begin(), touched[i].end());
-  }
-  if (all.empty() || !options_.confirm_index_updates) return out;
+  for (const auto& t : touched) all.insert(all.end(), t.begin(), t.end());
+  if (all.empty()) return;
   const std::vector<SegmentId> late = AwaitIndexes(std::move(all));
-  for (size_t i = 0; i < keys.size() && !late.empty(); ++i) {
+  for (size_t i = 0; i < touched.size() && !late.empty(); ++i) {
     for (SegmentId id : touched[i]) {
       if (std::find(late.begin(), late.end(), id) == late.end()) continue;
-      out[i] = UnconfirmedRemoval(keys[i], id, options_.free_ack_wait);
+      out[i] = unconfirmed(i, id);
       break;
     }
   }
-  return out;
 }
 
 std::vector<SegmentId> MasterService::AwaitIndexes(std::vector<SegmentId> segments) {

@@ -410,23 +410,14 @@ std::vector<Status> MasterService::PutEnd(const std::vector<std::string>& keys,
   }
   // An upsert is acknowledged once the stores of its new version have it in their indexes: a
   // master taking over recovers the newer put from them, never the version it replaced.
-  std::vector<SegmentId> all;
-  for (const auto& p : published) all.insert(all.end(), p.begin(), p.end());
-  if (!all.empty() && options_.confirm_index_updates) {
-    const std::vector<SegmentId> late = AwaitIndexes(std::move(all));
-    for (size_t i = 0; i < out.size() && !late.empty(); ++i) {
-      for (SegmentId id : published[i]) {
-        if (std::find(late.begin(), late.end(), id) == late.end()) continue;
-        out[i] = Status(ErrorCode::TRANSFER_FAIL,
-                        "upsert of " + keys[i] + ": segment " + std::to_string(id) +
-                            " did not confirm the new version within " +
-                            std::to_string(options_.free_ack_wait.count()) +
-                            " ms (its store is unreachable from the master?): a master that "
-                            "takes over may serve the previous version");
-        break;
-      }
-    }
-  }
+  ConfirmIndexes(published, out, [&](size_t i, SegmentId id) {
+    return Status(ErrorCode::TRANSFER_FAIL,
+                  "upsert of " + keys[i] + ": segment " + std::to_string(id) +
+                      " did not confirm the new version within " +
+                      std::to_string(options_.free_ack_wait.count()) +
+                      " ms (its store is unreachable from the master?): a master that takes "
+                      "over may serve the previous version");
+  });
   return out;
 }
 

@@ -279,6 +279,10 @@ class MasterService final : public MasterApi {
   // Waits, up to free_ack_wait in all, until the owners of `segments` applied every index
   // event recorded so far (SegmentFeed::Barrier); returns those that did not confirm in time.
   std::vector<SegmentId> AwaitIndexes(std::vector<SegmentId> segments);
+  // With confirm_index_updates: AwaitIndexes over the segments each key touched (`touched[i]`
+  // for key i), and out[i] = unconfirmed(i, segment) for a key whose segment did not confirm.
+  void ConfirmIndexes(const std::vector<std::vector<SegmentId>>& touched, std::vector<Status>& out,
+                      const std::function<Status(size_t, SegmentId)>& unconfirmed);
   // PutStart and UpsertStart.
   std::vector<Result<PutStartResult>> StartPuts(const std::vector<std::string>& keys,
                                                 const std::vector<uint64_t>& sizes,

@@ -156,22 +156,18 @@ class RemovedBlocks:
         """Checks the oldest-checked blocks, up to the key budget; returns how many were
         found removed."""
         with self._lock:
-            batch, nkeys = [], 0
+            batch, keys, spans = [], [], []
             for block in self._tracked:
-                n = len(self._keys_of(*block))
-                if batch and nkeys + n > self._budget:
+                ks = self._keys_of(*block)
+                if batch and len(keys) + len(ks) > self._budget:
                     break
                 batch.append(block)
-                nkeys += n
+                spans.append((len(keys), len(ks)))
+                keys.extend(ks)
             for block in batch:  # checked now: to the back of the queue
                 self._tracked.move_to_end(block)
         if not batch:
             return 0
-        keys, spans = [], []
-        for block in batch:
-            ks = self._keys_of(*block)
-            spans.append((len(keys), len(ks)))
-            keys.extend(ks)
         try:
             exists = self._store.batch_is_exist(keys)
         except Exception as e:  # the store unreachable: nothing is known, nothing reported
