@@ -40,6 +40,8 @@ struct MetadataBenchOptions {
   // Puts name the previous object as their parent (ReplicateConfig::parent_keys), as a KV
   // connector passing its chain would.
   bool parent_hints = false;
+  // The scale sweep (bench/metadata_scale_bench.cc): 65 Ki, 1 Mi and `objects`.
+  bool scale = false;
 };
 
 // The throughput a policy may cost against LRU in the paired comparison: >= 0.90 of LRU's.
@@ -56,6 +58,10 @@ inline constexpr double kAuthControlPlaneRatioTarget = 0.90;
 // table otherwise). Fails on bad options, a client that cannot start, a failed
 // put or a wrong answer.
 Status RunMetadataBench(const MetadataBenchOptions& options);
+// `--scale`: master memory per object, put/exists/get throughput, eviction rounds and restart
+// recovery at 65 Ki, 1 Mi and options.objects objects (64-byte keys); --remote for a child
+// master (memory and throughput only).
+Status RunMetadataScaleBench(const MetadataBenchOptions& options);
 
 // ---- Shared by the local and the remote mode ----------------------------------------------
 

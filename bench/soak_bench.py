@@ -43,8 +43,8 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 import netns_cluster  # noqa: E402
 import netns_services as sv  # noqa: E402
 
-CHAOS_KINDS = ("kill_store", "stop_store", "kill_master", "stop_master", "cut_store_requester",
-               "cut_store_masters", "cut_master_etcd")
+CHAOS_KINDS = ("kill_store", "stop_store", "kill_master", "stop_master", "kill_requester",
+               "stop_requester", "cut_store_requester", "cut_store_masters", "cut_master_etcd")
 SAMPLE_S = 10
 GROWTH_FROM_S = 120
 
@@ -75,6 +75,7 @@ class Soak:
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.master_ports = {}
+        self.records = []
 
     # ---- set-up ------------------------------------------------------------------------
 
@@ -96,19 +97,44 @@ class Soak:
         self.master = f"etcd://{self.etcd}"
         for s in ("s1", "s2", "s3"):
             self._start_store(s)
-        self.workers = []
+        self.workers = {}  # host -> its current worker process
+        self.all_workers = []  # every incarnation, with its reader thread
+        self.killed = set()  # pids the chaos killed (their exit status is no failure)
+        self.worker_end = time.monotonic() + self.a.duration
         for i in range(self.a.requesters):
-            host = f"r{i + 1}"
-            conf = {"local_hostname": net.ip(host), "metadata_server": "P2PHANDSHAKE",
-                    "global_segment_size": 0, "local_buffer_size": "16MB", "protocol": "tcp",
-                    "master_server_address": self.master}
-            argv = [sv.PYTHON, os.path.join(HERE, "soak_worker.py"), "--name", f"w{i + 1}",
-                    "--config", json.dumps(conf), "--seed", str(self.a.seed * 100 + i),
-                    "--duration", str(self.a.duration), "--keyspace", str(self.a.keyspace)]
-            p = net.spawn(host, argv, name="worker", env={"PYTHONPATH": sv.python_dir()},
-                          stdout=subprocess.PIPE)
-            self.procs[f"worker:{host}#1"] = p
-            self.workers.append(p)
+            self._start_worker(f"r{i + 1}")
+
+    def _start_worker(self, host):
+        """A requester on `host`; a restarted one works on new keys (the killed one's
+        knowledge of its keys' versions died with it) for what is left of the duration."""
+        i = int(host[1:]) - 1
+        n = self.incarnation.get(f"worker:{host}", 0) + 1
+        conf = {"local_hostname": self.net.ip(host), "metadata_server": "P2PHANDSHAKE",
+                "global_segment_size": 0, "local_buffer_size": "16MB", "protocol": "tcp",
+                "master_server_address": self.master}
+        left = max(1.0, self.worker_end - time.monotonic())
+        name = f"w{i + 1}" if n == 1 else f"w{i + 1}.{n}"
+        argv = [sv.PYTHON, os.path.join(HERE, "soak_worker.py"), "--name", name,
+                "--config", json.dumps(conf), "--seed", str(self.a.seed * 100 + i + 1000 * n),
+                "--duration", str(left), "--keyspace", str(self.a.keyspace)]
+        p = self.net.spawn(host, argv, name="worker", env={"PYTHONPATH": sv.python_dir()},
+                           stdout=subprocess.PIPE)
+        self.procs[self._name(f"worker:{host}")] = p
+        self.workers[host] = p
+        th = threading.Thread(target=self._read_worker, args=(p,), daemon=True)
+        th.start()
+        self.all_workers.append((p, th))
+        return p
+
+    def _read_worker(self, p):
+        for line in p.popen.stdout:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            rec["worker"] = p.host
+            with self.lock:
+                self.records.append(rec)
 
     def _start_master(self, host):
         p = sv.start_master(self.net, host, self.etcd, lease_ttl_s=2,
@@ -188,6 +214,26 @@ class Soak:
         p.signal(signal.SIGCONT)
         return host
 
+    def _kill_requester(self):
+        host = self.rng.choice(sorted(self.workers))
+        p = self.workers[host]
+        if not p.alive():
+            return f"{host} (done)"
+        self.killed.add(p.pid)
+        p.kill()
+        self._hold()
+        if time.monotonic() < self.worker_end - 5:
+            self._start_worker(host)
+        return host
+
+    def _stop_requester(self):
+        host = self.rng.choice(sorted(self.workers))
+        p = self.workers[host]
+        p.signal(signal.SIGSTOP)
+        self._hold()
+        p.signal(signal.SIGCONT)
+        return host
+
     def _cut_store_requester(self):
         s = self.rng.choice(["s1", "s2", "s3"])
         r = f"r{self.rng.randrange(self.a.requesters) + 1}"
@@ -232,43 +278,30 @@ class Soak:
 
     def run(self):
         self.t_start = time.monotonic()
-        records = []
-        readers = []
-
-        def read(p):
-            for line in p.popen.stdout:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                rec["worker"] = p.host
-                with self.lock:
-                    records.append(rec)
-
-        for p in self.workers:
-            th = threading.Thread(target=read, args=(p,), daemon=True)
-            th.start()
-            readers.append(th)
         threads = [threading.Thread(target=self.sample, daemon=True)]
         if not self.a.no_chaos:
             threads.append(threading.Thread(target=self.chaos, daemon=True))
         for th in threads:
             th.start()
         deadline = self.t_start + self.a.duration + 120  # workers stop on their own
-        for p in self.workers:
+        # Until every host's current worker is done (the chaos may replace one meanwhile).
+        while time.monotonic() < deadline and any(p.alive() for p in self.workers.values()):
+            time.sleep(0.5)
+        self.stop.set()
+        for th in threads:
+            th.join(30)
+        for p, th in list(self.all_workers):
             try:
                 p.popen.wait(max(1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
-            if p.popen.returncode != 0:
-                with self.lock:
-                    records.append({"worker": p.host, "fatal": f"exit status "
-                                    f"{p.popen.returncode}: {p.log()[-300:]}"})
-        self.stop.set()
-        for th in threads + readers:
             th.join(30)
+            if p.popen.returncode != 0 and p.pid not in self.killed:
+                with self.lock:
+                    self.records.append({"worker": p.host, "fatal": f"exit status "
+                                         f"{p.popen.returncode}: {p.log()[-300:]}"})
         self.t_end = time.monotonic()
-        return records
+        return self.records
 
     def close(self):
         self.net.down()

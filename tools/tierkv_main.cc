@@ -221,9 +221,15 @@ int main(int argc, char** argv) {
   metadata->add_flag("--auth", metadata_options.auth,
                      "With --remote: paired reps against a master without a cluster token and "
                      "one with (every call carries it); reports the ratio (target >= 0.9)");
+  metadata->add_flag("--scale", metadata_options.scale,
+                     "The scale sweep at 65536, 1 Mi and --objects objects (64-byte keys): "
+                     "master bytes per object, put/exists/get keys/s, eviction rounds and restart "
+                     "recovery (embedded), with ratios against 65536");
   metadata->callback([&] {
     metadata_options.object_bytes = SizeOf(object_size);
-    exit_code = Report("metadata", tierkv::bench::RunMetadataBench(metadata_options));
+    exit_code = Report("metadata", metadata_options.scale
+                                       ? tierkv::bench::RunMetadataScaleBench(metadata_options)
+                                       : tierkv::bench::RunMetadataBench(metadata_options));
   });
 
   tierkv::bench::DiskBenchOptions disk_options;

@@ -52,38 +52,41 @@ uint64_t MasterService::EvictIfNeeded() {
   return freed;
 }
 
-std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segment, SteadyTime now) {
+std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segment, SteadyTime now,
+                                                                uint64_t want_bytes) {
   std::vector<EvictionCandidate> out;
+  const uint64_t want_per_shard =
+      want_bytes == 0 ? 0 : kEvictionOversample * want_bytes / table_.num_shards() + 1;
   for (uint32_t i = 0; i < table_.num_shards(); ++i) {
     Shard& s = table_.shard(i);
     std::lock_guard lock(s.mu);
     std::unordered_set<std::string_view> groups_seen;
-    for (const auto& [key, meta] : s.objects) {
+    uint64_t found = 0;
+    auto visit = [&](const StoredKey& key, const ObjectMeta& meta) {
       if (meta.group_id.empty()) {
         const uint64_t bytes = BytesOnSegment(meta, segment);
         if (bytes == 0 || meta.state != ObjectState::kComplete || meta.hard_pin || meta.demoting ||
             meta.next || IsLeased(s, meta, now)) {
-          continue;
+          return;
         }
         out.push_back(EvictionCandidate{
             i, key.str, false, SoftPinned(meta, now), meta.last_access, bytes,
             static_cast<uint8_t>(ReuseClass(meta.reuse_references, meta.reuse_tail))});
-        continue;
+        found += bytes;
+        return;
       }
-      if (!groups_seen.insert(meta.group_id).second) continue;
+      if (!groups_seen.insert(meta.group_id).second) return;
       auto g = s.groups.find(meta.group_id);
-      if (g == s.groups.end() || g->second.lease_deadline > now) continue;
+      if (g == s.groups.end() || g->second.lease_deadline > now) return;
       EvictionCandidate c{i, meta.group_id, true, false, SteadyTime{}, 0, 0};
       uint32_t most_references = 0;
-      bool evictable = true;
       for (const auto& member : g->second.members) {
         auto it = s.objects.find(member);
         if (it == s.objects.end()) continue;
         const ObjectMeta& m = it->second;
         if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting || m.next ||
             m.lease_deadline > now) {
-          evictable = false;
-          break;
+          return;
         }
         c.soft_pinned = c.soft_pinned || SoftPinned(m, now);
         c.last_access = std::max(c.last_access, m.last_access);
@@ -95,8 +98,26 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
           c.reuse_class = static_cast<uint8_t>(ReuseClass(m.reuse_references, m.reuse_tail));
         }
       }
-      if (evictable && c.bytes > 0) out.push_back(std::move(c));
+      if (c.bytes > 0) {
+        found += c.bytes;
+        out.push_back(std::move(c));
+      }
+    };
+    if (want_bytes == 0 || s.objects.size() <= kExactEvictionShardObjects) {
+      for (const auto& [key, meta] : s.objects) visit(key, meta);
+      continue;
     }
+    // A window of the shard, from where the last one stopped (a clock hand over the table's
+    // slots): enough candidates for this shard's share of the target, oversampled so that the
+    // policy still chooses among them, and at most the shard once around.
+    auto it = s.eviction_cursor.empty() ? s.objects.end() : s.objects.find(s.eviction_cursor);
+    if (it == s.objects.end()) it = s.objects.begin();
+    for (size_t seen = 0; seen < s.objects.size() && found < want_per_shard; ++seen) {
+      if (it == s.objects.end()) it = s.objects.begin();
+      visit(it->first, it->second);
+      ++it;
+    }
+    s.eviction_cursor = it == s.objects.end() ? std::string() : it->first.str;
   }
   return out;
 }
@@ -262,16 +283,21 @@ uint64_t MasterService::FinishDemotion(uint32_t shard, SegmentId segment,
 
 uint64_t MasterService::EvictFromSegment(SegmentId segment, uint64_t target_bytes) {
   const SteadyTime now = options_.clock->Now();
-  auto candidates = CollectCandidates(segment, now);
-  if (reuse_) {
-    policy_->OrderWithReuse(candidates, reuse_->Totals(), now);
-  } else {
-    policy_->Order(candidates);
-  }
   uint64_t freed = 0;
-  for (const auto& c : candidates) {
+  // A window of the table first (no full walk of a large table per round); if its candidates
+  // fall short (leased, pinned, other segments' objects), the whole table.
+  for (const bool window : {true, false}) {
+    auto candidates = CollectCandidates(segment, now, window ? target_bytes - freed : 0);
+    if (reuse_) {
+      policy_->OrderWithReuse(candidates, reuse_->Totals(), now);
+    } else {
+      policy_->Order(candidates);
+    }
+    for (const auto& c : candidates) {
+      if (freed >= target_bytes) break;
+      freed += EvictCandidate(c, segment, now);
+    }
     if (freed >= target_bytes) break;
-    freed += EvictCandidate(c, segment, now);
   }
   if (freed < target_bytes) {
     spdlog::debug("eviction on segment {} freed {} of {} bytes (rest leased or pinned)", segment,

@@ -413,7 +413,7 @@ std::vector<Status> MasterService::PutEnd(const std::vector<std::string>& keys,
   ConfirmIndexes(published, out, [&](size_t i, SegmentId id) {
     return Status(ErrorCode::TRANSFER_FAIL,
                   "upsert of " + keys[i] + ": segment " + std::to_string(id) +
-                      " did not confirm the new version within " +
+                      " did not confirm the upsert within " +
                       std::to_string(options_.free_ack_wait.count()) +
                       " ms (its store is unreachable from the master?): a master that takes "
                       "over may serve the previous version");
@@ -482,6 +482,10 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
       if (published != nullptr) {
         for (const Replica& r : meta.replicas) published->push_back(r.segment);
       }
+      // ... and forget the old one now, not at its last lease's end (a group's lease can last
+      // as long as the group is read): a master taking over must not find the old version in
+      // one index before the new one in another.
+      UnpublishReplaced(old, published);
       if (meta.demoting) {
         // A tier move is reading the old memory: park it under the old put id, for
         // FinishDemotion to retire once the move is done.
@@ -536,6 +540,22 @@ void MasterService::PublishCommit(const std::string& key, const ObjectMeta& meta
     IndexEntry e = IndexEntryOf(key, meta);
     e.offset = r.allocation.offset();
     feed->Committed(std::move(e));
+  }
+}
+
+void MasterService::UnpublishReplaced(std::vector<Replica>& replaced,
+                                      std::vector<SegmentId>* published) {
+  for (Replica& r : replaced) {
+    if (r.tier == ReplicaTier::kMemory) {
+      if (r.allocation.owner() == nullptr) continue;
+      auto* feed = static_cast<SegmentFeed*>(r.allocation.owner()->fence());
+      if (feed == nullptr) continue;
+      feed->Forgotten(r.allocation.offset());
+    } else {
+      if (!r.claim) continue;
+      r.claim.reset();  // the owner's index drops the record now (DiskClaim's destructor)
+    }
+    if (published != nullptr) published->push_back(r.segment);
   }
 }
 

@@ -253,6 +253,10 @@ class MasterService final : public MasterApi {
   // Frees at least `target_bytes` on `segment` if evictable objects allow;
   // returns bytes freed.
   uint64_t EvictFromSegment(SegmentId segment, uint64_t target_bytes);
+  // A round samples shards above this many objects (CollectCandidates), taking this many times
+  // its share of the target in candidates.
+  static constexpr size_t kExactEvictionShardObjects = 4096;
+  static constexpr uint64_t kEvictionOversample = 8;
 
   MasterStats Stats() override;
   // The same, and in the same pass the object and replica counts of each tenant that holds
@@ -304,7 +308,15 @@ class MasterService final : public MasterApi {
   bool IsLeased(Shard& shard, const ObjectMeta& meta, SteadyTime now) const;
   // When a soft pin put now with `config` lapses: SteadyTime{} without a soft pin or a TTL.
   SteadyTime SoftPinDeadline(const ReplicateConfig& config, SteadyTime now) const;
-  std::vector<EvictionCandidate> CollectCandidates(SegmentId segment, SteadyTime now);
+  // The eviction candidates on `segment`. `want_bytes` 0: every object of the table (the
+  // policy's exact order). Otherwise a window of each shard larger than
+  // kExactEvictionShardObjects, continuing where the previous window stopped, until it holds
+  // kEvictionOversample times the shard's share of `want_bytes` in candidates: the policy then
+  // orders a sample (as Redis's approximated LRU does), and a round costs what it evicts, not
+  // the table's size. Smaller shards are walked whole.
+  std::vector<EvictionCandidate> CollectCandidates(SegmentId segment, SteadyTime now,
+                                                   uint64_t want_bytes);
+
   // Evicts one candidate if still evictable; returns bytes freed on `segment`. With a tier
   // mover on the segment, objects without a disk replica are demoted (written to disk, then
   // switched to a disk replica); a group whose demotion fails for any member is dropped whole.
@@ -329,6 +341,10 @@ class MasterService final : public MasterApi {
   // call under the object's shard lock.
   static void PublishCommit(const std::string& key, const ObjectMeta& meta,
                             const std::vector<Replica>& replicas);
+  // Tells the owners' indexes that `replaced` (an upsert's old version, still allocated for its
+  // readers) backs its key no more, adding their segments to `published` (to be confirmed);
+  // call under the object's shard lock.
+  static void UnpublishReplaced(std::vector<Replica>& replaced, std::vector<SegmentId>* published);
   // Restart recovery: adopts one reported replica; false if it was not adopted.
   bool AdoptReported(const Segment& segment, const IndexEntry& entry, bool disk, SteadyTime now);
   void NotePutId(uint64_t put_id);  // next_put_id_ stays above every id seen

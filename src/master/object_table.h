@@ -197,6 +197,9 @@ struct Shard {
   // finishes (MasterService::FinishDemotion). Guarded by mu.
   std::unordered_map<uint64_t, ObjectMeta> parked;
   std::vector<RetiredVersion> retired;  // guarded by mu
+  // Where the next eviction window starts (the key after the last one visited; "" = the
+  // beginning): MasterService::CollectCandidates. Guarded by mu.
+  std::string eviction_cursor;
 };
 
 class ObjectTable {

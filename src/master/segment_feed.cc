@@ -33,6 +33,15 @@ void SegmentFeed::DiskDropped(std::string key, const DiskLocation& location) {
   cv_.notify_all();
 }
 
+void SegmentFeed::Forgotten(uint64_t offset) {
+  {
+    std::lock_guard lock(mu_);
+    if (!attached_) return;  // the next stream's reconciliation forgets it (not in the table)
+    open_.frees.push_back(offset);
+  }
+  cv_.notify_all();
+}
+
 uint64_t SegmentFeed::OnFree(uint64_t offset, uint64_t /*size*/) {
   uint64_t ticket;
   {

@@ -45,6 +45,10 @@ class SegmentFeed final : public FreeFence {
   void Committed(IndexEntry entry);
   void DiskAttached(IndexEntry entry);
   void DiskDropped(std::string key, const DiskLocation& location);
+  // The memory replica at `offset` no longer backs its key (an upsert replaced it), though its
+  // range stays allocated until readers' leases end: the owner's index drops the entry now (a
+  // free on the wire, with no ticket: the allocator's own free follows later).
+  void Forgotten(uint64_t offset);
   uint64_t OnFree(uint64_t offset, uint64_t size) override;
 
   // --- The stream ---

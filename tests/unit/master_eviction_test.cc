@@ -302,5 +302,69 @@ TEST_F(MasterEvictionTest, CustomPolicyFromOptionsIsUsed) {
   EXPECT_EQ(ExistsAll(keys), (std::vector<int>{1, 1, 1, 1, 1, 1, 1, 0, 0, 0}));
 }
 
+// Large shards (more than kExactEvictionShardObjects objects) are not walked whole per round: a
+// round takes a window of each, continuing where the last one stopped, and the policy orders
+// the window (an approximated LRU). Objects read since the others were put survive while older
+// ones are in the window; a window with too few candidates (here: every other shard's objects
+// leased) falls back to the whole table, so a round still frees what it was asked for.
+class MasterWindowedEvictionTest : public MasterEvictionTest {
+ protected:
+  static constexpr uint64_t kSize = 64;
+  void Fill(uint32_t shards, size_t per_shard) {
+    MasterOptions o = Options();
+    o.shards = shards;
+    o.lease_ttl = Millis(1000);
+    o.high_watermark = 1.0;
+    count_ = shards * per_shard;
+    Make(o, 2 * count_ * kSize);
+    for (size_t first = 0; first < count_; first += 1024) {
+      std::vector<std::string> keys;
+      for (size_t i = first; i < std::min(count_, first + 1024); ++i) keys.push_back(Key(i));
+      auto started = master_->PutStart(keys, std::vector<uint64_t>(keys.size(), kSize), {});
+      std::vector<uint64_t> ids;
+      for (auto& s : started) ids.push_back(s.ok() ? s->put_id : 0);
+      for (const Status& st : master_->PutEnd(keys, ids, std::vector<uint64_t>(keys.size(), 0))) {
+        ASSERT_TRUE(st.ok()) << st.ToString();
+      }
+      clock_.Advance(Millis(1));
+    }
+  }
+  static std::string Key(size_t i) { return "window-" + std::to_string(i); }
+  size_t count_ = 0;
+};
+
+TEST_F(MasterWindowedEvictionTest, ARoundEvictsTheOldestOfAWindowAndMovesOn) {
+  Fill(1, 3 * MasterService::kExactEvictionShardObjects);
+  std::vector<std::string> odd;
+  for (size_t i = 1; i < count_; i += 2) odd.push_back(Key(i));
+  clock_.Advance(Millis(10));
+  for (const auto& r : master_->GetReplicas(odd)) ASSERT_TRUE(r.ok());  // read: recent
+  clock_.Advance(Millis(2000));                                         // leases over
+  for (int round = 0; round < 20; ++round) {
+    EXPECT_GE(master_->EvictFromSegment(seg_, 64 * kSize), 64 * kSize) << "round " << round;
+  }
+  EXPECT_GE(Evicted(), 20u * 64);
+  for (int e : master_->Exists(odd)) ASSERT_EQ(e, 1);  // no recently read object went
+}
+
+TEST_F(MasterWindowedEvictionTest, AWindowShortOfCandidatesFallsBackToTheWholeTable) {
+  constexpr uint32_t kShards = 16;
+  Fill(kShards, MasterService::kExactEvictionShardObjects + 1000);
+  std::vector<std::string> others;
+  size_t in_shard0 = 0;
+  for (size_t i = 0; i < count_; ++i) {
+    if ((HashKey(Key(i)) >> 40) % kShards == 0) {
+      ++in_shard0;
+    } else {
+      others.push_back(Key(i));
+    }
+  }
+  ASSERT_GT(in_shard0, 2000u);
+  for (const auto& r : master_->GetReplicas(others)) ASSERT_TRUE(r.ok());  // leased
+  // Shard 0's window holds 8 x 1/16 of the target: half of it. The rest needs the fallback.
+  EXPECT_GE(master_->EvictFromSegment(seg_, 2000 * kSize), 2000 * kSize);
+  EXPECT_EQ(Evicted(), 2000u);
+}
+
 }  // namespace
 }  // namespace tierkv

@@ -422,10 +422,10 @@ TEST_F(MasterRecoveryTest, EvictionWaitsForATieredStoresStreamInsteadOfDropping)
 }
 
 // Upsert (PutMode::kUpsert) on an indexed segment: the swap in PutEnd publishes the new version
-// to the store's index, and the replaced version leaves the index only when its last lease has
-// ended (its free is published when the range is really freed). A master that dies while both
-// are indexed is replaced by one that serves the newer version.
-TEST_F(MasterRecoveryTest, AnUpsertReachesTheIndexAndTheOldVersionLeavesItAfterItsLastLease) {
+// to the store's index and takes the replaced one out of it at once, though the replaced range
+// stays allocated for its readers until their lease ends (no new put lands on it). A master that
+// dies right after is replaced by one that finds only the newer version.
+TEST_F(MasterRecoveryTest, AnUpsertReplacesTheOldVersionInTheIndexAtOnceAndFreesItAfterItsLease) {
   FakeStore store("store-a");
   stores_ = {&store};
   auto a = NewMaster();
@@ -446,33 +446,97 @@ TEST_F(MasterRecoveryTest, AnUpsertReachesTheIndexAndTheOldVersionLeavesItAfterI
   const uint64_t off2 = upsert(v2);
   ASSERT_NE(off2, off1);
   PumpAll();
-  EXPECT_EQ(store.index->stats().memory_entries, 2u);  // v2 committed, v1 still leased
-  a->ReclaimAbandonedPuts();
+  EXPECT_EQ(store.index->stats().memory_entries, 1u);  // v2 only, though v1 is still leased
+  EXPECT_EQ(store.index->Report().memory[0].offset, off2);
+  // v1's range is still allocated: a put of its size does not land on it.
+  EXPECT_NE(Put(*a, store, "other", Bytes(1000, 'o')), off1);
+  clock_.Advance(Millis(1001));
+  a->ReclaimAbandonedPuts();  // v1's lease is over: freed now (a free of an offset not indexed)
   PumpAll();
   EXPECT_EQ(store.index->stats().memory_entries, 2u);
-  clock_.Advance(Millis(1001));
-  a->ReclaimAbandonedPuts();  // v1's lease is over: freed now
+  ASSERT_TRUE(a->Remove("other", true).ok());
   PumpAll();
-  EXPECT_EQ(store.index->stats().memory_entries, 1u);
 
   ASSERT_TRUE(a->GetReplicas({"k"})[0].ok());  // a reader's lease on v2
   const uint64_t off3 = upsert(v3);
   PumpAll();
-  EXPECT_EQ(store.index->stats().memory_entries, 2u);
-  a.reset();  // dies while both v2 and v3 are in the index
+  EXPECT_EQ(store.index->stats().memory_entries, 1u);
+  a.reset();  // dies while v2 is still allocated for its reader
 
   auto b = NewMaster();
   const SegmentRecovery rec = store.MountOn(*b);
   EXPECT_TRUE(rec.done);
-  EXPECT_EQ(rec.reported, 2u);
+  EXPECT_EQ(rec.reported, 1u);
   auto got = b->GetReplicas({"k"});
   ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
   EXPECT_EQ(got[0]->size, v3.size());
   EXPECT_EQ(got[0]->checksum, Checksum(v3.data(), v3.size()));
   ASSERT_EQ(got[0]->replicas.size(), 1u);
   EXPECT_EQ(got[0]->replicas[0].offset, off3);
-  store.Pump();
-  EXPECT_EQ(store.index->stats().memory_entries, 1u);  // v2's entry was freed, not adopted
+}
+
+// The soak's stale read after a leader cut: a grouped key at v1 on store 1 is read (the group's
+// lease keeps v1 allocated as long as the group is read), then upserted onto store 2. A new
+// master that hears from store 1 before store 2 must not serve v1 in between — a miss until
+// store 2 links is fine, the old bytes are not. The same when v1 is a disk replica.
+TEST_F(MasterRecoveryTest, AfterAnUpsertANewMasterNeverFindsTheOldVersionAloneInAnotherStore) {
+  for (const bool disk : {false, true}) {
+    SCOPED_TRACE(disk ? "v1 a disk replica" : "v1 in memory");
+    FakeStore s1("store-1", /*tier=*/disk), s2("store-2");
+    stores_ = {&s1, &s2};
+    MasterOptions o = Options(next_base_ += 1'000'000);
+    o.confirm_index_updates = true;
+    auto a = std::make_unique<MasterService>(o);
+    s1.MountOn(*a);
+    s2.MountOn(*a);
+    ReplicateConfig rc;
+    rc.group_ids = {"g"};
+    if (disk) {
+      auto added = a->AddDiskReplicas(s1.id, {DiskRecord{"k", DiskLocation{1, 5, 4096, 1000},
+                                                         Checksum(Bytes(1000, '1').data(), 1000)}});
+      ASSERT_TRUE(added[0].ok()) << added[0].ToString();
+      rc = ReplicateConfig{};  // disk records come ungrouped; lease it as an object
+    } else {
+      Put(*a, s1, "k", Bytes(1000, '1'), rc);
+      Put(*a, s1, "k2", Bytes(1000, 'x'), rc);
+    }
+    PumpAll();
+    ASSERT_EQ(disk ? s1.index->stats().disk_entries : s1.index->stats().memory_entries,
+              disk ? 1u : 2u);
+    ASSERT_TRUE(a->GetReplicas({disk ? "k" : "k2"})[0].ok());  // the lease that pins v1
+
+    std::atomic<bool> pumping{true};
+    std::thread pump([&] {  // both stores' streams, applying and acknowledging
+      while (pumping.load()) {
+        PumpAll();
+        std::this_thread::sleep_for(1ms);
+      }
+    });
+    rc.preferred_segment = s2.name;
+    const std::string v2 = Bytes(1500, '2');
+    auto up = a->UpsertStart({"k"}, {v2.size()}, rc);
+    ASSERT_TRUE(up[0].ok()) << up[0].status().ToString();
+    ASSERT_EQ(up[0]->replicas[0].segment, s2.id);
+    s2.Write(up[0]->replicas[0].offset, v2);
+    const Status ended = a->PutEnd({"k"}, {up[0]->put_id}, {Checksum(v2.data(), v2.size())})[0];
+    pumping = false;
+    pump.join();
+    ASSERT_TRUE(ended.ok()) << ended.ToString();
+    // Confirmed by store 1 before PutEnd returned: v1 is out of its index.
+    EXPECT_EQ(disk ? s1.index->stats().disk_entries : s1.index->stats().memory_entries,
+              disk ? 0u : 1u);
+    a.reset();
+
+    auto b = NewMaster();
+    s1.MountOn(*b);  // store 1 links first; store 2 is slow
+    auto got = b->GetReplicas({"k"});
+    EXPECT_FALSE(got[0].ok()) << "served the replaced version from " << s1.name;
+    s2.MountOn(*b);
+    got = b->GetReplicas({"k"});
+    ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
+    EXPECT_EQ(got[0]->checksum, Checksum(v2.data(), v2.size()));
+    stores_.clear();
+  }
 }
 
 // The hold of recovered objects covers RemoveByRegex too, and eviction under the 'reuse'
