@@ -2,8 +2,10 @@
 // `--objects` (up to 64 Mi; issue 26 asks for 10 M): resident memory per object, put, exists
 // and get-replica throughput, the cost of an eviction round and a restart's recovery.
 //
-// Every size runs in the same process, smallest first, so the ratios against 65 Ki compare
-// figures of one machine at one time. Keys are 64 bytes, shaped as the vLLM connector's
+// Every size runs in the same process with its own master, all filled first; then each rep
+// queries every size in turn (the order alternating), so each rep's ratio against 65 Ki pairs
+// figures taken moments apart (the ratio is the median of those). Keys are 64 bytes, shaped as
+// the vLLM connector's
 // ("<model>@tp_rank:<r>@pp_rank:0@<hash>"); objects are 64 bytes (metadata only: a mounted
 // segment with no memory behind it, except for the recovery phase).
 //
@@ -12,13 +14,13 @@
 //   (malloc_trim first, both times);
 // - put: PutStart + PutEnd in batches of 1024 (keys/s over the whole fill);
 // - exists / get: Exists and GetReplicas on 1024-key batches of random keys (exists: 90 %
-//   hits), every answer checked; median of the reps;
+//   hits), every answer checked; median of the reps (interleaved across sizes);
 // - evict: rounds of EvictFromSegment for 1024 objects' bytes, µs per evicted object (median);
 // - recovery: a store's SegmentIndex holding every object (real bytes in a memory segment, so
 //   the report checks their checksums), a fresh master, and the time from its mount to the
 //   link's Finish (report, adopt, link), as a restarted master would see it.
 // --remote: the same fill and queries against a `tierkv master` child over gRPC; memory is
-// the child's resident memory; eviction and recovery are embedded-only (null).
+// the child's resident memory; eviction and recovery are embedded-only (left out).
 #include <malloc.h>
 #include <unistd.h>
 
@@ -49,7 +51,7 @@ namespace {
 
 constexpr size_t kSmallScale = 64 * 1024;
 constexpr uint64_t kObjectBytes = 64;
-constexpr size_t kQueryBatches = 256;  // per rep: 256 Ki keys
+constexpr size_t kQueryBatches = 512;  // per rep: 512 Ki keys
 constexpr size_t kEvictRounds = 5;
 constexpr size_t kEvictObjects = 1024;  // per round
 
@@ -112,45 +114,53 @@ Result<double> Fill(MasterApi& master, size_t n, Progress& progress) {
   return seconds > 0 ? static_cast<double>(n) / seconds : 0.0;
 }
 
-// Exists and GetReplicas throughput over random 1024-key batches; answers checked.
-Status Query(MasterApi& master, size_t n, int reps, ScaleRow& row) {
+// Random 1024-key batches: for Exists (90 % hits, answers known) and for GetReplicas (hits).
+struct Queries {
+  std::vector<std::vector<std::string>> exist, get;
+  std::vector<std::vector<int>> expected;
+};
+
+Queries BuildQueries(size_t n) {
   std::mt19937_64 rng(n);
-  std::vector<std::vector<std::string>> batches(kQueryBatches), hits(kQueryBatches);
-  std::vector<std::vector<int>> expected(kQueryBatches);
+  Queries q;
+  q.exist.resize(kQueryBatches);
+  q.get.resize(kQueryBatches);
+  q.expected.resize(kQueryBatches);
   for (size_t b = 0; b < kQueryBatches; ++b) {
     for (size_t k = 0; k < kMetadataPutBatch; ++k) {
       const bool hit = rng() % 10 != 0;
-      batches[b].push_back(ScaleKey(hit ? rng() % n : n + rng() % n));
-      expected[b].push_back(hit ? 1 : 0);
-      hits[b].push_back(ScaleKey(rng() % n));
+      q.exist[b].push_back(ScaleKey(hit ? rng() % n : n + rng() % n));
+      q.expected[b].push_back(hit ? 1 : 0);
+      q.get[b].push_back(ScaleKey(rng() % n));
     }
   }
+  return q;
+}
+
+// One rep of Exists then GetReplicas over every batch: keys/s of each; answers checked.
+Result<std::pair<double, double>> QueryOnce(MasterApi& master, const Queries& q) {
   FailureLog failures;
-  std::vector<double> exist_rates, get_rates;
-  for (int rep = 0; rep < reps; ++rep) {
-    std::vector<std::vector<int>> answers(kQueryBatches);
-    Stopwatch exist_watch;
-    for (size_t b = 0; b < kQueryBatches; ++b) answers[b] = master.Exists(batches[b]);
-    exist_rates.push_back(kQueryBatches * kMetadataPutBatch / exist_watch.Seconds());
-    for (size_t b = 0; b < kQueryBatches; ++b) {
-      if (answers[b] != expected[b])
-        failures.Add("Exists answered wrong in batch " + std::to_string(b));
-    }
-    std::vector<std::vector<Result<ObjectReplicas>>> got(kQueryBatches);
-    Stopwatch get_watch;
-    for (size_t b = 0; b < kQueryBatches; ++b) got[b] = master.GetReplicas(hits[b]);
-    get_rates.push_back(kQueryBatches * kMetadataPutBatch / get_watch.Seconds());
-    for (size_t b = 0; b < kQueryBatches; ++b) {
-      for (size_t k = 0; k < got[b].size(); ++k) {
-        if (!got[b][k].ok() || got[b][k]->replicas.empty()) {
-          failures.Add("GetReplicas of " + hits[b][k] + ": " + got[b][k].status().ToString());
-        }
+  std::vector<std::vector<int>> answers(kQueryBatches);
+  Stopwatch exist_watch;
+  for (size_t b = 0; b < kQueryBatches; ++b) answers[b] = master.Exists(q.exist[b]);
+  const double exist_rate = kQueryBatches * kMetadataPutBatch / exist_watch.Seconds();
+  for (size_t b = 0; b < kQueryBatches; ++b) {
+    if (answers[b] != q.expected[b])
+      failures.Add("Exists answered wrong in batch " + std::to_string(b));
+  }
+  std::vector<std::vector<Result<ObjectReplicas>>> got(kQueryBatches);
+  Stopwatch get_watch;
+  for (size_t b = 0; b < kQueryBatches; ++b) got[b] = master.GetReplicas(q.get[b]);
+  const double get_rate = kQueryBatches * kMetadataPutBatch / get_watch.Seconds();
+  for (size_t b = 0; b < kQueryBatches; ++b) {
+    for (size_t k = 0; k < got[b].size(); ++k) {
+      if (!got[b][k].ok() || got[b][k]->replicas.empty()) {
+        failures.Add("GetReplicas of " + q.get[b][k] + ": " + got[b][k].status().ToString());
       }
     }
   }
-  row.exist_keys_per_s = Median(exist_rates);
-  row.get_keys_per_s = Median(get_rates);
-  return failures.ToStatus("metadata-scale query");
+  if (!failures.empty()) return failures.ToStatus("metadata-scale query");
+  return std::make_pair(exist_rate, get_rate);
 }
 
 MasterOptions ScaleMasterOptions() {
@@ -177,8 +187,15 @@ Result<double> MeasureEviction(MasterService& master, SegmentId segment, size_t 
   return Median(per_object);
 }
 
+struct RecoveryTimes {
+  double total = 0;
+  double report = 0;  // the store's SegmentIndex::Report (checksums checked on 2 threads)
+  double adopt = 0;   // IndexLink::Add of every chunk
+  double finish = 0;  // IndexLink::Finish
+};
+
 // A store's index holding objects [0, n) with their bytes, and a fresh master recovering it.
-Result<double> MeasureRecovery(size_t n, Progress& progress) {
+Result<RecoveryTimes> MeasureRecovery(size_t n, Progress& progress) {
   progress.Update("recovery of " + std::to_string(n) + ": building the store's index");
   const uint64_t bytes = static_cast<uint64_t>(n) * kObjectBytes;
   auto memory = MemorySegment::Create("scale-recovery", bytes, PagePolicy::kSmallPages);
@@ -210,16 +227,25 @@ Result<double> MeasureRecovery(size_t n, Progress& progress) {
   if (!id.ok()) return id.status();
   auto link = master.OpenIndexLink(*id);
   if (!link.ok()) return link.status();
+  RecoveryTimes times;
   {
+    Stopwatch report_watch;
     const IndexReport report = index->Report();
+    times.report = report_watch.Seconds();
+    Stopwatch adopt_watch;
+    (*link)->Expect(report.memory.size());  // as the report's first part says (its `total`)
+    std::vector<IndexEntry> chunk;
     for (size_t first = 0; first < report.memory.size(); first += SegmentFeed::kMaxEventsPerPart) {
       const size_t end = std::min(report.memory.size(), first + SegmentFeed::kMaxEventsPerPart);
-      (*link)->Add(
-          std::vector<IndexEntry>(report.memory.begin() + first, report.memory.begin() + end), {});
+      chunk.assign(report.memory.begin() + first, report.memory.begin() + end);  // as received
+      (*link)->Add(chunk, {});
     }
+    times.adopt = adopt_watch.Seconds();
   }
+  Stopwatch finish_watch;
   auto done = (*link)->Finish();
-  const double seconds = watch.Seconds();
+  times.finish = finish_watch.Seconds();
+  times.total = watch.Seconds();
   if (!done.ok()) return done.status();
   if (done->memory_replicas != n) {
     return Failed("recovery adopted " + std::to_string(done->memory_replicas) + " of " +
@@ -227,63 +253,55 @@ Result<double> MeasureRecovery(size_t n, Progress& progress) {
   }
   if (!master.GetReplicas({ScaleKey(n / 2)})[0].ok())
     return Failed("a recovered object is missing");
-  return seconds;
+  return times;
 }
 
-Result<ScaleRow> MeasureEmbedded(size_t n, int reps, Progress& progress) {
+// One size's master, filled: embedded, or a child process and its RemoteMaster.
+struct Filled {
   ScaleRow row;
-  row.objects = n;
-  {
-    auto master = std::make_unique<MasterService>(ScaleMasterOptions());
-    auto segment = master->MountSegment("scale", 2 * n * kObjectBytes + 64 * kMiB);
-    if (!segment.ok()) return segment.status();
-    malloc_trim(0);
-    const uint64_t before = ResidentBytes(0);
-    auto put = Fill(*master, n, progress);
-    if (!put.ok()) return put.status();
-    row.put_keys_per_s = *put;
-    malloc_trim(0);
-    row.bytes_per_object = static_cast<double>(ResidentBytes(0) - before) / static_cast<double>(n);
-    progress.Update("queries on " + std::to_string(n) + " objects");
-    if (Status st = Query(*master, n, reps, row); !st.ok()) return st;
-    progress.Update("eviction rounds on " + std::to_string(n) + " objects");
-    auto evict = MeasureEviction(*master, *segment, n);
-    if (!evict.ok()) return evict.status();
-    row.evict_us_per_object = *evict;
+  std::unique_ptr<MasterService> embedded;
+  std::unique_ptr<MasterProcess> process;
+  std::unique_ptr<RemoteMaster> remote;
+  MasterApi* api = nullptr;
+  SegmentId segment = 0;
+  Queries queries;
+  std::vector<double> exist_rates, get_rates;
+};
+
+Result<std::unique_ptr<Filled>> FillOne(size_t n, bool remote, Progress& progress) {
+  auto f = std::make_unique<Filled>();
+  f->row.objects = n;
+  pid_t pid = 0;
+  if (remote) {
+    MasterProcessOptions child;
+    child.binary = SelfExecutable();
+    child.args = {"--port", "0", "--host", "127.0.0.1", "--lease-ttl-ms", "1"};
+    child.env = {{"TIERKV_LOG_LEVEL", "error"}};
+    auto process = MasterProcess::Start(child);
+    if (!process.ok()) return process.status();
+    f->process = std::move(process).value();
+    auto master = RemoteMaster::Connect(f->process->address(), Millis(5000), RemoteMasterOptions{});
+    if (!master.ok()) return master.status();
+    f->remote = std::move(master).value();
+    f->api = f->remote.get();
+    pid = f->process->pid();
+  } else {
+    f->embedded = std::make_unique<MasterService>(ScaleMasterOptions());
+    f->api = f->embedded.get();
   }
-  malloc_trim(0);
-  auto recovery = MeasureRecovery(n, progress);
-  if (!recovery.ok()) return recovery.status();
-  row.recovery_s = *recovery;
-  malloc_trim(0);
-  return row;
-}
-
-Result<ScaleRow> MeasureRemote(size_t n, int reps, Progress& progress) {
-  ScaleRow row;
-  row.objects = n;
-  MasterProcessOptions child;
-  child.binary = SelfExecutable();
-  child.args = {"--port", "0", "--host", "127.0.0.1", "--lease-ttl-ms", "1"};
-  child.env = {{"TIERKV_LOG_LEVEL", "error"}};
-  auto process = MasterProcess::Start(child);
-  if (!process.ok()) return process.status();
-  auto master = RemoteMaster::Connect((*process)->address(), Millis(5000), RemoteMasterOptions{});
-  if (!master.ok()) return master.status();
-  auto segment = (*master)->MountSegment("scale", 2 * n * kObjectBytes + 64 * kMiB);
+  auto segment = f->api->MountSegment("scale", 2 * n * kObjectBytes + 64 * kMiB);
   if (!segment.ok()) return segment.status();
-  const uint64_t before = ResidentBytes((*process)->pid());
-  auto put = Fill(**master, n, progress);
+  f->segment = *segment;
+  if (!remote) malloc_trim(0);
+  const uint64_t before = ResidentBytes(pid);
+  auto put = Fill(*f->api, n, progress);
   if (!put.ok()) return put.status();
-  row.put_keys_per_s = *put;
-  row.bytes_per_object =
-      static_cast<double>(ResidentBytes((*process)->pid()) - before) / static_cast<double>(n);
-  progress.Update("queries on " + std::to_string(n) + " objects (remote)");
-  if (Status st = Query(**master, n, reps, row); !st.ok()) return st;
-  (void)(*master)->UnmountSegment(*segment);
-  master->reset();
-  (void)(*process)->Stop();
-  return row;
+  f->row.put_keys_per_s = *put;
+  if (!remote) malloc_trim(0);
+  f->row.bytes_per_object =
+      static_cast<double>(ResidentBytes(pid) - before) / static_cast<double>(n);
+  f->queries = BuildQueries(n);
+  return f;
 }
 
 }  // namespace
@@ -297,35 +315,84 @@ Status RunMetadataScaleBench(const MetadataBenchOptions& options) {
   for (size_t n : {size_t{1} << 20, options.objects}) {
     if (n > sizes.back() && n <= options.objects) sizes.push_back(n);
   }
+  const bool remote = options.remote;
   Progress progress("metadata-scale", options.common.progress);
-  std::vector<ScaleRow> rows;
+  // Every size filled first, then the query reps interleaved (the order alternating), so each
+  // rep's ratio against 65 Ki pairs figures taken moments apart.
+  std::vector<std::unique_ptr<Filled>> filled;
   for (size_t n : sizes) {
-    auto row = options.remote ? MeasureRemote(n, options.common.reps, progress)
-                              : MeasureEmbedded(n, options.common.reps, progress);
-    if (!row.ok()) return row.status();
-    rows.push_back(*row);
-    if (options.common.json) {
-      JsonLine()
-          .Add("bench", "metadata-scale")
-          .Add("op", "size")
-          .Add("mode", options.remote ? "remote" : "embedded")
-          .Add("objects", static_cast<uint64_t>(n))
-          .Add("bytes_per_object", Round3(row->bytes_per_object))
-          .Add("put_keys_per_s", std::llround(row->put_keys_per_s))
-          .Add("exist_keys_per_s", std::llround(row->exist_keys_per_s))
-          .Add("get_keys_per_s", std::llround(row->get_keys_per_s))
-          .Add("evict_us_per_object",
-               row->evict_us_per_object ? Round3(*row->evict_us_per_object) : -1.0)
-          .Add("recovery_s", row->recovery_s ? Round3(*row->recovery_s) : -1.0)
-          .Emit();
+    auto f = FillOne(n, remote, progress);
+    if (!f.ok()) return f.status();
+    filled.push_back(std::move(f).value());
+  }
+  std::vector<double> exist_ratios, get_ratios;
+  for (int rep = 0; rep < options.common.reps; ++rep) {
+    progress.Update("queries, rep " + std::to_string(rep + 1) + "/" +
+                    std::to_string(options.common.reps));
+    for (size_t k = 0; k < filled.size(); ++k) {
+      Filled& f = *filled[rep % 2 == 0 ? k : filled.size() - 1 - k];
+      auto rates = QueryOnce(*f.api, f.queries);
+      if (!rates.ok()) return rates.status();
+      f.exist_rates.push_back(rates->first);
+      f.get_rates.push_back(rates->second);
     }
+    exist_ratios.push_back(filled.back()->exist_rates.back() / filled.front()->exist_rates.back());
+    get_ratios.push_back(filled.back()->get_rates.back() / filled.front()->get_rates.back());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the gets' leases end
+  std::vector<RecoveryTimes> recoveries;
+  for (auto& f : filled) {
+    f->row.exist_keys_per_s = Median(f->exist_rates);
+    f->row.get_keys_per_s = Median(f->get_rates);
+    if (remote) {
+      (void)f->remote->UnmountSegment(f->segment);
+      f->remote.reset();
+      (void)f->process->Stop();
+      continue;
+    }
+    progress.Update("eviction rounds on " + std::to_string(f->row.objects) + " objects");
+    auto evict = MeasureEviction(*f->embedded, f->segment, f->row.objects);
+    if (!evict.ok()) return evict.status();
+    f->row.evict_us_per_object = *evict;
+  }
+  std::vector<ScaleRow> rows;
+  for (auto& f : filled) rows.push_back(f->row);
+  filled.clear();
+  malloc_trim(0);
+  for (ScaleRow& row : rows) {
+    if (remote) break;
+    auto recovery = MeasureRecovery(row.objects, progress);
+    if (!recovery.ok()) return recovery.status();
+    row.recovery_s = recovery->total;
+    recoveries.push_back(*recovery);
+    malloc_trim(0);
   }
   progress.Done();
+  for (size_t k = 0; k < rows.size() && options.common.json; ++k) {
+    const ScaleRow& row = rows[k];
+    JsonLine line;
+    line.Add("bench", "metadata-scale")
+        .Add("op", "size")
+        .Add("mode", remote ? "remote" : "embedded")
+        .Add("objects", static_cast<uint64_t>(row.objects))
+        .Add("bytes_per_object", Round3(row.bytes_per_object))
+        .Add("put_keys_per_s", std::llround(row.put_keys_per_s))
+        .Add("exist_keys_per_s", std::llround(row.exist_keys_per_s))
+        .Add("get_keys_per_s", std::llround(row.get_keys_per_s));
+    if (!remote) {
+      line.Add("evict_us_per_object", Round3(*row.evict_us_per_object))
+          .Add("recovery_s", Round3(recoveries[k].total))
+          .Add("recovery_report_s", Round3(recoveries[k].report))
+          .Add("recovery_adopt_s", Round3(recoveries[k].adopt))
+          .Add("recovery_finish_s", Round3(recoveries[k].finish));
+    }
+    line.Emit();
+  }
   const ScaleRow& small = rows.front();
   const ScaleRow& big = rows.back();
-  const double exist_ratio = big.exist_keys_per_s / small.exist_keys_per_s;
+  const double exist_ratio = Median(exist_ratios);
+  const double get_ratio = Median(get_ratios);
   const double put_ratio = big.put_keys_per_s / small.put_keys_per_s;
-  const double get_ratio = big.get_keys_per_s / small.get_keys_per_s;
   std::optional<double> evict_ratio;
   if (big.evict_us_per_object && small.evict_us_per_object) {
     evict_ratio = *big.evict_us_per_object / *small.evict_us_per_object;
@@ -339,14 +406,15 @@ Status RunMetadataScaleBench(const MetadataBenchOptions& options) {
   if (options.common.json) {
     JsonLine line;
     line.Add("bench", "metadata-scale")
-        .Add("mode", options.remote ? "remote" : "embedded")
+        .Add("mode", remote ? "remote" : "embedded")
         .Add("objects", static_cast<uint64_t>(big.objects))
         .Add("key_bytes", static_cast<uint64_t>(ScaleKey(0).size()))
         .Add("bytes_per_object", Round3(big.bytes_per_object))
         .Add("exist_ratio_vs_small", Round3(exist_ratio))
-        .Add("put_ratio_vs_small", Round3(put_ratio))
-        .Add("get_ratio_vs_small", Round3(get_ratio));
-    if (big.evict_us_per_object) {
+        .Add("exist_ratios", exist_ratios)
+        .Add("get_ratio_vs_small", Round3(get_ratio))
+        .Add("put_ratio_vs_small", Round3(put_ratio));
+    if (evict_ratio) {
       line.Add("evict_us_per_object", Round3(*big.evict_us_per_object))
           .Add("evict_ratio_vs_small", Round3(*evict_ratio));
     }
@@ -359,17 +427,18 @@ Status RunMetadataScaleBench(const MetadataBenchOptions& options) {
         .Emit();
   }
   std::ostream& out = options.common.json ? std::cerr : std::cout;
-  char line[256];
-  out << "metadata-scale (" << (options.remote ? "remote" : "embedded") << ", " << kObjectBytes
-      << "-byte keys):\n";
-  std::snprintf(line, sizeof(line), "%10s %10s %12s %12s %12s %10s %10s\n", "objects", "B/object",
+  char text[256];
+  out << "metadata-scale (" << (remote ? "remote" : "embedded") << ", " << ScaleKey(0).size()
+      << "-byte keys; exists/get: median of " << options.common.reps << " interleaved reps):\n";
+  std::snprintf(text, sizeof(text), "%10s %10s %12s %12s %12s %10s %10s\n", "objects", "B/object",
                 "put keys/s", "exist keys/s", "get keys/s", "evict us", "recovery s");
-  out << line;
+  out << text;
   for (const ScaleRow& r : rows) {
-    std::snprintf(line, sizeof(line), "%10zu %10.1f %12.0f %12.0f %12.0f %10.3f %10.3f\n",
-                  r.objects, r.bytes_per_object, r.put_keys_per_s, r.exist_keys_per_s,
-                  r.get_keys_per_s, r.evict_us_per_object.value_or(-1), r.recovery_s.value_or(-1));
-    out << line;
+    std::snprintf(text, sizeof(text), "%10zu %10.1f %12.0f %12.0f %12.0f %10s %10s\n", r.objects,
+                  r.bytes_per_object, r.put_keys_per_s, r.exist_keys_per_s, r.get_keys_per_s,
+                  r.evict_us_per_object ? std::to_string(*r.evict_us_per_object).c_str() : "-",
+                  r.recovery_s ? std::to_string(*r.recovery_s).c_str() : "-");
+    out << text;
   }
   out << "targets: <= 200 B/object " << (memory_met ? "met" : "NOT met") << ", exists >= 0.7x "
       << (exist_met ? "met" : "NOT met") << " (" << exist_ratio << "), eviction flat "

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <utility>
 
 #include "common/key.h"
@@ -69,21 +70,34 @@ Result<std::unique_ptr<MasterService::IndexLink>> MasterService::OpenIndexLink(S
   return std::unique_ptr<IndexLink>(new IndexLink(*this, std::move(seg), generation, discard));
 }
 
+void MasterService::IndexLink::Expect(uint64_t entries) {
+  if (!first() || discard_ || entries == 0) return;
+  // A report of millions of entries otherwise regrows each shard's table a dozen times, each
+  // growth rehashing every object adopted so far.
+  // Not trusted beyond what the segment can hold (each memory entry takes at least one
+  // allocation unit) and 16 Mi entries: past that the table grows as usual.
+  const uint64_t cap = std::min(
+      {entries, segment_->capacity / segment_->allocator->alignment() + 1024, uint64_t{16} << 20});
+  reported_->memory.reserve(reported_->memory.size() + cap);
+  const uint64_t per_shard =
+      cap / master_.table_.num_shards() + cap / 16 / master_.table_.num_shards() + 16;
+  for (uint32_t i = 0; i < master_.table_.num_shards(); ++i) {
+    Shard& s = master_.table_.shard(i);
+    std::lock_guard lock(s.mu);
+    s.objects.reserve(s.objects.size() + per_shard);
+  }
+}
+
 void MasterService::IndexLink::Add(const std::vector<IndexEntry>& memory,
                                    const std::vector<IndexEntry>& disk) {
   const SteadyTime now = master_.options_.clock->Now();
   recovery_.reported += first() ? memory.size() + disk.size() : 0;
+  std::vector<const IndexEntry*> adopt;  // first link: one entry per offset, in report order
   for (const IndexEntry& e : memory) {
     if (!reported_->memory.emplace(e.offset, e.put_id).second) continue;  // one per offset
-    if (!first()) continue;
-    if (!discard_ && master_.AdoptReported(*segment_, e, /*disk=*/false, now)) {
-      ++recovery_.memory_replicas;
-      recovery_.bytes += e.size;
-    } else {
-      ++recovery_.rejected;
-      reported_->unadopted_memory.push_back(e.offset);
-    }
+    if (first()) adopt.push_back(&e);
   }
+  AdoptMemory(adopt, now);
   for (const IndexEntry& e : disk) {
     if (!reported_->disk.try_emplace(e.key, e.put_id, e.disk).second) continue;  // one per key
     if (!first()) continue;
@@ -93,6 +107,46 @@ void MasterService::IndexLink::Add(const std::vector<IndexEntry>& memory,
       ++recovery_.rejected;
       reported_->unadopted_disk.push_back(DiskDrop{e.key, e.disk});
     }
+  }
+}
+
+void MasterService::IndexLink::AdoptMemory(const std::vector<const IndexEntry*>& entries,
+                                           SteadyTime now) {
+  // Adoption is table inserts and range claims under per-shard and per-allocator locks, as any
+  // put: a large chunk is split over a few threads (a restart's recovery of 10 M objects is
+  // otherwise bound by one core). Two entries of one key may land on different threads; the
+  // locks order them, and the newer put wins either way (AdoptReported).
+  struct Part {
+    uint64_t adopted = 0, bytes = 0;
+    std::vector<uint64_t> rejected;
+  };
+  const size_t threads =
+      entries.size() < kParallelAdoptionMin
+          ? 1
+          : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, kAdoptionThreads);
+  std::vector<Part> parts(threads);
+  auto run = [&](size_t t) {
+    const size_t begin = entries.size() * t / threads, end = entries.size() * (t + 1) / threads;
+    for (size_t j = begin; j < end; ++j) {
+      const IndexEntry& e = *entries[j];
+      if (!discard_ && master_.AdoptReported(*segment_, e, /*disk=*/false, now)) {
+        ++parts[t].adopted;
+        parts[t].bytes += e.size;
+      } else {
+        parts[t].rejected.push_back(e.offset);
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(run, t);
+  run(0);
+  for (auto& h : helpers) h.join();
+  for (const Part& p : parts) {
+    recovery_.memory_replicas += p.adopted;
+    recovery_.bytes += p.bytes;
+    recovery_.rejected += p.rejected.size();
+    reported_->unadopted_memory.insert(reported_->unadopted_memory.end(), p.rejected.begin(),
+                                       p.rejected.end());
   }
 }
 
@@ -212,35 +266,46 @@ bool MasterService::AdoptReported(const Segment& segment, const IndexEntry& e, b
   if (!disk && e.size > segment.capacity) return false;
   NotePutId(e.put_id);
   const ReplicaTier tier = disk ? ReplicaTier::kDisk : ReplicaTier::kMemory;
-  const uint32_t a = table_.ShardOf(e.key);
-  const uint32_t home = table_.HomeShard(e.key, e.group_id);
+  // The key's hash once for every probe below (millions of entries per report).
+  const HashedKey hk{e.key, HashKey(e.key)};
+  const uint32_t a = table_.ShardOfHash(hk.hash);
+  const uint32_t home = e.group_id.empty() ? a : table_.ShardOf(e.group_id);
   std::vector<ObjectMeta> dropped;  // an older object this one replaces; freed after the locks
-  uint32_t seen_redirect = kNoShard;
-  {
-    Shard& ks = table_.shard(a);
-    std::lock_guard lock(ks.mu);
-    auto r = ks.redirects.find(e.key);
-    if (r != ks.redirects.end()) seen_redirect = r->second;
-  }
-  std::vector<uint32_t> wanted{a, home};
-  if (seen_redirect != kNoShard) wanted.push_back(seen_redirect);
-  auto locks = table_.LockShards(wanted);
   Shard& ks = table_.shard(a);
   Shard& hs = table_.shard(home);
-  // Where an object of this key lives now, if anywhere.
-  uint32_t where = ks.objects.contains(e.key) ? a : kNoShard;
-  if (where == kNoShard) {
-    auto r = ks.redirects.find(e.key);
-    if (r != ks.redirects.end()) {
-      if (r->second != seen_redirect) return false;  // moved while unlocked (rare): skip it
-      if (table_.shard(r->second).objects.contains(e.key)) {
-        where = r->second;
-      } else {
-        ks.redirects.erase(r);  // stale
+  // Where an object of this key lives now, if anywhere: under the locks of the key's shard, its
+  // home shard, and the shard its redirect names (read first, without them). A redirect that
+  // moved meanwhile (another link adopting a replica or version of the same grouped key) means
+  // looking again: skipping the entry could let an older version win.
+  std::vector<std::unique_lock<std::mutex>> locks;
+  uint32_t where = kNoShard;
+  for (bool moved = true; moved;) {
+    uint32_t seen_redirect = kNoShard;
+    {
+      std::lock_guard lock(ks.mu);
+      auto r = ks.redirects.find(hk);
+      if (r != ks.redirects.end()) seen_redirect = r->second;
+    }
+    std::vector<uint32_t> wanted{a, home};
+    if (seen_redirect != kNoShard) wanted.push_back(seen_redirect);
+    locks.clear();
+    locks = table_.LockShards(wanted);
+    moved = false;
+    where = ks.objects.contains(hk) ? a : kNoShard;
+    if (where == kNoShard) {
+      auto r = ks.redirects.find(hk);
+      if (r != ks.redirects.end()) {
+        if (r->second != seen_redirect) {
+          moved = true;
+        } else if (table_.shard(r->second).objects.contains(hk)) {
+          where = r->second;
+        } else {
+          ks.redirects.erase(r);  // stale
+        }
       }
     }
   }
-  if (where == kNoShard && hs.objects.contains(e.key)) where = home;
+  if (where == kNoShard && home != a && hs.objects.contains(hk)) where = home;
 
   Replica replica{segment.id, tier, Allocation(), e.disk};
   if (disk) {
@@ -257,7 +322,7 @@ bool MasterService::AdoptReported(const Segment& segment, const IndexEntry& e, b
 
   if (where != kNoShard) {
     Shard& ws = table_.shard(where);
-    auto it = ws.objects.find(e.key);
+    auto it = ws.objects.find(hk);
     ObjectMeta& m = it->second;
     if (m.state == ObjectState::kComplete && m.put_id == e.put_id && m.size == e.size &&
         m.checksum == e.checksum && m.group_id == e.group_id) {
@@ -293,14 +358,14 @@ bool MasterService::AdoptReported(const Segment& segment, const IndexEntry& e, b
   meta.held_until = hold;
   // To a policy that learns reuse it is a new object of this master (the previous master's
   // counts are gone): referenced once, not known to be a tail chunk (no parent hint survives).
-  if (reuse_) reuse_->OnPut(home, HashKey(e.key), false, meta, now);
+  if (reuse_) reuse_->OnPut(home, hk.hash, false, meta, now);
   meta.replicas.push_back(std::move(replica));
   if (!e.group_id.empty()) {
     GroupMeta& g = hs.groups[e.group_id];
     g.members.insert(e.key);
     g.lease_deadline = std::max(g.lease_deadline, hold);
   }
-  hs.objects.emplace(StoredKey(e.key), std::move(meta));
+  hs.objects.emplace(StoredKey(e.key, hk.hash), std::move(meta));
   if (home != a) ks.redirects[e.key] = home;
   return true;
 }

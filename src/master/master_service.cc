@@ -379,6 +379,13 @@ Result<PutStartResult> MasterService::UpsertStartOne(const std::string& key, uin
     // Not there: a plain put, unless someone put it meanwhile (then upsert that one). An upsert
     // of an existing object keeps its reuse counts and tail flag (the same chunk, new bytes).
     auto put = PutStartOne(key, size, group, config, tail, now);
+    if (put.ok()) {
+      // An older version of the key may still be in a store's index (evicted, with its free on
+      // the way): this put's end waits for every store, not only its own.
+      table_.WithObject(key, [&](uint32_t, Shard&, ObjectMeta& meta) {
+        if (meta.put_id == put->put_id) meta.confirm_all = true;
+      });
+    }
     if (put.code() != ErrorCode::OBJECT_ALREADY_EXISTS) return put;
   }
   return Status(ErrorCode::INTERNAL_ERROR, "upsert of " + key + " kept racing a concurrent put");
@@ -510,6 +517,14 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
       meta.last_access = now;
       // Under the shard lock: the commit reaches the owners' indexes before any free of it.
       PublishCommit(key, meta, meta.replicas);
+      if (meta.confirm_all && published != nullptr) {
+        // An upsert that found no object: an evicted older version's free (or disk drop) may
+        // not have reached its store's index yet, and a master taking over would serve that
+        // version. Confirmed like an upsert, on every indexed segment (AwaitIndexes skips the
+        // others).
+        for (const SegmentUsage& u : segments_.Usage()) published->push_back(u.id);
+      }
+      meta.confirm_all = false;
       result = Status::Ok();
     } else {
       home = idx;

@@ -137,6 +137,9 @@ class MasterService final : public MasterApi {
     ~IndexLink();
     IndexLink(const IndexLink&) = delete;
     IndexLink& operator=(const IndexLink&) = delete;
+    // The report will hold about `entries` entries (its first part says so): on a first link
+    // the table and the link's bookkeeping are reserved for them at once (optional).
+    void Expect(uint64_t entries);
     // Adopts (first link) and records one chunk of the report.
     void Add(const std::vector<IndexEntry>& memory, const std::vector<IndexEntry>& disk);
     // Reconciles and links; the recovery record of the segment. SEGMENT_NOT_FOUND if it was
@@ -148,9 +151,15 @@ class MasterService final : public MasterApi {
     uint64_t generation() const { return generation_; }
     const std::shared_ptr<SegmentFeed>& feed() const { return segment_->feed; }
 
+    // A chunk of at least this many memory entries is adopted on up to kAdoptionThreads.
+    static constexpr size_t kParallelAdoptionMin = 1024;
+    static constexpr size_t kAdoptionThreads = 4;
+
    private:
     friend class MasterService;
     struct Reported;
+    // First link: adopts `entries` (deduplicated by offset), counting them in recovery_.
+    void AdoptMemory(const std::vector<const IndexEntry*>& entries, SteadyTime now);
     IndexLink(MasterService& master, std::shared_ptr<const Segment> segment, uint64_t generation,
               bool discard);
     MasterService& master_;

@@ -44,6 +44,8 @@ struct HashedKey {
 // before touching the key's bytes (a cache miss for long keys).
 struct StoredKey {
   explicit StoredKey(std::string s) : hash(HashKey(s)), str(std::move(s)) {}
+  // `h` must be HashKey(s) (computed once by a caller that probed with it).
+  StoredKey(std::string s, uint64_t h) : hash(h), str(std::move(s)) {}
   uint64_t hash;
   std::string str;
 };
@@ -126,6 +128,9 @@ struct ObjectMeta {
   bool soft_pin = false;
   bool hard_pin = false;
   bool demoting = false;  // a tier move is writing it to disk: not evicted again meanwhile
+  // A pending put an upsert started for a key it did not find: its PutEnd is confirmed by every
+  // store's index (MasterService::EndPut).
+  bool confirm_all = false;
   // Kept for eviction policies that learn reuse (ReuseTracker, src/master/reuse_policy.h): how
   // often the object was referenced, whether it is a tail chunk, and until when further
   // references count as the last one.

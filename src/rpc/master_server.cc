@@ -722,6 +722,7 @@ class MasterServer::Service final : public rpc::Master::Service {
         memory.clear();
         disk.clear();
         wire::DecodeIndexReport(chunk.report(), &memory, &disk);
+        if (chunk.report().total() > 0) link->Expect(chunk.report().total());
         link->Add(memory, disk);
         complete = chunk.report().last();
       }

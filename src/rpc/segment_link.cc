@@ -183,6 +183,7 @@ void SegmentLink::Run() {
         do {
           rpc::TierMoveReply chunk;
           rpc::IndexReport* out = chunk.mutable_report();
+          if (m == 0 && d == 0) out->set_total(report.memory.size() + report.disk.size());
           for (size_t n = 0; n < kReportChunk && m < report.memory.size(); ++n, ++m) {
             wire::EncodeIndexEntry(report.memory[m], out->add_memory());
           }

@@ -292,5 +292,64 @@ TEST(MasterConcurrencyTest, RacingOperationsKeepSpaceAccountingExactWithReusePol
   RacingOperationsKeepSpaceAccountingExact("reuse");
 }
 
+// Restart recovery adopts a large report chunk on several threads (IndexLink::AdoptMemory):
+// with two versions of many keys in one chunk (a store that held both when the master died),
+// on different threads and read meanwhile, the newer put is what stays, every range is either
+// adopted or handed back to the store, and nothing is counted twice.
+TEST(MasterConcurrencyTest, ParallelAdoptionKeepsTheNewerVersionOfEachKey) {
+  constexpr int kKeys = 3000, kTwice = 1000;
+  constexpr uint64_t kObject = 1024;
+  MasterOptions o;
+  o.shards = 16;
+  MasterService master(o);
+  MountOptions mount;
+  mount.index_stream = true;
+  auto id = master.MountSegment("store", 8 << 20, mount);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  std::vector<IndexEntry> report;
+  auto entry = [&](int key, uint64_t slot, uint64_t put_id, std::string group) {
+    IndexEntry e;
+    e.key = KeyName(key);
+    e.size = kObject;
+    e.checksum = put_id;
+    e.put_id = put_id;
+    e.group_id = std::move(group);
+    e.offset = slot * kObject;
+    report.push_back(std::move(e));
+  };
+  // Ungrouped and grouped keys (redirects between shards); the newer versions at the end, so
+  // a key's two versions fall in different threads' halves of the chunk.
+  for (int i = 0; i < kKeys; ++i) entry(i, i, 1000 + i, i % 3 == 0 ? "g" + std::to_string(i) : "");
+  for (int i = 0; i < kTwice; ++i) {
+    entry(i, kKeys + i, 1'000'000 + i, i % 3 == 0 ? "g" + std::to_string(i) : "");
+  }
+  ASSERT_GE(report.size(), MasterService::IndexLink::kParallelAdoptionMin);
+  auto link = master.OpenIndexLink(*id);
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    std::vector<std::string> keys;
+    for (int i = 0; i < 64; ++i) keys.push_back(KeyName(i * 40));
+    while (!done.load()) (void)master.GetReplicas(keys);
+  });
+  (*link)->Expect(report.size());
+  (*link)->Add(report, {});
+  done = true;
+  reader.join();
+  auto rec = (*link)->Finish();
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_EQ(rec->memory_replicas + rec->rejected, report.size());
+  EXPECT_EQ(master.Stats().objects, static_cast<uint64_t>(kKeys));
+  for (int i = 0; i < kKeys; ++i) {
+    auto got = master.GetReplicas({KeyName(i)});
+    ASSERT_TRUE(got[0].ok()) << KeyName(i) << ": " << got[0].status().ToString();
+    const uint64_t slot = i < kTwice ? kKeys + i : i;
+    ASSERT_EQ(got[0]->replicas.size(), 1u);
+    EXPECT_EQ(got[0]->replicas[0].offset, slot * kObject) << KeyName(i);
+  }
+  // The older versions' ranges are free again (rejected, or adopted and then replaced).
+  EXPECT_EQ(master.segments().Find(*id)->allocator->used(), kKeys * kObject);
+}
+
 }  // namespace
 }  // namespace tierkv

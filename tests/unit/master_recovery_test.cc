@@ -52,6 +52,7 @@ struct FakeStore {
     EXPECT_TRUE(opened.ok()) << opened.status().ToString();
     link = std::move(opened).value();
     const IndexReport report = index->Report();
+    link->Expect(expect_total ? expect_total : report.memory.size() + report.disk.size());
     link->Add(report.memory, report.disk);
     auto done = link->Finish();
     EXPECT_TRUE(done.ok()) << done.status().ToString();
@@ -76,6 +77,7 @@ struct FakeStore {
   std::string name;
   bool has_tier;
   uint32_t dead_region = UINT32_MAX;
+  uint64_t expect_total = 0;  // the report's `total` as sent (0: the true count)
   std::shared_ptr<MemorySegment> memory;
   std::shared_ptr<SegmentIndex> index;
   MasterService* master = nullptr;
@@ -143,6 +145,7 @@ TEST_F(MasterRecoveryTest, ARestartedMasterRebuildsCommittedObjectsFromTheStores
   a.reset();  // the master dies; the store keeps its segment and its index
 
   auto b = NewMaster();
+  store.expect_total = UINT64_MAX;  // a report's `total` is a hint: a wrong one changes nothing
   const SegmentRecovery rec = store.MountOn(*b);
   EXPECT_TRUE(rec.done);
   EXPECT_EQ(rec.reported, 2u);
@@ -537,6 +540,63 @@ TEST_F(MasterRecoveryTest, AfterAnUpsertANewMasterNeverFindsTheOldVersionAloneIn
     EXPECT_EQ(got[0]->checksum, Checksum(v2.data(), v2.size()));
     stores_.clear();
   }
+}
+
+// An upsert of a key the master no longer has (evicted) is a plain put; but the evicted version
+// may still be in its store's index (the free on its way), and a master taking over would serve
+// it. So that put's end waits for every store's index, like an upsert's: TRANSFER_FAIL while the
+// old version's store is silent, OK once it applied the free.
+TEST_F(MasterRecoveryTest, AnUpsertOfAnEvictedKeyWaitsUntilNoStoreHoldsTheOldVersion) {
+  FakeStore s1("store-1"), s2("store-2");
+  stores_ = {&s1, &s2};
+  MasterOptions o = Options(next_base_ += 1'000'000);
+  o.confirm_index_updates = true;
+  o.free_ack_wait = Millis(200);
+  auto a = std::make_unique<MasterService>(o);
+  s1.MountOn(*a);
+  s2.MountOn(*a);
+  ReplicateConfig rc;
+  rc.preferred_segment = s2.name;
+  auto upsert = [&](const std::string& bytes, std::vector<FakeStore*> pumped) {
+    std::atomic<bool> pumping{true};
+    std::thread pump([&] {
+      while (pumping.load()) {
+        for (FakeStore* f : pumped) f->Pump();
+        std::this_thread::sleep_for(1ms);
+      }
+    });
+    auto up = a->UpsertStart({"k"}, {bytes.size()}, rc);
+    EXPECT_TRUE(up[0].ok()) << up[0].status().ToString();
+    s2.Write(up[0]->replicas[0].offset, bytes);
+    const Status ended =
+        a->PutEnd({"k"}, {up[0]->put_id}, {Checksum(bytes.data(), bytes.size())})[0];
+    pumping = false;
+    pump.join();
+    return ended;
+  };
+  Put(*a, s1, "k", Bytes(1000, '1'));
+  PumpAll();
+  ASSERT_GT(a->EvictFromSegment(s1.id, 1), 0u);  // k evicted; s1 has not applied the free
+  ASSERT_EQ(s1.index->stats().memory_entries, 1u);
+  const Status silent = upsert(Bytes(1000, '2'), {&s2});
+  EXPECT_EQ(silent.code(), ErrorCode::TRANSFER_FAIL) << silent.ToString();
+
+  // Again, with s1 applying its feed: OK, and v1 is out of s1's index before PutEnd returned.
+  PumpAll();
+  ASSERT_GT(a->EvictFromSegment(s2.id, kSegment), 0u);
+  Put(*a, s1, "j", Bytes(1000, 'j'));  // s1's feed busy with something else
+  const std::string v3 = Bytes(1000, '3');
+  const Status ok = upsert(v3, {&s1, &s2});
+  EXPECT_TRUE(ok.ok()) << ok.ToString();
+  a.reset();
+  auto b = NewMaster();
+  s1.MountOn(*b);
+  EXPECT_FALSE(b->GetReplicas({"k"})[0].ok());  // nothing of k on s1
+  s2.MountOn(*b);
+  auto got = b->GetReplicas({"k"});
+  ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
+  EXPECT_EQ(got[0]->checksum, Checksum(v3.data(), v3.size()));
+  stores_.clear();
 }
 
 // The hold of recovered objects covers RemoveByRegex too, and eviction under the 'reuse'
