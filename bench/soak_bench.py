@@ -15,7 +15,8 @@ expected (evicted, removed or lost with a killed store); any other error is expe
 falls within a chaos event (from its start to its end plus ``--grace``), counted by that
 event's kind, and otherwise is an ``unexpected_error`` (must be 0). Resident memory and open
 file descriptors of every process are sampled every 10 s (``rss_growth_pct``: growth from
-the 2-minute sample to the last, for processes that lived past 2 minutes); p50/p99 latency per
+the 2-minute sample to the last, for processes that lived past 2 minutes, with the MiB beside it
+in ``rss_mib_first_max_last``); p50/p99 latency per
 operation per minute; a PNG of throughput, latency and memory over time (gnuplot).
 
 Summary (``--json``: the last line): {"bench":"soak", "duration_s", "mode", "ops",
@@ -362,7 +363,7 @@ def growth(samples):
     by = {}
     for t, name, rss, fds in samples:
         by.setdefault(name, []).append((t, rss, fds))
-    rss_g, fd_g = {}, {}
+    rss_g, fd_g, rss_mib = {}, {}, {}
     for name, ss in by.items():
         first_t = ss[0][0]
         later = [s for s in ss if s[0] - first_t >= GROWTH_FROM_S - SAMPLE_S]
@@ -370,7 +371,12 @@ def growth(samples):
             continue
         rss_g[name] = round(100.0 * (later[-1][1] - later[0][1]) / max(1, later[0][1]), 2)
         fd_g[name] = later[-1][2] - later[0][2]
-    return rss_g, fd_g
+        # Absolute figures beside the percentage: a standby master that becomes the leader
+        # grows by the table it takes over (a role change, not a leak), from a few MiB.
+        rss_mib[name] = [round(later[0][1] / 1024.0, 1),
+                         round(max(s[1] for s in later) / 1024.0, 1),
+                         round(later[-1][1] / 1024.0, 1)]
+    return rss_g, fd_g, rss_mib
 
 
 def plot(out, per_second, lat_minute, samples, t_start):
@@ -476,7 +482,7 @@ def main(argv=None):
         soak.close()
     ops, expected, unexpected, wrong, resurrected, per_second, lat_minute = account(
         records, soak.events, a.grace, soak.t_start)
-    rss_g, fd_g = growth(soak.samples)
+    rss_g, fd_g, rss_mib = growth(soak.samples)
     latency = {}
     for (op, minute), ms in sorted(lat_minute.items()):
         latency.setdefault(op, []).append({"minute": minute, "p50": percentile(ms, 0.5),
@@ -496,7 +502,8 @@ def main(argv=None):
         "unexpected": unexpected[:20], "expected_errors": expected,
         "chaos_events": kinds, "chaos_failed": failed_chaos[:5],
         "rss_growth_pct_max": max(rss_g.values()) if rss_g else None,
-        "rss_growth_pct": rss_g, "fd_growth_max": max(fd_g.values()) if fd_g else None,
+        "rss_growth_pct": rss_g, "rss_mib_first_max_last": rss_mib,
+        "fd_growth_max": max(fd_g.values()) if fd_g else None,
         "latency_ms": latency, "plot": png, "out": a.out,
     }
     if a.json:

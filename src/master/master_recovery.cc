@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <utility>
 
 #include "common/key.h"
@@ -112,41 +111,14 @@ void MasterService::IndexLink::Add(const std::vector<IndexEntry>& memory,
 
 void MasterService::IndexLink::AdoptMemory(const std::vector<const IndexEntry*>& entries,
                                            SteadyTime now) {
-  // Adoption is table inserts and range claims under per-shard and per-allocator locks, as any
-  // put: a large chunk is split over a few threads (a restart's recovery of 10 M objects is
-  // otherwise bound by one core). Two entries of one key may land on different threads; the
-  // locks order them, and the newer put wins either way (AdoptReported).
-  struct Part {
-    uint64_t adopted = 0, bytes = 0;
-    std::vector<uint64_t> rejected;
-  };
-  const size_t threads =
-      entries.size() < kParallelAdoptionMin
-          ? 1
-          : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, kAdoptionThreads);
-  std::vector<Part> parts(threads);
-  auto run = [&](size_t t) {
-    const size_t begin = entries.size() * t / threads, end = entries.size() * (t + 1) / threads;
-    for (size_t j = begin; j < end; ++j) {
-      const IndexEntry& e = *entries[j];
-      if (!discard_ && master_.AdoptReported(*segment_, e, /*disk=*/false, now)) {
-        ++parts[t].adopted;
-        parts[t].bytes += e.size;
-      } else {
-        parts[t].rejected.push_back(e.offset);
-      }
+  for (const IndexEntry* e : entries) {
+    if (!discard_ && master_.AdoptReported(*segment_, *e, /*disk=*/false, now)) {
+      ++recovery_.memory_replicas;
+      recovery_.bytes += e->size;
+    } else {
+      ++recovery_.rejected;
+      reported_->unadopted_memory.push_back(e->offset);
     }
-  };
-  std::vector<std::thread> helpers;
-  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(run, t);
-  run(0);
-  for (auto& h : helpers) h.join();
-  for (const Part& p : parts) {
-    recovery_.memory_replicas += p.adopted;
-    recovery_.bytes += p.bytes;
-    recovery_.rejected += p.rejected.size();
-    reported_->unadopted_memory.insert(reported_->unadopted_memory.end(), p.rejected.begin(),
-                                       p.rejected.end());
   }
 }
 
@@ -280,6 +252,7 @@ bool MasterService::AdoptReported(const Segment& segment, const IndexEntry& e, b
   std::vector<std::unique_lock<std::mutex>> locks;
   uint32_t where = kNoShard;
   for (bool moved = true; moved;) {
+    locks.clear();  // a retry: nothing held while the redirect is read again
     uint32_t seen_redirect = kNoShard;
     {
       std::lock_guard lock(ks.mu);
@@ -288,7 +261,6 @@ bool MasterService::AdoptReported(const Segment& segment, const IndexEntry& e, b
     }
     std::vector<uint32_t> wanted{a, home};
     if (seen_redirect != kNoShard) wanted.push_back(seen_redirect);
-    locks.clear();
     locks = table_.LockShards(wanted);
     moved = false;
     where = ks.objects.contains(hk) ? a : kNoShard;

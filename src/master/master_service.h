@@ -151,10 +151,6 @@ class MasterService final : public MasterApi {
     uint64_t generation() const { return generation_; }
     const std::shared_ptr<SegmentFeed>& feed() const { return segment_->feed; }
 
-    // A chunk of at least this many memory entries is adopted on up to kAdoptionThreads.
-    static constexpr size_t kParallelAdoptionMin = 1024;
-    static constexpr size_t kAdoptionThreads = 4;
-
    private:
     friend class MasterService;
     struct Reported;

@@ -292,11 +292,11 @@ TEST(MasterConcurrencyTest, RacingOperationsKeepSpaceAccountingExactWithReusePol
   RacingOperationsKeepSpaceAccountingExact("reuse");
 }
 
-// Restart recovery adopts a large report chunk on several threads (IndexLink::AdoptMemory):
-// with two versions of many keys in one chunk (a store that held both when the master died),
-// on different threads and read meanwhile, the newer put is what stays, every range is either
-// adopted or handed back to the store, and nothing is counted twice.
-TEST(MasterConcurrencyTest, ParallelAdoptionKeepsTheNewerVersionOfEachKey) {
+// Restart recovery: two stores link at once (links of different segments adopt in parallel),
+// one holding the older version of every key and the other the newer version of a third of them
+// (grouped keys among them: redirects between shards), while a reader reads. The newer put is
+// what stays, every range is either adopted or handed back to its store, nothing counts twice.
+TEST(MasterConcurrencyTest, TwoStoresLinkingAtOnceKeepTheNewerVersionOfEachKey) {
   constexpr int kKeys = 3000, kTwice = 1000;
   constexpr uint64_t kObject = 1024;
   MasterOptions o;
@@ -304,51 +304,57 @@ TEST(MasterConcurrencyTest, ParallelAdoptionKeepsTheNewerVersionOfEachKey) {
   MasterService master(o);
   MountOptions mount;
   mount.index_stream = true;
-  auto id = master.MountSegment("store", 8 << 20, mount);
-  ASSERT_TRUE(id.ok()) << id.status().ToString();
-  std::vector<IndexEntry> report;
-  auto entry = [&](int key, uint64_t slot, uint64_t put_id, std::string group) {
+  auto older = master.MountSegment("store-old", 8 << 20, mount);
+  auto newer = master.MountSegment("store-new", 8 << 20, mount);
+  ASSERT_TRUE(older.ok() && newer.ok());
+  auto entry = [](int key, uint64_t slot, uint64_t put_id) {
     IndexEntry e;
     e.key = KeyName(key);
     e.size = kObject;
     e.checksum = put_id;
     e.put_id = put_id;
-    e.group_id = std::move(group);
+    e.group_id = key % 3 == 0 ? "g" + std::to_string(key) : "";
     e.offset = slot * kObject;
-    report.push_back(std::move(e));
+    return e;
   };
-  // Ungrouped and grouped keys (redirects between shards); the newer versions at the end, so
-  // a key's two versions fall in different threads' halves of the chunk.
-  for (int i = 0; i < kKeys; ++i) entry(i, i, 1000 + i, i % 3 == 0 ? "g" + std::to_string(i) : "");
-  for (int i = 0; i < kTwice; ++i) {
-    entry(i, kKeys + i, 1'000'000 + i, i % 3 == 0 ? "g" + std::to_string(i) : "");
-  }
-  ASSERT_GE(report.size(), MasterService::IndexLink::kParallelAdoptionMin);
-  auto link = master.OpenIndexLink(*id);
-  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  std::vector<IndexEntry> old_report, new_report;
+  for (int i = 0; i < kKeys; ++i) old_report.push_back(entry(i, i, 1000 + i));
+  for (int i = 0; i < kTwice; ++i) new_report.push_back(entry(i, i, 1'000'000 + i));
+  auto old_link = master.OpenIndexLink(*older);
+  auto new_link = master.OpenIndexLink(*newer);
+  ASSERT_TRUE(old_link.ok() && new_link.ok());
   std::atomic<bool> done{false};
   std::thread reader([&] {
     std::vector<std::string> keys;
     for (int i = 0; i < 64; ++i) keys.push_back(KeyName(i * 40));
     while (!done.load()) (void)master.GetReplicas(keys);
   });
-  (*link)->Expect(report.size());
-  (*link)->Add(report, {});
+  auto link_all = [](MasterService::IndexLink& link, const std::vector<IndexEntry>& report) {
+    link.Expect(report.size());
+    for (size_t first = 0; first < report.size(); first += 256) {
+      const size_t end = std::min(report.size(), first + 256);
+      link.Add(std::vector<IndexEntry>(report.begin() + first, report.begin() + end), {});
+    }
+  };
+  std::thread other([&] { link_all(**new_link, new_report); });
+  link_all(**old_link, old_report);
+  other.join();
   done = true;
   reader.join();
-  auto rec = (*link)->Finish();
-  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
-  EXPECT_EQ(rec->memory_replicas + rec->rejected, report.size());
+  auto old_rec = (*old_link)->Finish();
+  auto new_rec = (*new_link)->Finish();
+  ASSERT_TRUE(old_rec.ok() && new_rec.ok());
+  EXPECT_EQ(old_rec->memory_replicas + old_rec->rejected, old_report.size());
+  EXPECT_EQ(new_rec->memory_replicas, new_report.size());  // the newer always wins
   EXPECT_EQ(master.Stats().objects, static_cast<uint64_t>(kKeys));
   for (int i = 0; i < kKeys; ++i) {
     auto got = master.GetReplicas({KeyName(i)});
     ASSERT_TRUE(got[0].ok()) << KeyName(i) << ": " << got[0].status().ToString();
-    const uint64_t slot = i < kTwice ? kKeys + i : i;
     ASSERT_EQ(got[0]->replicas.size(), 1u);
-    EXPECT_EQ(got[0]->replicas[0].offset, slot * kObject) << KeyName(i);
+    EXPECT_EQ(got[0]->replicas[0].segment, i < kTwice ? *newer : *older) << KeyName(i);
   }
   // The older versions' ranges are free again (rejected, or adopted and then replaced).
-  EXPECT_EQ(master.segments().Find(*id)->allocator->used(), kKeys * kObject);
+  EXPECT_EQ(master.segments().Find(*older)->allocator->used(), (kKeys - kTwice) * kObject);
 }
 
 }  // namespace
