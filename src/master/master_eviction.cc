@@ -53,8 +53,10 @@ uint64_t MasterService::EvictIfNeeded() {
 }
 
 std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segment, SteadyTime now,
-                                                                uint64_t want_bytes) {
+                                                                uint64_t want_bytes,
+                                                                bool* sampled) {
   std::vector<EvictionCandidate> out;
+  if (sampled != nullptr) *sampled = false;
   const uint64_t want_per_shard =
       want_bytes == 0 ? 0 : kEvictionOversample * want_bytes / table_.num_shards() + 1;
   for (uint32_t i = 0; i < table_.num_shards(); ++i) {
@@ -110,6 +112,7 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
     // A window of the shard, from where the last one stopped (a clock hand over the table's
     // slots): enough candidates for this shard's share of the target, oversampled so that the
     // policy still chooses among them, and at most the shard once around.
+    if (sampled != nullptr) *sampled = true;
     auto it = s.eviction_cursor.empty() ? s.objects.end() : s.objects.find(s.eviction_cursor);
     if (it == s.objects.end()) it = s.objects.begin();
     for (size_t seen = 0; seen < s.objects.size() && found < want_per_shard; ++seen) {
@@ -287,7 +290,8 @@ uint64_t MasterService::EvictFromSegment(SegmentId segment, uint64_t target_byte
   // A window of the table first (no full walk of a large table per round); if its candidates
   // fall short (leased, pinned, other segments' objects), the whole table.
   for (const bool window : {true, false}) {
-    auto candidates = CollectCandidates(segment, now, window ? target_bytes - freed : 0);
+    bool sampled = false;
+    auto candidates = CollectCandidates(segment, now, window ? target_bytes - freed : 0, &sampled);
     if (reuse_) {
       policy_->OrderWithReuse(candidates, reuse_->Totals(), now);
     } else {
@@ -297,7 +301,8 @@ uint64_t MasterService::EvictFromSegment(SegmentId segment, uint64_t target_byte
       if (freed >= target_bytes) break;
       freed += EvictCandidate(c, segment, now);
     }
-    if (freed >= target_bytes) break;
+    // A first pass that walked every shard whole already saw the whole table.
+    if (freed >= target_bytes || (window && !sampled)) break;
   }
   if (freed < target_bytes) {
     spdlog::debug("eviction on segment {} freed {} of {} bytes (rest leased or pinned)", segment,

@@ -91,12 +91,17 @@ void MasterService::IndexLink::Add(const std::vector<IndexEntry>& memory,
                                    const std::vector<IndexEntry>& disk) {
   const SteadyTime now = master_.options_.clock->Now();
   recovery_.reported += first() ? memory.size() + disk.size() : 0;
-  std::vector<const IndexEntry*> adopt;  // first link: one entry per offset, in report order
   for (const IndexEntry& e : memory) {
     if (!reported_->memory.emplace(e.offset, e.put_id).second) continue;  // one per offset
-    if (first()) adopt.push_back(&e);
+    if (!first()) continue;
+    if (!discard_ && master_.AdoptReported(*segment_, e, /*disk=*/false, now)) {
+      ++recovery_.memory_replicas;
+      recovery_.bytes += e.size;
+    } else {
+      ++recovery_.rejected;
+      reported_->unadopted_memory.push_back(e.offset);
+    }
   }
-  AdoptMemory(adopt, now);
   for (const IndexEntry& e : disk) {
     if (!reported_->disk.try_emplace(e.key, e.put_id, e.disk).second) continue;  // one per key
     if (!first()) continue;
@@ -105,19 +110,6 @@ void MasterService::IndexLink::Add(const std::vector<IndexEntry>& memory,
     } else {
       ++recovery_.rejected;
       reported_->unadopted_disk.push_back(DiskDrop{e.key, e.disk});
-    }
-  }
-}
-
-void MasterService::IndexLink::AdoptMemory(const std::vector<const IndexEntry*>& entries,
-                                           SteadyTime now) {
-  for (const IndexEntry* e : entries) {
-    if (!discard_ && master_.AdoptReported(*segment_, *e, /*disk=*/false, now)) {
-      ++recovery_.memory_replicas;
-      recovery_.bytes += e->size;
-    } else {
-      ++recovery_.rejected;
-      reported_->unadopted_memory.push_back(e->offset);
     }
   }
 }

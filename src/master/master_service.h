@@ -154,8 +154,6 @@ class MasterService final : public MasterApi {
    private:
     friend class MasterService;
     struct Reported;
-    // First link: adopts `entries` (deduplicated by offset), counting them in recovery_.
-    void AdoptMemory(const std::vector<const IndexEntry*>& entries, SteadyTime now);
     IndexLink(MasterService& master, std::shared_ptr<const Segment> segment, uint64_t generation,
               bool discard);
     MasterService& master_;
@@ -319,8 +317,9 @@ class MasterService final : public MasterApi {
   // kEvictionOversample times the shard's share of `want_bytes` in candidates: the policy then
   // orders a sample (as Redis's approximated LRU does), and a round costs what it evicts, not
   // the table's size. Smaller shards are walked whole.
+  // `sampled` (optional) tells whether any shard was windowed rather than walked whole.
   std::vector<EvictionCandidate> CollectCandidates(SegmentId segment, SteadyTime now,
-                                                   uint64_t want_bytes);
+                                                   uint64_t want_bytes, bool* sampled = nullptr);
 
   // Evicts one candidate if still evictable; returns bytes freed on `segment`. With a tier
   // mover on the segment, objects without a disk replica are demoted (written to disk, then
