@@ -1,5 +1,6 @@
 #include "bench_util.h"
 
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -213,33 +214,57 @@ bool OnPath(const std::string& program) {
   return false;
 }
 
+int RunProgram(const std::vector<std::string>& args, const std::string& stdout_path,
+               const std::string& stderr_path, std::string* error, bool* signaled) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (stdout_path.empty()) {
+    posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, stdout_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  }
+  if (!stderr_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  }
+  std::vector<char*> argv;
+  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    *error = "cannot start " + args[0] + ": " + std::strerror(rc);
+    return -1;
+  }
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0) {
+    if (errno != EINTR) {
+      *error = "waitpid(" + args[0] + "): " + std::strerror(errno);
+      return -1;
+    }
+  }
+  if (!WIFEXITED(wstatus)) {
+    *error = args[0] + " was killed by signal " + std::to_string(WTERMSIG(wstatus));
+    if (signaled != nullptr) *signaled = WIFSIGNALED(wstatus);
+    return -1;
+  }
+  return WEXITSTATUS(wstatus);
+}
+
 void AptInstall(const std::string& package, const std::string& log_prefix) {
   std::vector<std::string> prefix;
   if (geteuid() != 0) prefix = {"sudo", "-n"};
-  // Runs one apt-get command with its stdout on stderr (stdout carries results only).
+  // Runs one apt-get command with its output on stderr (stdout carries results only).
   auto apt = [&](std::vector<std::string> args) {
     std::vector<std::string> words = prefix;
     words.insert(words.end(), {"env", "DEBIAN_FRONTEND=noninteractive", "apt-get"});
     words.insert(words.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& w : words) argv.push_back(w.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
-    pid_t pid = 0;
-    const int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) {
-      std::cerr << log_prefix << ": cannot start " << words[0] << ": " << std::strerror(rc)
-                << std::endl;
-      return false;
-    }
-    int wstatus = 0;
-    while (waitpid(pid, &wstatus, 0) < 0) {
-      if (errno != EINTR) return false;
-    }
-    return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+    std::string error;
+    const int rc = RunProgram(words, "", "", &error);
+    if (rc < 0) std::cerr << log_prefix << ": " << error << std::endl;
+    return rc == 0;
   };
   if (!apt({"install", "-y", "--no-install-recommends", package})) {
     (void)apt({"update"});

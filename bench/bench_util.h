@@ -199,6 +199,12 @@ std::string HexHash64(uint64_t value);
 
 // True if `program` is an executable in a $PATH directory.
 bool OnPath(const std::string& program);
+// Runs argv[0] (searched on PATH) with the child's stdout and stderr sent to the given files
+// ("" = this process's stderr: stdout carries results only). Returns the exit status, or -1
+// with *error set when the program could not be started or did not exit normally (*signaled,
+// when given, then says whether a signal killed it).
+int RunProgram(const std::vector<std::string>& args, const std::string& stdout_path,
+               const std::string& stderr_path, std::string* error, bool* signaled = nullptr);
 // `apt-get install -y --no-install-recommends <package>` (as root, else through `sudo -n`),
 // running `apt-get update` and retrying once if the first install fails (a fresh machine may
 // have no package lists). The commands' output goes to stderr, failures are logged there

@@ -297,7 +297,7 @@ Status RunContributingBench(const RemoteBenchOptions& options, size_t workers_n)
       ProcessFigures ignored;
       if (Status st = RunOnEveryProcess(workers, removes, bytes_each, &ignored); !st.ok())
         return st;
-      Result<double> seconds = stream->Receive(baseline, rep);
+      Result<double> seconds = stream->Receive(baseline, rep, TcpStream::Mode::kBulk);
       if (!seconds.ok()) return seconds.status();
       raw.push_back(Gbps(bytes_each, *seconds));
     }

@@ -17,8 +17,6 @@
 #include <system_error>
 #include <vector>
 
-extern char** environ;
-
 namespace tierkv::bench {
 namespace {
 
@@ -29,49 +27,6 @@ std::string ReadFile(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-// Runs argv[0] (searched on PATH) with the child's stdout and stderr sent to the given
-// files ("" = this process's stderr: stdout carries results only). Returns the exit status,
-// or -1 with *error set when the program could not be started or did not exit normally
-// (*signaled then says whether a signal killed it).
-int Spawn(const std::vector<std::string>& args, const std::string& stdout_path,
-          const std::string& stderr_path, std::string* error, bool* signaled = nullptr) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (stdout_path.empty()) {
-    posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
-  } else {
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, stdout_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  }
-  if (!stderr_path.empty()) {
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  }
-  std::vector<char*> argv;
-  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    *error = "cannot start " + args[0] + ": " + std::strerror(rc);
-    return -1;
-  }
-  int wstatus = 0;
-  while (waitpid(pid, &wstatus, 0) < 0) {
-    if (errno != EINTR) {
-      *error = "waitpid(" + args[0] + "): " + std::strerror(errno);
-      return -1;
-    }
-  }
-  if (!WIFEXITED(wstatus)) {
-    *error = args[0] + " was killed by signal " + std::to_string(WTERMSIG(wstatus));
-    if (signaled != nullptr) *signaled = WIFSIGNALED(wstatus);
-    return -1;
-  }
-  return WEXITSTATUS(wstatus);
 }
 
 }  // namespace
@@ -120,7 +75,7 @@ Result<double> RunFio(const FioJob& job, const std::string& file, const std::str
   for (int attempt = 1; attempt <= 2; ++attempt) {
     bool signaled = false;
     error.clear();
-    rc = Spawn(args, "/dev/null", err_path, &error, &signaled);
+    rc = RunProgram(args, "/dev/null", err_path, &error, &signaled);
     stderr_text = ReadFile(err_path);
     json_text = ReadFile(json_path);
     std::error_code ignored;

@@ -8,7 +8,9 @@
 // size the same objects are SET once (untimed, pipelined), then read by `connections`
 // threads, each with its own hiredis connection, each GETting its share of the objects in
 // pipelines of `batch` keys, every value landing in the same destination slots as the
-// tierkv gets (checked outside timing). The tierkv side is the remote bench's: a master and
+// tierkv gets (checked outside timing); the same again with raw RESP readers that receive each
+// value straight into its slot, and redis-benchmark on the same server (redis_baselines.h).
+// Ratios are against the fastest of the three in each rep (Redis at its best). The tierkv side is the remote bench's: a master and
 // a store as child processes, an shm requester and a tcp requester (the tcp figures null,
 // with the refusal's text, when Client::Create refuses it). Output: see docs/benchmarks.md.
 #pragma once
@@ -33,7 +35,7 @@ struct RedisBenchOptions {
 };
 
 // Targets, printed as PASS/FAIL in the human summary (never the exit code).
-inline constexpr double kShmVsRedisTarget = 3.0;
+inline constexpr double kShmVsRedisTarget = 4.0;
 inline constexpr double kTcpVsRedisTarget = 1.2;
 
 // The exit code a run returns (through the CLI) when redis-server is missing and cannot be

@@ -2,16 +2,19 @@
 // `tierkv master` and a `tierkv store` as child processes on 127.0.0.1 — against the
 // baselines of its transports, measured in the same run.
 //
-// Per object size (256 KiB and 2 MiB by default) a working set of distinct objects is put
+// Per object size (64 KiB, 256 KiB and 2 MiB by default) a working set of distinct objects is put
 // with BatchPutFromMultiBuffers and read back with BatchGetIntoMultiBuffers (registered,
 // pre-faulted buffers, `batch` keys per call), once per transport:
 //  - shm (the store's segment mapped through the shared-memory transport): against a
 //    single-thread memcpy of the same bytes between the same buffers;
-//  - tcp (the store's segment over tierkv's TCP transport on 127.0.0.1): against a raw loopback
-//    TCP stream of the same bytes from a forked child process to this one. When
+//  - tcp (the store's segment over tierkv's TCP transport on 127.0.0.1): against raw loopback
+//    TCP at its best: the same bytes as one stream of 4 MiB writes from a forked child process
+//    to this one (an object-at-a-time exchange, slower for small objects, is reported beside). When
 //    Client::Create refuses a tcp requester, the tcp figures are reported as null with the
 //    refusal's text (never a number).
-// Every result code is checked and the bytes verified outside the timed regions. Every
+// Ratios are medians of per-rep ratios (each rep times a path and its baseline back to back),
+// with their spread. Every result code is checked and the bytes verified outside the timed
+// regions. Every
 // process started is stopped at the end, also on errors. Output: see docs/benchmarks.md.
 //
 // The workload and the processes are shared with `tierkv bench redis` and `disk-remote`
@@ -31,7 +34,7 @@ struct RemoteBenchOptions {
   CommonOptions common;
   // Bytes of distinct objects per object size; keep it well above L3 (32 MiB).
   uint64_t working_set_bytes = 512 * kMiB;
-  std::vector<uint64_t> object_sizes = {256 * kKiB, 2 * kMiB};
+  std::vector<uint64_t> object_sizes = {64 * kKiB, 256 * kKiB, 2 * kMiB};
   size_t batch = 32;         // keys per batch call
   size_t pieces = 4;         // buffers per object (scatter on put, gather on get)
   bool small_pages = false;  // the store's segment on 4 KiB pages (`tierkv store --small-pages`)

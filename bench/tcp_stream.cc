@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -42,10 +43,12 @@ bool ReadAll(int fd, void* data, size_t size) {
 namespace {
 
 // What the parent asks the child for: `objects` objects of `object_bytes` from the start of
-// its pattern buffer, one send() loop per object; objects == 0 means exit.
+// its pattern buffer, sent in writes of `write_bytes` (0: one send() loop per object);
+// objects == 0 means exit.
 struct StreamRequest {
   uint64_t object_bytes;
   uint64_t objects;
+  uint64_t write_bytes;
 };
 
 // The child's body: connect, build the pattern, say ready, serve requests. Never returns.
@@ -66,11 +69,11 @@ struct StreamRequest {
     StreamRequest request{};
     if (!ReadAll(fd, &request, sizeof(request))) _exit(14);
     if (request.objects == 0) _exit(0);
-    if (request.objects * request.object_bytes > buffer->size()) _exit(15);
-    for (uint64_t i = 0; i < request.objects; ++i) {
-      if (!WriteAll(fd, buffer->data() + i * request.object_bytes, request.object_bytes)) {
-        _exit(16);
-      }
+    const uint64_t total = request.objects * request.object_bytes;
+    if (total > buffer->size()) _exit(15);
+    const uint64_t unit = request.write_bytes == 0 ? request.object_bytes : request.write_bytes;
+    for (uint64_t at = 0; at < total; at += unit) {
+      if (!WriteAll(fd, buffer->data() + at, std::min(unit, total - at))) _exit(16);
     }
   }
 }
@@ -131,24 +134,36 @@ TcpStream::~TcpStream() {
   }
 }
 
-Result<double> TcpStream::Receive(TransferWorkload& workload, int rep) {
+Result<double> TcpStream::Receive(TransferWorkload& workload, int rep, Mode mode) {
   workload.Poison(rep);
-  const StreamRequest request{workload.object_bytes(), workload.objects()};
+  const bool bulk = mode == Mode::kBulk;
+  const StreamRequest request{workload.object_bytes(), workload.objects(),
+                              bulk ? kBulkWriteBytes : 0};
   Stopwatch watch;
   if (!WriteAll(fd_, &request, sizeof(request))) return Failed("raw TCP baseline: send failed");
-  for (size_t i = 0; i < workload.objects(); ++i) {
-    if (!ReadAll(fd_, workload.dst_object(i), workload.object_bytes())) {
-      return Failed("raw TCP baseline: the child's stream ended early (object " +
-                    std::to_string(i) + ")");
+  if (bulk) {
+    // The objects are contiguous in dst: one receive loop over all of them.
+    if (!ReadAll(fd_, workload.dst_object(0), workload.total_bytes())) {
+      return Failed("raw TCP baseline: the child's bulk stream ended early");
+    }
+  } else {
+    for (size_t i = 0; i < workload.objects(); ++i) {
+      if (!ReadAll(fd_, workload.dst_object(i), workload.object_bytes())) {
+        return Failed("raw TCP baseline: the child's stream ended early (object " +
+                      std::to_string(i) + ")");
+      }
     }
   }
   const double seconds = watch.Seconds();
-  if (Status s = workload.CheckBytes(rep, "raw TCP stream"); !s.ok()) return s;
+  if (Status s = workload.CheckBytes(rep, bulk ? "raw TCP bulk stream" : "raw TCP stream");
+      !s.ok()) {
+    return s;
+  }
   return seconds;
 }
 
 Status TcpStream::Stop() {
-  const StreamRequest bye{0, 0};
+  const StreamRequest bye{0, 0, 0};
   const bool sent = WriteAll(fd_, &bye, sizeof(bye));
   int wstatus = 0;
   pid_t reaped = -1;

@@ -29,10 +29,16 @@ class TcpStream {
   TcpStream(const TcpStream&) = delete;
   TcpStream& operator=(const TcpStream&) = delete;
 
-  // The child sends the workload's objects, in order; each lands in its dst slot with one
-  // receive loop. Poisoned before, checked after; returns the seconds from request to the
-  // last byte.
-  Result<double> Receive(TransferWorkload& workload, int rep);
+  // kBulk: TCP at its best, the baseline of the targets: the whole working set as one stream
+  // of kBulkWriteBytes writes, received with one loop into the (contiguous) dst slots.
+  // kPerObject: one send() loop and one receive loop per object (what an object-at-a-time
+  // exchange gets; slower for small objects, reported beside the best).
+  enum class Mode { kBulk, kPerObject };
+  static constexpr uint64_t kBulkWriteBytes = 4ull << 20;
+
+  // The child sends the workload's objects, in order, into their dst slots. Poisoned before,
+  // checked after; returns the seconds from request to the last byte.
+  Result<double> Receive(TransferWorkload& workload, int rep, Mode mode);
   // Asks the child to exit and reaps it; INTERNAL_ERROR unless it exits 0.
   Status Stop();
 

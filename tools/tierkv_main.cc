@@ -316,7 +316,7 @@ int main(int argc, char** argv) {
 
   tierkv::bench::RemoteBenchOptions remote_options;
   std::string remote_working_set = "512MiB";
-  std::vector<std::string> remote_sizes = {"256KiB", "2MiB"};
+  std::vector<std::string> remote_sizes = {"64KiB", "256KiB", "2MiB"};
   CLI::App* remote = bench->add_subcommand(
       "remote",
       "Batched put/get from a requester to a `tierkv store` (with a `tierkv master`; child "

@@ -18,6 +18,10 @@
 #include "connector/distributed_store_internal.h"
 
 namespace tierkv {
+
+using dstore::Code;
+using dstore::kOk;
+
 namespace {
 
 constexpr int kAttachTimeoutMs = 5000;
