@@ -626,6 +626,9 @@ Status RunDiskBench(const DiskBenchOptions& options) {
                          " does not support O_DIRECT: pass --dir on a disk, or --allow-tmpfs to "
                          "measure buffered IO");
   }
+  progress.Update("reserving hugetlb pages for the segment");
+  const std::unique_ptr<HugetlbReservation> segment_pages =
+      ReserveSegmentHugePages(geometry.segment_bytes);
   DiskRun run(options, config, geometry, dir, direct_io, *src, *dst, &progress);
   std::vector<double> demote, fio_wide;
   std::vector<double> fio_write_runs, fio_read_runs;  // every baseline run of every rep

@@ -179,6 +179,12 @@ uint64_t HugetlbPagesFor(const FioJob& job) {
   return (job.block_bytes * job.iodepth + page - 1) / page + 2;
 }
 
+std::unique_ptr<HugetlbReservation> ReserveSegmentHugePages(uint64_t segment_bytes) {
+  const uint64_t page = ReadHugetlbPages().page_bytes;
+  if (page == 0) return nullptr;
+  return std::make_unique<HugetlbReservation>((segment_bytes + page - 1) / page + 1);
+}
+
 const char* FioMemName(bool huge_pages) { return huge_pages ? "mmaphuge" : "malloc"; }
 
 }  // namespace tierkv::bench

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "bench_util.h"
@@ -61,6 +62,14 @@ class HugetlbReservation {
 
 // Hugetlb pages one fio job's buffers need (block x iodepth, plus two).
 uint64_t HugetlbPagesFor(const FioJob& job);
+
+// hugetlb pages for a tierkv segment of `segment_bytes` (a store's, or an embedded client's),
+// reserved like fio's (HugetlbReservation) for the caller's lifetime: a segment falls back to
+// 4 KiB pages when none are free, and on this kind of VM copies into and out of a 4 KiB-page
+// segment ran 3-5x slower and erratic (the tier's demotion 1-2 GB/s instead of 8; see
+// docs/benchmarks.md, issue 27). A bench measures tierkv as it should be deployed: on 2 MiB
+// pages, as the fio baseline's buffers are.
+std::unique_ptr<HugetlbReservation> ReserveSegmentHugePages(uint64_t segment_bytes);
 // fio's --mem value: "mmaphuge" or "malloc".
 const char* FioMemName(bool huge_pages);
 

@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "fio_runner.h"
 #include "local_cluster.h"
 #include "redis_baselines.h"
 #include "tierkv/client.h"
@@ -571,6 +572,10 @@ Status RunRedisBench(const RedisBenchOptions& options) {
     raw_readers.push_back(std::move(c).value());
   }
 
+  // The store's segment on 2 MiB pages (fio_runner.h: ReserveSegmentHugePages), unless asked
+  // for 4 KiB pages.
+  const std::unique_ptr<HugetlbReservation> segment_pages =
+      options.small_pages ? nullptr : ReserveSegmentHugePages(segment_bytes);
   progress.Update("starting tierkv master and tierkv store (segment " + FormatBytes(segment_bytes) +
                   ")");
   Result<RemoteRun> started =

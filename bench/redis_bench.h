@@ -10,9 +10,10 @@
 // pipelines of `batch` keys, every value landing in the same destination slots as the
 // tierkv gets (checked outside timing); the same again with raw RESP readers that receive each
 // value straight into its slot, and redis-benchmark on the same server (redis_baselines.h).
-// Ratios are against the fastest of the three in each rep (Redis at its best). The tierkv side is the remote bench's: a master and
-// a store as child processes, an shm requester and a tcp requester (the tcp figures null,
-// with the refusal's text, when Client::Create refuses it). Output: see docs/benchmarks.md.
+// Ratios are against the fastest of the three in each rep (Redis at its best). The tierkv side is
+// the remote bench's: a master and a store as child processes, an shm requester and a tcp requester
+// (the tcp figures null, with the refusal's text, when Client::Create refuses it). Output: see
+// docs/benchmarks.md.
 #pragma once
 
 #include <cstddef>

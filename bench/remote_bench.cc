@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "fio_runner.h"
 #include "local_cluster.h"
 #include "tcp_stream.h"
 #include "tierkv/client.h"
@@ -205,6 +206,13 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
   AlignedBuffer* src = &buffers->src;
   AlignedBuffer* dst = &buffers->dst;
 
+  // The store's segment on 2 MiB pages (fio_runner.h: ReserveSegmentHugePages), unless asked
+  // for 4 KiB pages; each run with --auth / --tls starts one more store.
+  const std::unique_ptr<HugetlbReservation> segment_pages =
+      options.small_pages
+          ? nullptr
+          : ReserveSegmentHugePages(segment_bytes * (1 + (options.auth || options.tls ? 1 : 0) +
+                                                     (options.tls ? 1 : 0)));
   progress.Update("starting tierkv master and tierkv store (segment " + FormatBytes(segment_bytes) +
                   "), connecting the requesters");
   Result<RemoteRun> started =
@@ -399,6 +407,7 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
     line["shm_get_target"] = kShmGetRatioTarget;
     line["tcp_get_target"] = kTcpGetRatioTarget;
     line["store_segment_bytes"] = segment_bytes;
+    line["store_segment_hugetlb_raised"] = segment_pages != nullptr && segment_pages->raised();
     EmitJson(line);
   }
   PrintHuman(options.common.json ? std::cerr : std::cout, options, base, segment_bytes, results,
