@@ -55,6 +55,14 @@ uint64_t RoundUp(uint64_t value, uint64_t unit) { return (value + unit - 1) / un
 Status ValidateOptions(const DiskBenchOptions& o) {
   if (o.common.reps < 1) return BadDiskOption("--reps must be >= 1");
   if (o.dir.empty()) return BadDiskOption("--dir is empty");
+  for (size_t i = 0; i < o.dirs.size(); ++i) {
+    if (o.dirs[i].empty()) return BadDiskOption("--dirs has an empty directory");
+    for (size_t j = 0; j < i; ++j) {
+      if (fs::weakly_canonical(o.dirs[i]) == fs::weakly_canonical(o.dirs[j])) {
+        return BadDiskOption("--dirs names " + o.dirs[i] + " twice");
+      }
+    }
+  }
   if (o.batch < 1) return BadDiskOption("--batch must be >= 1");
   if (o.object_bytes < 2 * kSpotBytes) return BadDiskOption("object size below 128 bytes");
   if (o.region_bytes % kBlockSize != 0 || o.region_bytes < 2 * kBlockSize) {
@@ -112,11 +120,11 @@ struct Geometry {
   uint64_t flush_bytes = 0;    // bytes of one full region's flush (the write size)
   uint64_t written_bytes = 0;  // bytes the region log writes to the device
   uint64_t value_bytes = 0;    // objects * object_bytes: what the GB/s figures count
-  uint64_t capacity = 0;       // tier file size
+  uint64_t capacity = 0;       // size of each tier file
   uint64_t segment_bytes = 0;  // the client's global_segment_size
 };
 
-Geometry ComputeGeometry(const DiskBenchOptions& o, double high_watermark) {
+Geometry ComputeGeometry(const DiskBenchOptions& o, double high_watermark, size_t paths) {
   Geometry g;
   g.objects = static_cast<size_t>(o.working_set_bytes / o.object_bytes);
   g.span = RecordSpan(ObjectKey(0).size(), o.object_bytes);
@@ -128,7 +136,8 @@ Geometry ComputeGeometry(const DiskBenchOptions& o, double high_watermark) {
   const size_t last = g.objects - (g.regions - 1) * g.per_region;
   g.written_bytes = (g.regions - 1) * g.flush_bytes + kFirstRecordOffset + last * g.span;
   g.value_bytes = g.objects * o.object_bytes;
-  g.capacity = (g.regions + 1) * o.region_bytes;  // one spare: nothing is ever evicted
+  // Per tier file: its share of the regions and one spare, so nothing is ever evicted.
+  g.capacity = ((g.regions + paths - 1) / paths + 1) * o.region_bytes;
   const double segment = static_cast<double>(g.objects * RoundUp(o.object_bytes, 4096)) *
                          kSegmentHeadroom / high_watermark;
   g.segment_bytes = RoundUp(static_cast<uint64_t>(segment), 2 * kMiB);
@@ -189,12 +198,12 @@ struct Setup {
 class DiskRun {
  public:
   DiskRun(const DiskBenchOptions& options, const Config& config, const Geometry& geometry,
-          const std::string& dir, bool direct_io, const AlignedBuffer& src,
+          const std::vector<std::string>& dirs, bool direct_io, const AlignedBuffer& src,
           const AlignedBuffer& dst, Progress* progress)
       : o_(options),
         config_(config),
         g_(geometry),
-        dir_(dir),
+        dirs_(dirs),
         direct_io_(direct_io),
         src_(src),
         dst_(dst),
@@ -208,14 +217,14 @@ class DiskRun {
   Result<DiskRepResult> OneRep(int rep) {
     DiskRepResult result;
     Fio fio;
-    fio.file = dir_ + "/fio.dat";
+    for (const std::string& dir : dirs_) fio.files.push_back(dir + "/fio.dat");
     struct Remover {
-      std::string path;
+      const std::vector<std::string>& paths;
       ~Remover() {
         std::error_code ignored;
-        fs::remove(path, ignored);
+        for (const std::string& path : paths) fs::remove(path, ignored);
       }
-    } remover{fio.file};
+    } remover{fio.files};
     // The client's loads and fio's baseline runs alternate inside ClientRep.
     if (Status s = ClientRep(rep, &result, &fio); !s.ok()) return s;
     if (Status s = FinishFio(rep, &fio, &result); !s.ok()) return s;
@@ -225,7 +234,7 @@ class DiskRun {
  private:
   // fio's side of a rep: its jobs, the hugetlb reservation, and the baseline runs so far.
   struct Fio {
-    std::string file;
+    std::vector<std::string> files;  // one per directory, written by one job each at once
     FioJob write, read, wide;
     std::unique_ptr<HugetlbReservation> reservation;
     std::vector<double> writes, reads;
@@ -445,7 +454,7 @@ class DiskRun {
     if (o_.fio_mem != "malloc") {
       uint64_t needed = 0;
       for (const FioJob* job : {&fio->write, &fio->read, &fio->wide}) {
-        needed = std::max(needed, HugetlbPagesFor(*job));
+        needed = std::max(needed, HugetlbPagesFor(*job) * dirs_.size());  // a job per dir
       }
       Report(rep, "reserving " + std::to_string(needed) + " hugetlb pages for fio");
       fio->reservation = std::make_unique<HugetlbReservation>(needed);
@@ -472,14 +481,14 @@ class DiskRun {
   Status FioBaselineRun(int rep, int run, bool write, Fio* fio) {
     if (write) {
       std::error_code ignored;
-      fs::remove(fio->file, ignored);
+      for (const std::string& file : fio->files) fs::remove(file, ignored);
     }
     FioJob& job = write ? fio->write : fio->read;
     Report(rep, "fio " + job.name + " " +
                     (run < 0 ? std::string("before the demotion")
                              : std::to_string(run + 1) + "/" + std::to_string(kLoadRuns)) +
                     (job.huge_pages ? " (2 MiB pages)" : " (malloc)"));
-    Result<double> gbps = RunFio(job, fio->file, dir_, direct_io_);
+    Result<double> gbps = RunFio(job, fio->files, dirs_.front(), direct_io_);
     if (!gbps.ok()) return gbps.status();
     (write ? fio->writes : fio->reads).push_back(*gbps);
     return Status::Ok();
@@ -490,7 +499,7 @@ class DiskRun {
     result->fio_write_runs = fio->writes;
     result->fio_read_runs = fio->reads;
     Report(rep, "fio " + fio->wide.name + (fio->wide.huge_pages ? " (2 MiB pages)" : " (malloc)"));
-    Result<double> gbps = RunFio(fio->wide, fio->file, dir_, direct_io_);
+    Result<double> gbps = RunFio(fio->wide, fio->files, dirs_.front(), direct_io_);
     if (!gbps.ok()) return gbps.status();
     result->fio_read_wide_gbps = *gbps;
     return Status::Ok();
@@ -499,7 +508,7 @@ class DiskRun {
   const DiskBenchOptions& o_;
   const Config& config_;
   const Geometry& g_;
-  const std::string dir_;
+  const std::vector<std::string> dirs_;
   const bool direct_io_;
   const AlignedBuffer& src_;
   const AlignedBuffer& dst_;
@@ -556,8 +565,12 @@ Status RunDiskBench(const DiskBenchOptions& options) {
   if (config.mode != Mode::kEmbedded) {
     return Status(ErrorCode::INVALID_CONFIG, "bench disk needs mode \"embedded\"");
   }
-  const Geometry geometry = ComputeGeometry(options, config.eviction_high_watermark_ratio);
-  const std::string dir = options.dir;
+  const std::vector<std::string> dirs =
+      options.dirs.empty() ? std::vector<std::string>{options.dir} : options.dirs;
+  const Geometry geometry =
+      ComputeGeometry(options, config.eviction_high_watermark_ratio, dirs.size());
+  std::string dir_names;  // for the summary
+  for (const std::string& d : dirs) dir_names += (dir_names.empty() ? "" : ",") + d;
 
   // The client: a segment that holds everything, an SSD tier with room for everything, staged
   // loads only (no promotion, no write-behind), io_uring like fio.
@@ -565,7 +578,8 @@ Status RunDiskBench(const DiskBenchOptions& options) {
   config.global_segment_size = geometry.segment_bytes;
   config.use_huge_pages = true;
   config.enable_offload = true;
-  config.offload_paths = {dir + "/bench.tier"};
+  config.offload_paths.clear();
+  for (const std::string& d : dirs) config.offload_paths.push_back(d + "/bench.tier");
   config.offload_capacity = geometry.capacity;
   config.offload_region_size = options.region_bytes;
   config.offload_eviction_policy = "fifo";
@@ -578,30 +592,33 @@ Status RunDiskBench(const DiskBenchOptions& options) {
   config.promote_on_hit = false;
   if (Status s = ValidateConfig(config); !s.ok()) return s;
 
-  // The directory: created if missing (and removed at the end if it is then empty).
-  std::error_code ec;
-  const bool existed = fs::exists(dir, ec);
-  if (!existed && !fs::create_directories(dir, ec)) {
-    return Status(ErrorCode::FILE_OPEN_FAIL, "cannot create " + dir + ": " + ec.message());
-  }
-  if (!fs::is_directory(dir, ec)) return BadDiskOption(dir + " is not a directory");
+  // The directories: created if missing (and removed at the end if they are then empty).
   struct DirRemover {
-    std::string dir;
-    bool created;
+    std::vector<std::string> created;
     ~DirRemover() {
       std::error_code ignored;
-      if (created) fs::remove(dir, ignored);  // only if empty
+      for (const std::string& d : created) fs::remove(d, ignored);  // only if empty
     }
-  } dir_remover{dir, !existed};
-  struct statfs st {};
-  if (statfs(dir.c_str(), &st) != 0) {
-    return Status(ErrorCode::FILE_OPEN_FAIL, "statfs " + dir + ": " + std::strerror(errno));
-  }
-  const int64_t fs_magic = static_cast<int64_t>(st.f_type);
-  const char* fs_name = FsName(fs_magic);
-  if (fs_magic == kTmpfsMagic && !options.allow_tmpfs) {
-    return BadDiskOption(
-        dir + " is on tmpfs (memory, no O_DIRECT): pass --dir on a disk, or --allow-tmpfs");
+  } dir_remover;
+  const char* fs_name = "?";
+  for (const std::string& dir : dirs) {
+    std::error_code ec;
+    const bool existed = fs::exists(dir, ec);
+    if (!existed && !fs::create_directories(dir, ec)) {
+      return Status(ErrorCode::FILE_OPEN_FAIL, "cannot create " + dir + ": " + ec.message());
+    }
+    if (!existed) dir_remover.created.push_back(dir);
+    if (!fs::is_directory(dir, ec)) return BadDiskOption(dir + " is not a directory");
+    struct statfs st {};
+    if (statfs(dir.c_str(), &st) != 0) {
+      return Status(ErrorCode::FILE_OPEN_FAIL, "statfs " + dir + ": " + std::strerror(errno));
+    }
+    const int64_t fs_magic = static_cast<int64_t>(st.f_type);
+    fs_name = FsName(fs_magic);
+    if (fs_magic == kTmpfsMagic && !options.allow_tmpfs) {
+      return BadDiskOption(
+          dir + " is on tmpfs (memory, no O_DIRECT): pass --dir on a disk, or --allow-tmpfs");
+    }
   }
 
   Progress progress("disk", options.common.progress);
@@ -620,16 +637,23 @@ Status RunDiskBench(const DiskBenchOptions& options) {
     FillPattern(src->data() + i * options.object_bytes, options.object_bytes, kDiskPatternSeed + i);
   }
 
-  const bool direct_io = ProbeDirectIo(dir);
+  bool direct_io = true;
+  std::string no_direct;
+  for (const std::string& dir : dirs) {
+    if (!ProbeDirectIo(dir)) {
+      direct_io = false;
+      no_direct = dir;
+    }
+  }
   if (!direct_io && !options.allow_tmpfs) {
-    return BadDiskOption(dir +
+    return BadDiskOption(no_direct +
                          " does not support O_DIRECT: pass --dir on a disk, or --allow-tmpfs to "
                          "measure buffered IO");
   }
   progress.Update("reserving hugetlb pages for the segment");
   const std::unique_ptr<HugetlbReservation> segment_pages =
       ReserveSegmentHugePages(geometry.segment_bytes);
-  DiskRun run(options, config, geometry, dir, direct_io, *src, *dst, &progress);
+  DiskRun run(options, config, geometry, dirs, direct_io, *src, *dst, &progress);
   std::vector<double> demote, fio_wide;
   std::vector<double> fio_write_runs, fio_read_runs;  // every baseline run of every rep
   std::vector<double> load_runs;                      // every timed load of every rep
@@ -732,9 +756,14 @@ Status RunDiskBench(const DiskBenchOptions& options) {
           .Add("gbps", Round3(m.fio_read_wide_gbps))
           .Emit();
     }
-    JsonLine()
-        .Add("bench", "disk")
-        .Add("load_gbps", Round3(m.load_gbps))
+    JsonLine summary;
+    summary.Add("bench", "disk").Add("dirs", dirs.size());
+    if (dirs.size() > 1) {
+      // Striped over the directories' drives, against fio over the same files at once: the
+      // lower of the two ratios.
+      summary.Add("stripe_ratio", Round3(std::min(m.load_ratio, m.demote_ratio)));
+    }
+    summary.Add("load_gbps", Round3(m.load_gbps))
         .Add("fio_read_gbps", Round3(m.fio_read_gbps))
         .Add("load_ratio", Round3(m.load_ratio))
         .Add("demote_gbps", Round3(m.demote_gbps))
@@ -752,8 +781,8 @@ Status RunDiskBench(const DiskBenchOptions& options) {
         .Add("demote_target", kDemoteRatioTarget)
         .Emit();
   }
-  PrintHuman(options.common.json ? std::cerr : std::cout, options, geometry, setup, dir, fs_name,
-             run.direct_io(), m);
+  PrintHuman(options.common.json ? std::cerr : std::cout, options, geometry, setup, dir_names,
+             fs_name, run.direct_io(), m);
   return Status::Ok();
 }
 

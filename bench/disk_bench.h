@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "bench_util.h"
 #include "tierkv/status.h"
@@ -35,6 +36,10 @@ struct DiskBenchOptions {
   CommonOptions common{.json = false, .progress = false, .reps = 5, .config_path = {}};
   // Directory for the tier file and fio's file; created if missing (and then removed).
   std::string dir = "./tierkv-disk-bench";
+  // --dirs: several directories (e.g. one per drive), used instead of `dir`: the tier is
+  // striped over one file in each (offload_paths) and fio's baselines run one job per
+  // directory at once, on a file in each.
+  std::vector<std::string> dirs;
   bool allow_tmpfs = false;  // tmpfs has no O_DIRECT: refused unless set
   uint64_t working_set_bytes = 1 * kGiB;
   uint64_t object_bytes = 2 * kMiB;

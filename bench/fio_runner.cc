@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -46,27 +47,42 @@ Status EnsureFio(Progress* progress) {
   return Status::Ok();
 }
 
-// Runs one fio job on `file` and returns its bandwidth in GB/s (bw_bytes of the job).
 Result<double> RunFio(const FioJob& job, const std::string& file, const std::string& dir,
                       bool direct) {
+  return RunFio(job, std::vector<std::string>{file}, dir, direct);
+}
+
+// Runs the job on each of `files` at once (one fio job per file, their figures summed by
+// --group_reporting) and returns the bandwidth in GB/s (bw_bytes).
+Result<double> RunFio(const FioJob& job, const std::vector<std::string>& files,
+                      const std::string& dir, bool direct) {
+  if (files.empty()) return Failed("fio " + job.name + ": no file");
   const std::string json_path = dir + "/fio-" + job.name + ".json";
   const std::string err_path = dir + "/fio-" + job.name + ".stderr";
-  const std::vector<std::string> args = {
+  // Each file gets its share of the bytes, in whole blocks, rounded up (a read job then never
+  // reads past what the write job of the same size wrote into that file).
+  const uint64_t total_blocks = std::max<uint64_t>(1, job.size_bytes / job.block_bytes);
+  const uint64_t blocks = (total_blocks + files.size() - 1) / files.size();
+  // Global options first (they apply to every job), then one --name/--filename per file.
+  std::vector<std::string> args = {
       "fio",
-      "--name=tierkv-disk-" + job.name,
-      "--filename=" + file,
       std::string("--rw=") + (job.write ? "write" : "read"),
       "--bs=" + std::to_string(job.block_bytes),
-      "--size=" + std::to_string(job.size_bytes),
+      "--size=" + std::to_string(blocks * job.block_bytes),
       "--ioengine=io_uring",
       std::string("--direct=") + (direct ? "1" : "0"),
       "--iodepth=" + std::to_string(job.iodepth),
       "--numjobs=1",
       std::string("--mem=") + (job.huge_pages ? "mmaphuge" : "malloc"),
       "--end_fsync=0",
+      "--group_reporting",
       "--output-format=json",
       "--output=" + json_path,
   };
+  for (size_t i = 0; i < files.size(); ++i) {
+    args.push_back("--name=tierkv-disk-" + job.name + (files.size() > 1 ? std::to_string(i) : ""));
+    args.push_back("--filename=" + files[i]);
+  }
   // Debian's fio 3.33 now and then dies of SIGSEGV and a double free in its own teardown
   // (axboe/fio#1598): a baseline run killed by a signal is run once more, and said so; a
   // second crash is the error.
@@ -106,7 +122,7 @@ Result<double> RunFio(const FioJob& job, const std::string& file, const std::str
   }
   const uint64_t io_bytes = j[section].value("io_bytes", uint64_t{0});
   const double bw_bytes = j[section].value("bw_bytes", 0.0);
-  if (io_bytes < job.size_bytes / 2 || bw_bytes <= 0) {
+  if (io_bytes < blocks * job.block_bytes * files.size() / 2 || bw_bytes <= 0) {
     return Failed("fio " + job.name + " moved " + std::to_string(io_bytes) + " of " +
                   std::to_string(job.size_bytes) + " bytes");
   }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bench_util.h"
 #include "tierkv/status.h"
@@ -29,6 +30,10 @@ struct FioJob {
 // fails, its output does not parse, or it moved less than half the bytes.
 Result<double> RunFio(const FioJob& job, const std::string& file, const std::string& dir,
                       bool direct);
+// The job on each of `files` at the same time (one fio job per file, e.g. one per drive), each
+// with its share of size_bytes; the summed bandwidth (fio --group_reporting).
+Result<double> RunFio(const FioJob& job, const std::vector<std::string>& files,
+                      const std::string& dir, bool direct);
 
 // Hugetlb pages of the default size and that size, from /proc/meminfo (0s if unknown).
 struct HugetlbPages {

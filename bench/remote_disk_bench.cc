@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +52,9 @@ Status Validate(const RemoteDiskBenchOptions& o) {
     return BadDiskOption("--fio-mem must be auto, malloc or mmaphuge");
   }
   if (o.dir.empty()) return BadDiskOption("--dir is empty");
+  for (const std::string& d : o.dirs) {
+    if (d.empty()) return BadDiskOption("--dirs has an empty directory");
+  }
   return Status::Ok();
 }
 
@@ -97,23 +101,27 @@ Status RunRemoteDiskBench(const RemoteDiskBenchOptions& options) {
   const uint64_t value_bytes = objects * o.object_bytes;
 
   std::error_code ec;
-  const bool existed = fs::exists(o.dir, ec);
-  if (!existed && !fs::create_directories(o.dir, ec)) {
-    return Status(ErrorCode::FILE_OPEN_FAIL, "cannot create " + o.dir + ": " + ec.message());
-  }
+  const std::vector<std::string> dirs = o.dirs.empty() ? std::vector<std::string>{o.dir} : o.dirs;
   struct DirRemover {
-    std::string dir;
-    bool created;
+    std::string config;
+    std::vector<std::string> created;
     ~DirRemover() {
       std::error_code ignored;
-      fs::remove(dir + "/store.json", ignored);
-      if (created) fs::remove(dir, ignored);  // only if empty
+      fs::remove(config, ignored);
+      for (const std::string& d : created) fs::remove(d, ignored);  // only if empty
     }
-  } remover{o.dir, !existed};
-  struct statfs st {};
-  if (statfs(o.dir.c_str(), &st) != 0 || static_cast<int64_t>(st.f_type) == kTmpfsMagic ||
-      !ProbeDirectIo(o.dir)) {
-    return BadDiskOption(o.dir + " is not on a disk with O_DIRECT (tmpfs?): pass --dir on a disk");
+  } remover{dirs.front() + "/store.json", {}};
+  for (const std::string& dir : dirs) {
+    const bool existed = fs::exists(dir, ec);
+    if (!existed && !fs::create_directories(dir, ec)) {
+      return Status(ErrorCode::FILE_OPEN_FAIL, "cannot create " + dir + ": " + ec.message());
+    }
+    if (!existed) remover.created.push_back(dir);
+    struct statfs st {};
+    if (statfs(dir.c_str(), &st) != 0 || static_cast<int64_t>(st.f_type) == kTmpfsMagic ||
+        !ProbeDirectIo(dir)) {
+      return BadDiskOption(dir + " is not on a disk with O_DIRECT (tmpfs?): pass --dir on a disk");
+    }
   }
 
   // The store: an SSD tier with room for everything (nothing leaves the disk), io_uring.
@@ -123,12 +131,17 @@ Status RunRemoteDiskBench(const RemoteDiskBenchOptions& options) {
   const uint64_t span = RecordSpan(key0.size(), o.object_bytes);
   const uint64_t per_region = (o.region_bytes - kFirstRecordOffset) / span;
   if (per_region == 0) return BadDiskOption("--region-size holds no object");
-  const uint64_t regions = (objects + per_region - 1) / per_region + 2;
-  const std::string config_path = o.dir + "/store.json";
+  // Per tier file: its share of the regions, and two spare.
+  const uint64_t regions =
+      ((objects + per_region - 1) / per_region + dirs.size() - 1) / dirs.size() + 2;
+  const std::string config_path = remover.config;
   {
     std::ofstream out(config_path);
-    out << "{\"enable_offload\": true, \"offload_paths\": [\"" << o.dir << "/remote.tier\"], "
-        << "\"offload_capacity\": " << regions * o.region_bytes
+    out << "{\"enable_offload\": true, \"offload_paths\": [";
+    for (size_t i = 0; i < dirs.size(); ++i) {
+      out << (i == 0 ? "" : ", ") << nlohmann::json(dirs[i] + "/remote.tier").dump();
+    }
+    out << "], \"offload_capacity\": " << regions * o.region_bytes
         << ", \"offload_region_size\": " << o.region_bytes
         << ", \"staging_buffer_size\": " << o.staging_bytes
         << ", \"offload_io_engine\": \"io_uring\"}\n";
@@ -136,6 +149,9 @@ Status RunRemoteDiskBench(const RemoteDiskBenchOptions& options) {
   }
 
   Progress progress("disk-remote", o.common.progress);
+  // The store's segment on 2 MiB pages, as fio's buffers (fio_runner.h).
+  const std::unique_ptr<HugetlbReservation> segment_pages =
+      ReserveSegmentHugePages(o.segment_bytes);
   if (Status s = EnsureFio(&progress); !s.ok()) return s;
   Result<TransferBuffers> buffers =
       AllocateTransferBuffers(value_bytes, kRemoteDiskPatternSeed, progress);
@@ -210,24 +226,28 @@ Status RunRemoteDiskBench(const RemoteDiskBenchOptions& options) {
     std::unique_ptr<HugetlbReservation> reservation;
     if (o.fio_mem != "malloc") {
       reservation = std::make_unique<HugetlbReservation>(
-          std::max(HugetlbPagesFor(read), HugetlbPagesFor(write)));
+          std::max(HugetlbPagesFor(read), HugetlbPagesFor(write)) * dirs.size());
       if (!reservation->ok() && o.fio_mem == "mmaphuge") {
         return BadDiskOption("--fio-mem mmaphuge: not enough free hugetlb pages for fio");
       }
     }
     r.fio_huge_pages = reservation != nullptr && reservation->ok();
-    const std::string file = o.dir + "/fio.dat";
+    std::vector<std::string> files;
+    for (const std::string& dir : dirs) files.push_back(dir + "/fio.dat");
+    auto remove_files = [&] {
+      for (const std::string& file : files) fs::remove(file, ec);
+    };
     for (FioJob* job : {&write, &read}) {
       job->huge_pages = r.fio_huge_pages;
       progress.Update(where + ": fio " + job->name);
-      Result<double> gbps = RunFio(*job, file, o.dir, /*direct=*/true);
+      Result<double> gbps = RunFio(*job, files, dirs.front(), /*direct=*/true);
       if (!gbps.ok()) {
-        fs::remove(file, ec);
+        remove_files();
         return gbps.status();
       }
       (job->write ? r.fio_write_gbps : r.fio_read_gbps) = *gbps;
     }
-    fs::remove(file, ec);
+    remove_files();
     reps.push_back(r);
   }
   progress.Done();
@@ -269,7 +289,8 @@ Status RunRemoteDiskBench(const RemoteDiskBenchOptions& options) {
   std::ostream& out = o.common.json ? std::cerr : std::cout;
   out << "tierkv bench disk-remote: " << objects << " x " << FormatBytes(o.object_bytes)
       << " put through a requester (tcp) into a store with a " << FormatBytes(o.segment_bytes)
-      << " segment; " << last.disk_objects << " objects loaded back from its SSD tier (" << o.dir
+      << " segment; " << last.disk_objects << " objects loaded back from its SSD tier ("
+      << (o.dirs.empty() ? o.dir : std::to_string(o.dirs.size()) + " directories")
       << "), median of " << o.common.reps << " rep(s)\n"
       << "  staged load  " << Round3(load) << " GB/s   fio read (qd " << last.load_queue_depth
       << ", " << FioMemName(last.fio_huge_pages) << ") " << Round3(fio_read) << " GB/s   ratio "

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "bench_util.h"
 #include "tierkv/status.h"
@@ -28,6 +29,9 @@ namespace tierkv::bench {
 struct RemoteDiskBenchOptions {
   CommonOptions common{.json = false, .progress = false, .reps = 1, .config_path = {}};
   std::string dir = "./tierkv-disk-bench";  // created if missing (and then removed)
+  // --dirs: several directories (one per drive) instead of `dir`: the store's tier striped over
+  // a file in each, fio run on a file in each at once.
+  std::vector<std::string> dirs;
   uint64_t working_set_bytes = 1 * kGiB;
   uint64_t object_bytes = 2 * kMiB;
   uint64_t segment_bytes = 256 * kMiB;  // the store's DRAM: most of the working set is demoted

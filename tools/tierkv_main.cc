@@ -246,6 +246,10 @@ int main(int argc, char** argv) {
   disk->add_option("--dir", disk_options.dir,
                    "Directory for the bench files (created if missing; files removed at the end)")
       ->capture_default_str();
+  disk->add_option("--dirs", disk_options.dirs,
+                   "Several directories, comma-separated (one per drive), instead of --dir: the "
+                   "tier striped over a file in each, fio run on a file in each at once")
+      ->delimiter(',');
   disk->add_flag("--allow-tmpfs", disk_options.allow_tmpfs,
                  "Accept a directory on tmpfs (memory, buffered IO: not a disk figure)");
   disk->add_option("--working-set", disk_working_set, "Bytes of distinct 2 MiB objects")
@@ -288,6 +292,11 @@ int main(int argc, char** argv) {
       ->add_option("--dir", rdisk_options.dir,
                    "Directory for the tier and fio files (created if missing; removed at the end)")
       ->capture_default_str();
+  rdisk
+      ->add_option("--dirs", rdisk_options.dirs,
+                   "Several directories, comma-separated (one per drive), instead of --dir: the "
+                   "store's tier striped over a file in each, fio run on a file in each at once")
+      ->delimiter(',');
   rdisk->add_option("--working-set", rdisk_working_set, "Bytes of distinct 2 MiB objects")
       ->check(kSizeValidator)
       ->capture_default_str();

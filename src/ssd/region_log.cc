@@ -129,23 +129,26 @@ Result<std::vector<IoBuffer>> RegionLog::AllocateBuffers(const RegionLogOptions&
 
 Status RegionLog::Start() {
   if (!async()) return Status::Ok();
+  // One writer per device (a region write is one large IO at queue depth 1), as many as the
+  // buffers allow while one of them is being filled.
+  const size_t writers = std::max<size_t>(1, std::min(devices_.size(), buffers_.size() - 1));
   try {
-    flusher_ = std::thread([this] { FlusherLoop(); });
+    for (size_t i = 0; i < writers; ++i) flushers_.emplace_back([this] { FlusherLoop(); });
   } catch (const std::system_error& e) {
     return Status(ErrorCode::INTERNAL_ERROR,
-                  std::string("region log: cannot start the flusher thread: ") + e.what());
+                  std::string("region log: cannot start a flusher thread: ") + e.what());
   }
   return Status::Ok();
 }
 
 RegionLog::~RegionLog() {
-  if (!flusher_.joinable()) return;
+  if (flushers_.empty()) return;
   {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
   work_cv_.notify_all();
-  flusher_.join();  // it writes every region handed to it first
+  for (std::thread& t : flushers_) t.join();  // they write every region handed to them first
 }
 
 void RegionLog::FlusherLoop() {

@@ -11,9 +11,11 @@
 // keys) reports the keys it held, so their owner can drop those disk replicas.
 //
 // Write buffers (RegionLogOptions::write_buffers, default 2): with N >= 2 the log owns N
-// region buffers and a flusher thread. A full (or Flush()ed) region is handed to the flusher
-// ("flushing": written from its buffer without holding the append mutex) and the next region
-// opens in an idle buffer, so Append copies while the previous region is written. Append
+// region buffers and min(N - 1, devices) flusher threads. A full (or Flush()ed) region is
+// handed to the flushers ("flushing": written from its buffer without holding the append
+// mutex) and the next region opens in an idle buffer, so Append copies while earlier regions
+// are written — on several devices at once when there are several (consecutive regions
+// alternate devices; the SSD tier gives the log devices + 1 buffers). Append
 // waits (condition variable) only when every buffer is busy, or when no region is free or
 // sealed (all are open or flushing). A flushing region is readable from its buffer (same
 // checks as the open region) and is not a reuse candidate; it becomes sealed (sealed
@@ -292,7 +294,7 @@ class RegionLog {
             RegionEvictedCallback cb, std::vector<IoBuffer> buffers);
   // The region buffers of `options` (INVALID_PARAMS for 0, INTERNAL_ERROR if out of memory).
   static Result<std::vector<IoBuffer>> AllocateBuffers(const RegionLogOptions& options);
-  // Starts the flusher when write_buffers >= 2 (INTERNAL_ERROR if no thread).
+  // Starts the flushers when write_buffers >= 2 (INTERNAL_ERROR if a thread cannot start).
   Status Start();
   bool async() const { return buffers_.size() > 1; }
   void FlusherLoop();
@@ -351,13 +353,13 @@ class RegionLog {
 
   std::mutex mu_;  // serializes appends, flushes, evictions
   std::vector<WriteBuffer> buffers_;
-  std::deque<uint32_t> queue_;        // buffers waiting for the flusher, in seal order
-  uint64_t submitted_ = 0;            // regions handed to the flusher
+  std::deque<uint32_t> queue_;        // buffers waiting for a flusher, in seal order
+  uint64_t submitted_ = 0;            // regions handed to the flushers
   uint64_t completed_ = 0;            // of them, written (or failed)
   uint64_t unreported_failures_ = 0;  // failed background writes since the last Flush
   Status first_failure_;              // the first of them
   bool stop_ = false;
-  std::condition_variable work_cv_;  // flusher: queue_ or stop_ changed
+  std::condition_variable work_cv_;  // flushers: queue_ or stop_ changed
   std::condition_variable done_cv_;  // a write finished (a buffer or a region may be free)
   std::vector<uint32_t> free_;       // free regions, popped from the back (lowest first)
   int64_t open_ = -1;                // open region index, or -1
@@ -365,7 +367,7 @@ class RegionLog {
   uint64_t next_sequence_ = 0;       // of the next record in the open region
   uint64_t last_generation_ = 0;     // log-wide generation counter
 
-  std::thread flusher_;  // last: started after everything else is built
+  std::vector<std::thread> flushers_;  // last: started after everything else is built
 };
 
 }  // namespace tierkv

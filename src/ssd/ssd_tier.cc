@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -197,6 +198,9 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options,
   lo.region_size = options.region_size;
   lo.eviction = options.eviction;
   lo.want_huge_pages = options.want_huge_pages;
+  // One buffer being filled while each device writes one: striping over several drives needs
+  // a write in flight on each (memory: (paths + 1) x offload_region_size).
+  lo.write_buffers = static_cast<uint32_t>(std::max<size_t>(2, devices.size() + 1));
   Result<std::unique_ptr<RegionLog>> log = std::unique_ptr<RegionLog>();
   if (any_existing) {
     log = RegionLog::Recover(devices, lo, std::move(on_region_evicted), surviving, read_devices);

@@ -345,6 +345,11 @@ class GateDevice final : public Device {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return started_ >= n; });
   }
+  // As WaitForWritesStarted, giving up after `timeout`: whether they started.
+  bool WaitForWritesStartedFor(uint64_t n, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return started_ >= n; });
+  }
   uint64_t writes_done() {
     std::lock_guard lock(mu_);
     return done_;
@@ -576,6 +581,38 @@ TEST_F(RegionLogTest, OneWriteBufferWritesInline) {
   EXPECT_EQ(log->stats().flushes, 1u);
   ASSERT_TRUE(log->Flush().ok());
   EXPECT_EQ(dev.writes_done(), 2u);
+  ExpectReadsBack(*log, written);
+}
+
+// Striping: with a buffer per device plus one, each device writes a region at the same time
+// (one flusher per device); with a single writer the second device's write would wait for the
+// first's.
+TEST_F(RegionLogTest, TwoDevicesWriteTheirRegionsAtOnce) {
+  GateDevice dev0(MakeDevice(2));
+  GateDevice dev1(MakeDevice(2));
+  RegionLogOptions options = Small();
+  options.write_buffers = 3;
+  auto log = Make({&dev0, &dev1}, options);
+  dev0.Hold();
+  dev1.Hold();
+  std::vector<Written> written = Fill(*log, "a", 0, 9);  // region 0 (device 0) full
+  std::vector<Written> more = Fill(*log, "b", 0, 9);     // seals region 0; fills region 1
+  std::vector<Written> last = Fill(*log, "c", 0, 1);     // seals region 1 (device 1)
+  ASSERT_EQ(more.size(), 9u);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(more[0].loc.region, 1u);
+  EXPECT_EQ(last[0].loc.region, 2u);
+  EXPECT_TRUE(dev0.WaitForWritesStartedFor(1, std::chrono::seconds(10)));
+  EXPECT_TRUE(dev1.WaitForWritesStartedFor(1, std::chrono::seconds(10)))
+      << "device 1's region write did not start while device 0's was in flight";
+  EXPECT_EQ(log->stats().buffer_waits, 0u);
+  dev0.Release();
+  dev1.Release();
+  ASSERT_TRUE(log->Flush().ok());
+  EXPECT_EQ(dev0.writes_done(), 2u);  // regions 0 and 2
+  EXPECT_EQ(dev1.writes_done(), 1u);
+  written.insert(written.end(), more.begin(), more.end());
+  written.insert(written.end(), last.begin(), last.end());
   ExpectReadsBack(*log, written);
 }
 
