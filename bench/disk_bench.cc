@@ -757,13 +757,8 @@ Status RunDiskBench(const DiskBenchOptions& options) {
           .Emit();
     }
     JsonLine summary;
-    summary.Add("bench", "disk").Add("dirs", dirs.size());
-    if (dirs.size() > 1) {
-      // Striped over the directories' drives, against fio over the same files at once: the
-      // lower of the two ratios.
-      summary.Add("stripe_ratio", Round3(std::min(m.load_ratio, m.demote_ratio)));
-    }
-    summary.Add("load_gbps", Round3(m.load_gbps))
+    summary.Add("bench", "disk")
+        .Add("load_gbps", Round3(m.load_gbps))
         .Add("fio_read_gbps", Round3(m.fio_read_gbps))
         .Add("load_ratio", Round3(m.load_ratio))
         .Add("demote_gbps", Round3(m.demote_gbps))
@@ -779,7 +774,13 @@ Status RunDiskBench(const DiskBenchOptions& options) {
         .Add("fio_hugetlb_reserved", setup.fio_hugetlb_raised)
         .Add("load_target", kLoadRatioTarget)
         .Add("demote_target", kDemoteRatioTarget)
-        .Emit();
+        .Add("dirs", dirs.size());
+    if (dirs.size() > 1) {
+      // Striped over the directories' drives, against fio over the same files at once: the
+      // lower of the two ratios.
+      summary.Add("stripe_ratio", Round3(std::min(m.load_ratio, m.demote_ratio)));
+    }
+    summary.Emit();
   }
   PrintHuman(options.common.json ? std::cerr : std::cout, options, geometry, setup, dir_names,
              fs_name, run.direct_io(), m);

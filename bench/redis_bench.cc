@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <latch>
 #include <memory>
@@ -394,18 +395,18 @@ Status Load(redisContext* c, const TransferWorkload& workload, size_t batch) {
   return Status::Ok();
 }
 
-// All readers at once, started together; the seconds from the start to the last reply.
-Result<double> TimedRedisGet(std::vector<Reader>& readers, TransferWorkload& workload, size_t batch,
-                             int rep) {
-  workload.Poison(rep);
-  std::latch ready(static_cast<std::ptrdiff_t>(readers.size()));
+// Runs body(t) for t in [0, n) on n threads started together; the seconds from the start until
+// the last returns, or the first failure.
+Result<double> TimedOnThreads(size_t n, const std::function<Status(size_t)>& body) {
+  std::vector<Status> results(n);
+  std::latch ready(static_cast<std::ptrdiff_t>(n));
   std::latch go(1);
   std::vector<std::thread> threads;
-  for (Reader& reader : readers) {
-    threads.emplace_back([&, r = &reader] {
+  for (size_t t = 0; t < n; ++t) {
+    threads.emplace_back([&, t] {
       ready.count_down();
       go.wait();
-      ReadObjects(r, &workload, batch);
+      results[t] = body(t);
     });
   }
   ready.wait();
@@ -413,9 +414,21 @@ Result<double> TimedRedisGet(std::vector<Reader>& readers, TransferWorkload& wor
   go.count_down();
   for (std::thread& t : threads) t.join();
   const double seconds = watch.Seconds();
-  for (const Reader& reader : readers) {
-    if (!reader.error.empty()) return Failed(reader.error);
+  for (const Status& s : results) {
+    if (!s.ok()) return s;
   }
+  return seconds;
+}
+
+// All hiredis readers at once; the seconds from the start to the last reply.
+Result<double> TimedRedisGet(std::vector<Reader>& readers, TransferWorkload& workload, size_t batch,
+                             int rep) {
+  workload.Poison(rep);
+  Result<double> seconds = TimedOnThreads(readers.size(), [&](size_t t) {
+    ReadObjects(&readers[t], &workload, batch);
+    return readers[t].error.empty() ? Status::Ok() : Failed(readers[t].error);
+  });
+  if (!seconds.ok()) return seconds;
   if (Status s = workload.CheckBytes(rep, "redis " + FormatBytes(workload.object_bytes()) + " get");
       !s.ok()) {
     return s;
@@ -428,25 +441,10 @@ Result<double> TimedRedisGet(std::vector<Reader>& readers, TransferWorkload& wor
 Result<double> TimedRawGet(std::vector<RawRespReader>& raw, const std::vector<Reader>& readers,
                            TransferWorkload& workload, size_t batch, int rep) {
   workload.Poison(rep);
-  std::vector<Status> results(raw.size());
-  std::latch ready(static_cast<std::ptrdiff_t>(raw.size()));
-  std::latch go(1);
-  std::vector<std::thread> threads;
-  for (size_t t = 0; t < raw.size(); ++t) {
-    threads.emplace_back([&, t] {
-      ready.count_down();
-      go.wait();
-      results[t] = raw[t].GetObjects(workload, readers[t].first, readers[t].end, batch);
-    });
-  }
-  ready.wait();
-  Stopwatch watch;
-  go.count_down();
-  for (std::thread& t : threads) t.join();
-  const double seconds = watch.Seconds();
-  for (const Status& s : results) {
-    if (!s.ok()) return s;
-  }
+  Result<double> seconds = TimedOnThreads(raw.size(), [&](size_t t) {
+    return raw[t].GetObjects(workload, readers[t].first, readers[t].end, batch);
+  });
+  if (!seconds.ok()) return seconds;
   if (Status s =
           workload.CheckBytes(rep, "redis raw " + FormatBytes(workload.object_bytes()) + " get");
       !s.ok()) {
