@@ -74,12 +74,18 @@ Result<std::string> RawRespReader::ReadLine() {
       begin_ = static_cast<size_t>(cr + 2 - staging_.data());
       return line;
     }
-    if (begin_ > 0) {  // keep the partial line at the front
-      std::memmove(staging_.data(), start, stop - start);
-      end_ -= begin_;
-      begin_ = 0;
-    }
-    if (end_ == staging_.size()) return Failed("redis raw client: a reply line over 64 KiB");
+    if (Status s = Refill(); !s.ok()) return s;
+  }
+}
+
+Status RawRespReader::Refill() {
+  if (begin_ > 0) {  // keep the unread bytes at the front
+    std::memmove(staging_.data(), staging_.data() + begin_, end_ - begin_);
+    end_ -= begin_;
+    begin_ = 0;
+  }
+  if (end_ == staging_.size()) return Failed("redis raw client: a reply line over 64 KiB");
+  for (;;) {
     const ssize_t n = ::recv(fd_, staging_.data() + end_, staging_.size() - end_, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
@@ -87,6 +93,7 @@ Result<std::string> RawRespReader::ReadLine() {
                     (n == 0 ? "closed" : std::strerror(errno)));
     }
     end_ += static_cast<size_t>(n);
+    return Status::Ok();
   }
 }
 
@@ -99,15 +106,7 @@ Status RawRespReader::ReadValue(uint8_t* dst, size_t size) {
   }
   // The value's CRLF.
   while (end_ - begin_ < 2) {
-    if (begin_ > 0) {
-      std::memmove(staging_.data(), staging_.data() + begin_, end_ - begin_);
-      end_ -= begin_;
-      begin_ = 0;
-    }
-    const ssize_t n = ::recv(fd_, staging_.data() + end_, staging_.size() - end_, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Failed("redis raw client: the connection ended after a value");
-    end_ += static_cast<size_t>(n);
+    if (Status s = Refill(); !s.ok()) return s;
   }
   if (staging_[begin_] != '\r' || staging_[begin_ + 1] != '\n') {
     return Failed("redis raw client: a value is not followed by CRLF");

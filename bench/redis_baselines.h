@@ -38,6 +38,8 @@ class RawRespReader {
   explicit RawRespReader(int fd);
   // The next line (without CRLF) from the staging buffer, receiving more as needed.
   Result<std::string> ReadLine();
+  // Moves the unread bytes to the front of the staging buffer and receives more after them.
+  Status Refill();
   // `size` bytes into `dst`: what the staging buffer holds first, the rest received directly.
   Status ReadValue(uint8_t* dst, size_t size);
 

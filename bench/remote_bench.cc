@@ -51,6 +51,11 @@ struct RemoteSizeResult {
   // TCP at its best (per rep, the faster of the bulk stream and the per-object exchange; the
   // bulk one in practice), and the per-object exchange alone.
   double tcp_raw_gbps = 0, tcp_raw_per_object_gbps = 0;
+  // The figure of one row (transport, op).
+  std::optional<PairedFigure> Row(bool shm, bool put) const {
+    if (shm) return put ? shm_put : shm_get;
+    return put ? tcp_put : tcp_get;
+  }
 };
 
 std::optional<double> RatioOf(const std::optional<PairedFigure>& f) {
@@ -98,9 +103,7 @@ void PrintHuman(std::ostream& out, const RemoteBenchOptions& options, const Conf
   for (const RemoteSizeResult& r : results) {
     for (const bool shm_row : {true, false}) {
       for (const bool put : {true, false}) {
-        const std::optional<PairedFigure> f =
-            shm_row ? std::optional<PairedFigure>(put ? r.shm_put : r.shm_get)
-                    : (put ? r.tcp_put : r.tcp_get);
+        const std::optional<PairedFigure> f = r.Row(shm_row, put);
         const double target = TargetRatio(shm_row, put, r.object_bytes);
         std::string verdict = "-";
         if (f && target > 0) {
@@ -335,9 +338,7 @@ Status RunRemoteBench(const RemoteBenchOptions& options) {
     if (options.common.json) {
       for (const bool shm_row : {true, false}) {
         for (const bool put : {true, false}) {
-          const std::optional<PairedFigure> f =
-              shm_row ? std::optional<PairedFigure>(put ? r.shm_put : r.shm_get)
-                      : (put ? r.tcp_put : r.tcp_get);
+          const std::optional<PairedFigure> f = r.Row(shm_row, put);
           nlohmann::ordered_json line;
           line["bench"] = "remote";
           line["transport"] = shm_row ? "shm" : "tcp";
