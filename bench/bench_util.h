@@ -10,6 +10,7 @@
 // Thread-safety: none of these helpers are shared between threads.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -62,6 +63,20 @@ double Gbps(uint64_t bytes, double seconds);
 double Round3(double value);
 // Round3 of the figure as a JSON number, or null when the figure does not exist.
 nlohmann::ordered_json OrNull(const std::optional<double>& value);
+
+// One path's paired reps: its GB/s and its ratio against the baseline of the same rep
+// (paired, interleaved runs: the ratio of each rep, then their median and spread).
+struct PairedFigure {
+  std::vector<double> gbps, ratios;
+  void Add(double value, double baseline) {
+    gbps.push_back(value);
+    ratios.push_back(baseline > 0 ? value / baseline : 0);
+  }
+  double median_gbps() const { return Median(gbps); }
+  double ratio() const { return Median(ratios); }
+  double ratio_min() const { return *std::min_element(ratios.begin(), ratios.end()); }
+  double ratio_max() const { return *std::max_element(ratios.begin(), ratios.end()); }
+};
 
 // ---- Output -----------------------------------------------------------------
 

@@ -28,19 +28,6 @@ void EmitJson(const nlohmann::ordered_json& line) {
 
 // ---- The bench ----------------------------------------------------------------------------
 
-// One path's paired reps: its GB/s and its ratio against the baseline of the same rep.
-struct PairedFigure {
-  std::vector<double> gbps, ratios;
-  void Add(double value, double baseline) {
-    gbps.push_back(value);
-    ratios.push_back(baseline > 0 ? value / baseline : 0);
-  }
-  double median_gbps() const { return Median(gbps); }
-  double ratio() const { return Median(ratios); }
-  double ratio_min() const { return *std::min_element(ratios.begin(), ratios.end()); }
-  double ratio_max() const { return *std::max_element(ratios.begin(), ratios.end()); }
-};
-
 // Medians of one object size; the tcp figures nullopt where the transport could not run.
 struct RemoteSizeResult {
   uint64_t object_bytes = 0;

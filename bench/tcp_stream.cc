@@ -52,7 +52,7 @@ struct StreamRequest {
 };
 
 // The child's body: connect, build the pattern, say ready, serve requests. Never returns.
-[[noreturn]] void RunStreamChild(uint16_t port, uint64_t buffer_bytes) {
+[[noreturn]] void RunStreamChild(uint16_t port, uint64_t buffer_bytes, uint64_t seed) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) _exit(10);
   sockaddr_in addr{};
@@ -62,7 +62,7 @@ struct StreamRequest {
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) _exit(11);
   Result<AlignedBuffer> buffer = AlignedBuffer::Allocate(buffer_bytes);
   if (!buffer.ok()) _exit(12);
-  FillPattern(buffer->data(), buffer->size(), kRemotePatternSeed);
+  FillPattern(buffer->data(), buffer->size(), seed);
   const char ready = 'r';
   if (!WriteAll(fd, &ready, 1)) _exit(13);
   for (;;) {
@@ -80,7 +80,7 @@ struct StreamRequest {
 
 }  // namespace
 
-Result<std::unique_ptr<TcpStream>> TcpStream::Start(uint64_t buffer_bytes) {
+Result<std::unique_ptr<TcpStream>> TcpStream::Start(uint64_t buffer_bytes, uint64_t seed) {
   std::unique_ptr<TcpStream> stream(new TcpStream());
   const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listener < 0) return Failed(std::string("socket: ") + std::strerror(errno));
@@ -107,7 +107,7 @@ Result<std::unique_ptr<TcpStream>> TcpStream::Start(uint64_t buffer_bytes) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) _exit(9);
     ::close(listener);
-    RunStreamChild(port, buffer_bytes);
+    RunStreamChild(port, buffer_bytes, seed);
   }
   stream->pid_ = pid;
   pollfd accept_poll{listener, POLLIN, 0};

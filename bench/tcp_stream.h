@@ -1,8 +1,9 @@
 // The raw TCP baseline of the remote benches: a forked child process that streams the source
-// pattern to this process over one loopback TCP connection (tierkv bench remote, and its
-// --contributing mode). It must be started before this process uses gRPC (a child forked after
-// that could not use gRPC; this one never does, but the rule keeps it simple: fork first). The
-// child dies with this process (PR_SET_PDEATHSIG); the destructor kills and reaps it.
+// pattern to this process over one loopback TCP connection (tierkv bench remote, its
+// --contributing mode, and bench disk-remote). It must be started before this process uses gRPC (a
+// child forked after that could not use gRPC; this one never does, but the rule keeps it simple:
+// fork first). The child dies with this process (PR_SET_PDEATHSIG); the destructor kills and reaps
+// it.
 #pragma once
 
 #include <sys/types.h>
@@ -23,8 +24,10 @@ bool ReadAll(int fd, void* data, size_t size);
 
 class TcpStream {
  public:
-  // The child allocates `buffer_bytes` of the pattern (kRemotePatternSeed) and connects.
-  static Result<std::unique_ptr<TcpStream>> Start(uint64_t buffer_bytes);
+  // The child allocates `buffer_bytes` of the pattern of `seed` (the seed the caller's
+  // TransferBuffers were filled with, so its bytes check) and connects.
+  static Result<std::unique_ptr<TcpStream>> Start(uint64_t buffer_bytes,
+                                                  uint64_t seed = kRemotePatternSeed);
   ~TcpStream();
   TcpStream(const TcpStream&) = delete;
   TcpStream& operator=(const TcpStream&) = delete;

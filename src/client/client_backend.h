@@ -10,6 +10,7 @@
 // Thread-safety: all methods are thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,12 +60,18 @@ class ClientBackend : public SegmentHost {
   // The segment's registered name, or "" when unknown.
   virtual std::string SegmentName(SegmentId id) = 0;
 
+  // Called with an op's index once its bytes are all in and it will be returned OK, from
+  // inside ReadRemote / StageRemote on the calling thread, as soon as the transport knows (at
+  // the latest before the call returns); quick, no calls back into the backend. May be empty.
+  using OpDone = std::function<void(size_t op)>;
+
   // Moves the bytes of unmapped segments through the backend's network transport, many
   // ranges in flight; one Status per op (TRANSFER_FAIL for a failed or unreachable one).
   // Reads wait at most `idle` for a silent server (0: the transport's io_timeout; see
   // NetworkSegmentClient::ReadBatch). Default: no network transport, every op fails.
   virtual std::vector<Status> ReadRemote(const std::vector<RemoteRead>& ops,
-                                         std::chrono::milliseconds /*idle*/) {
+                                         std::chrono::milliseconds /*idle*/,
+                                         const OpDone& /*on_done*/) {
     return std::vector<Status>(
         ops.size(), Status(ErrorCode::TRANSFER_FAIL, "no network transport in this backend"));
   }
@@ -78,7 +85,7 @@ class ClientBackend : public SegmentHost {
   // share of the owner's staging buffer one request may need. Default: no such path,
   // OBJECT_NOT_FOUND.
   virtual std::vector<Status> StageRemote(const std::vector<RemoteStage>& ops,
-                                          double /*usable_ratio*/) {
+                                          double /*usable_ratio*/, const OpDone& /*on_done*/) {
     return std::vector<Status>(
         ops.size(), Status(ErrorCode::OBJECT_NOT_FOUND,
                            "the SSD tier holding this disk replica is not reachable here"));

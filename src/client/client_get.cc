@@ -296,13 +296,26 @@ void ClientImpl::ReadRemoteReplicas(const std::vector<std::string>& keys,
       ZeroPieces(dsts[j]);
     }
     if (ops.empty()) return;
-    const std::vector<Status> done =
-        backend_->ReadRemote(ops, FailoverIdle(replicas, remote_from, owner, *clock));
-    // The checksums of what arrived, on the transfer pool's threads (a pass over the bytes).
-    std::vector<uint8_t> intact(ops.size(), 0);
+    // The checksums of what arrived, on the transfer pool's threads (a pass over the bytes):
+    // each op's as soon as its last byte is in, while later ones are still on the wire.
+    std::vector<uint8_t> intact(ops.size(), 0), checked(ops.size(), 0);
+    auto check = [&](size_t k) {
+      intact[k] = !verify || HashPieces(dsts[owner[k]]) == replicas[owner[k]]->checksum;
+      checked[k] = 1;
+    };
+    std::vector<Status> done;
+    {
+      TransferPool::Stream checking(pool_, ops.size(), check);
+      ClientBackend::OpDone on_done;
+      if (verify) on_done = [&checking](size_t k) { checking.Push(k); };
+      done = backend_->ReadRemote(ops, FailoverIdle(replicas, remote_from, owner, *clock), on_done);
+    }  // every pushed check has run
     pool_.ParallelFor(ops.size(), [&](size_t k) {
-      intact[k] =
-          done[k].ok() && (!verify || HashPieces(dsts[owner[k]]) == replicas[owner[k]]->checksum);
+      if (!done[k].ok()) {
+        intact[k] = 0;
+      } else if (!checked[k]) {
+        check(k);  // not reported done by the transport (or no checksum to check)
+      }
     });
     for (size_t k = 0; k < ops.size(); ++k) {
       const size_t j = owner[k];
@@ -347,15 +360,28 @@ void ClientImpl::LoadDisk(std::vector<DiskRead>& round, const std::vector<Segmen
     for (size_t j = 0; j < local.size(); ++j) round[local_at[j]].result = local[j].result;
   }
   if (ops.empty()) return;
-  const std::vector<Status> done = backend_->StageRemote(ops, config_.staging_usable_ratio);
-  // Disk bytes are always verified, whatever verify_checksum says (as the staged loader does).
+  // Disk bytes are always verified, whatever verify_checksum says (as the staged loader does):
+  // each op's on the pool's threads as soon as its last byte is in.
+  std::vector<uint8_t> intact(ops.size(), 0), checked(ops.size(), 0);
+  auto check = [&](size_t j) {
+    const DiskRead& r = round[remote_at[j]];
+    intact[j] = HashPieces(r.dst) == r.checksum;
+    checked[j] = 1;
+  };
+  std::vector<Status> done;
+  {
+    TransferPool::Stream checking(pool_, ops.size(), check);
+    done = backend_->StageRemote(ops, config_.staging_usable_ratio,
+                                 [&checking](size_t j) { checking.Push(j); });
+  }  // every pushed check has run
   pool_.ParallelFor(ops.size(), [&](size_t j) {
     DiskRead& r = round[remote_at[j]];
+    if (done[j].ok() && !checked[j]) check(j);  // not reported done by the transport
     if (!done[j].ok()) {
       spdlog::warn("staged load of {} from segment {} failed: {}", *r.key, ops[j].segment,
                    done[j].ToString());
       r.result = ToInt(done[j].code());
-    } else if (HashPieces(r.dst) != r.checksum) {
+    } else if (!intact[j]) {
       spdlog::error(
           "checksum mismatch loading {} from the SSD tier of segment {} (region {} "
           "offset {})",

@@ -359,9 +359,11 @@ std::shared_ptr<SegmentAccess> RemoteBackend::Connect(SegmentId id, const std::s
 namespace {
 
 // Runs `ops` (RemoteRead or RemoteWrite) as one batch per UCX segment, so each connection keeps
-// many requests in flight; `run(client, batch)` is ReadBatch or WriteBatch.
+// many requests in flight; `run(client, batch, on_batch_done)` is ReadBatch or WriteBatch;
+// on_done (may be empty) hears of each op done, by its index in `ops`.
 template <typename Op, typename BatchOp, typename Run>
-std::vector<Status> PerSegment(const std::vector<Op>& ops, const Run& run) {
+std::vector<Status> PerSegment(const std::vector<Op>& ops, const Run& run,
+                               const ClientBackend::OpDone& on_done = {}) {
   std::vector<Status> out(ops.size());
   std::map<const UcxAccess*, std::vector<size_t>> by_segment;
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -383,7 +385,9 @@ std::vector<Status> PerSegment(const std::vector<Op>& ops, const Run& run) {
         batch.push_back({ops[i].offset, ops[i].src});
       }
     }
-    std::vector<Status> done = run(ucx->client(), batch);
+    transport::NetworkSegmentClient::OpDone on_batch_done;
+    if (on_done) on_batch_done = [&on_done, &list](size_t k) { on_done(list[k]); };
+    std::vector<Status> done = run(ucx->client(), batch, on_batch_done);
     for (size_t k = 0; k < list.size(); ++k) out[list[k]] = std::move(done[k]);
   }
   return out;
@@ -392,20 +396,23 @@ std::vector<Status> PerSegment(const std::vector<Op>& ops, const Run& run) {
 }  // namespace
 
 std::vector<Status> RemoteBackend::ReadRemote(const std::vector<RemoteRead>& ops,
-                                              std::chrono::milliseconds idle) {
+                                              std::chrono::milliseconds idle,
+                                              const OpDone& on_done) {
   using Batch = transport::NetworkSegmentClient::ReadOp;
   return PerSegment<RemoteRead, Batch>(
-      ops, [idle](transport::NetworkSegmentClient& c, const std::vector<Batch>& b) {
-        return c.ReadBatch(b, idle);
-      });
+      ops,
+      [idle](transport::NetworkSegmentClient& c, const std::vector<Batch>& b,
+             const transport::NetworkSegmentClient::OpDone& batch_done) {
+        return c.ReadBatch(b, idle, batch_done);
+      },
+      on_done);
 }
 
 std::vector<Status> RemoteBackend::WriteRemote(const std::vector<RemoteWrite>& ops) {
   using Batch = transport::NetworkSegmentClient::WriteOp;
   return PerSegment<RemoteWrite, Batch>(
-      ops, [](transport::NetworkSegmentClient& c, const std::vector<Batch>& b) {
-        return c.WriteBatch(b);
-      });
+      ops, [](transport::NetworkSegmentClient& c, const std::vector<Batch>& b,
+              const transport::NetworkSegmentClient::OpDone&) { return c.WriteBatch(b); });
 }
 
 std::shared_ptr<SsdTier> RemoteBackend::FindTier(SegmentId id) {
@@ -465,7 +472,7 @@ std::shared_ptr<SegmentAccess> RemoteBackend::StageAccess(SegmentId id) {
 }
 
 std::vector<Status> RemoteBackend::StageRemote(const std::vector<RemoteStage>& ops,
-                                               double usable_ratio) {
+                                               double usable_ratio, const OpDone& on_done) {
   std::vector<Status> out(ops.size());
   std::map<SegmentId, std::vector<size_t>> by_segment;
   for (size_t i = 0; i < ops.size(); ++i) by_segment[ops[i].segment].push_back(i);
@@ -482,7 +489,9 @@ std::vector<Status> RemoteBackend::StageRemote(const std::vector<RemoteStage>& o
     std::vector<transport::NetworkSegmentClient::StageOp> batch;
     batch.reserve(list.size());
     for (size_t i : list) batch.push_back({ops[i].key, ops[i].location, ops[i].dst});
-    std::vector<Status> done = ucx->client().StageBatch(batch, usable_ratio);
+    transport::NetworkSegmentClient::OpDone on_batch_done;
+    if (on_done) on_batch_done = [&on_done, &list](size_t k) { on_done(list[k]); };
+    std::vector<Status> done = ucx->client().StageBatch(batch, usable_ratio, on_batch_done);
     for (size_t k = 0; k < list.size(); ++k) out[list[k]] = std::move(done[k]);
   }
   return out;

@@ -84,12 +84,12 @@ class RemoteBackend final : public ClientBackend {
   std::shared_ptr<SsdTier> FindTier(SegmentId id) override;
   // Through the owner's UCX segment server (tcp for a segment mapped over shm: the disk, not
   // loopback, is the limit); one connection per owner, kept.
-  std::vector<Status> StageRemote(const std::vector<RemoteStage>& ops,
-                                  double usable_ratio) override;
+  std::vector<Status> StageRemote(const std::vector<RemoteStage>& ops, double usable_ratio,
+                                  const OpDone& on_done) override;
   Transport StageTransport(SegmentId id) override;
   std::string SegmentName(SegmentId id) override;
-  std::vector<Status> ReadRemote(const std::vector<RemoteRead>& ops,
-                                 std::chrono::milliseconds idle) override;
+  std::vector<Status> ReadRemote(const std::vector<RemoteRead>& ops, std::chrono::milliseconds idle,
+                                 const OpDone& on_done) override;
   std::vector<Status> WriteRemote(const std::vector<RemoteWrite>& ops) override;
 
  private:

@@ -49,6 +49,8 @@ TierStager::~TierStager() {
 void TierStager::Submit(transport::StageRange range, transport::StageDone done) {
   {
     std::lock_guard lock(mu_);
+    // The first range after an idle spell is read alone (Loop).
+    if (queue_.empty() && reading_ == 0) next_lone_ = true;
     queue_.push_back(Job{std::move(range), std::move(done)});
   }
   cv_.notify_one();
@@ -66,10 +68,14 @@ void TierStager::FailQueued(const Status& why) {
 void TierStager::Loop() {
   std::unique_lock lock(mu_);
   while (true) {
-    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    cv_.wait(lock, [this] { return stop_ || (!queue_.empty() && !lone_read_); });
     if (stop_) break;
-    // The queue's head, and what follows while it fits a batch.
-    const uint64_t limit = std::min(tier_->staging_capacity() / 2, kStageBatchBytes);
+    // After an idle spell, the head alone (its read, not sharing the drive with a batch,
+    // completes soonest and starts the wire; the others wait for it); else the head and what
+    // follows while it fits a batch.
+    const bool lone = next_lone_;
+    next_lone_ = false;
+    const uint64_t limit = lone ? 0 : std::min(tier_->staging_capacity() / 2, kStageBatchBytes);
     std::vector<Job> jobs;
     uint64_t need = 0;
     while (!queue_.empty()) {
@@ -79,9 +85,16 @@ void TierStager::Loop() {
       jobs.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
+    ++reading_;
+    lone_read_ = lone;
     lock.unlock();
     StageBatch(std::move(jobs));
     lock.lock();
+    --reading_;
+    if (lone) {
+      lone_read_ = false;
+      cv_.notify_all();
+    }
   }
 }
 

@@ -55,8 +55,11 @@ class TierStager final : public transport::StageSource {
   const std::string name_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job> queue_;  // guarded by mu_
-  bool stop_ = false;      // guarded by mu_
+  std::deque<Job> queue_;   // guarded by mu_
+  bool stop_ = false;       // guarded by mu_
+  int reading_ = 0;         // batches being read; guarded by mu_
+  bool next_lone_ = false;  // the next batch is the lone head of a burst; guarded by mu_
+  bool lone_read_ = false;  // a lone head is being read, the others wait; guarded by mu_
   std::vector<std::thread> threads_;
 };
 

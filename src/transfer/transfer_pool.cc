@@ -24,7 +24,7 @@ TransferPool::~TransferPool() {
 
 void TransferPool::Work(Job& job) {
   for (size_t i = job.next.fetch_add(1); i < job.n; i = job.next.fetch_add(1)) {
-    (*job.fn)(i);
+    (*job.fn)(job.base + i);
     if (job.done.fetch_add(1) + 1 == job.n) {
       std::lock_guard lock(job.mu);
       job.cv.notify_all();
@@ -74,6 +74,44 @@ void TransferPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) 
   }
   std::lock_guard lock(mu_);
   std::erase(queue_, job);
+}
+
+TransferPool::Stream::Stream(TransferPool& pool, size_t capacity, std::function<void(size_t)> fn)
+    : pool_(pool), fn_(std::move(fn)), run_([this](size_t k) { fn_(order_[k]); }) {
+  order_.reserve(capacity);
+  jobs_.reserve(capacity);
+}
+
+void TransferPool::Stream::Push(size_t i) {
+  if (pool_.workers_.empty() || order_.size() == order_.capacity()) {  // (more than promised)
+    fn_(i);
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  job->fn = &run_;
+  job->base = order_.size();
+  job->n = 1;
+  order_.push_back(i);  // before the job is published (under mu_): the worker sees it
+  jobs_.push_back(job);
+  {
+    std::lock_guard lock(pool_.mu_);
+    pool_.queue_.push_back(job);
+  }
+  pool_.cv_.notify_one();
+}
+
+void TransferPool::Stream::Finish() {
+  if (jobs_.empty()) return;
+  for (const auto& job : jobs_) Work(*job);  // claims only what no worker took
+  for (const auto& job : jobs_) {
+    std::unique_lock lock(job->mu);
+    job->cv.wait(lock, [&] { return job->done.load() == job->n; });
+  }
+  {
+    std::lock_guard lock(pool_.mu_);
+    for (const auto& job : jobs_) std::erase(pool_.queue_, job);
+  }
+  jobs_.clear();
 }
 
 }  // namespace tierkv

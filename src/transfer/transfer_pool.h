@@ -19,6 +19,8 @@
 namespace tierkv {
 
 class TransferPool {
+  struct Job;
+
  public:
   // `threads` counts the calling thread: 1 = no workers, run inline.
   explicit TransferPool(unsigned threads);
@@ -31,9 +33,33 @@ class TransferPool {
   void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
   unsigned threads() const { return static_cast<unsigned>(workers_.size()) + 1; }
 
+  // fn(i) for indices that become ready one by one (the ops of a network batch, as each one's
+  // last byte arrives): Push(i) hands i to the workers at once (with no workers, runs fn(i)
+  // there); Finish() runs on the calling thread what no worker has taken yet and returns when
+  // every pushed call has returned. Pushes beyond `capacity` run inline. One thread pushes and
+  // finishes;
+  // the destructor finishes. fn must not throw.
+  class Stream {
+   public:
+    Stream(TransferPool& pool, size_t capacity, std::function<void(size_t)> fn);
+    ~Stream() { Finish(); }
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+    void Push(size_t i);
+    void Finish();
+
+   private:
+    TransferPool& pool_;
+    std::function<void(size_t)> fn_;
+    std::function<void(size_t)> run_;  // run_(k) = fn_(order_[k])
+    std::vector<size_t> order_;        // the pushed indices; reserved, never reallocated
+    std::vector<std::shared_ptr<Job>> jobs_;
+  };
+
  private:
   struct Job {
     const std::function<void(size_t)>* fn = nullptr;
+    size_t base = 0;  // Work calls fn(base + i)
     size_t n = 0;
     std::atomic<size_t> next{0};
     std::atomic<size_t> done{0};

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,17 +85,31 @@ class NetworkSegmentClient {
   // transport's io_timeout, and never more than it): how long the batch waits for the server
   // without any reply before it fails and the connection is closed — shorter when the caller
   // has another replica to fail over to within its lease.
+  //
+  // `on_done` (may be empty): called with an op's index once all its bytes are in and it will be
+  // returned OK — on the calling thread, from inside the batch, as soon as the transport knows
+  // (tcp: on the op's last byte; rdma: when the batch ends), so the caller can start checking
+  // an op while later ones are still on the wire. It must be quick and must not call back into
+  // this client. Never called for an op that fails.
+  using OpDone = std::function<void(size_t op)>;
   virtual std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops,
-                                        std::chrono::milliseconds idle) = 0;
-  std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops) { return ReadBatch(ops, {}); }
+                                        std::chrono::milliseconds idle, const OpDone& on_done) = 0;
+  std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops, std::chrono::milliseconds idle) {
+    return ReadBatch(ops, idle, {});
+  }
+  std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops) { return ReadBatch(ops, {}, {}); }
   virtual std::vector<Status> WriteBatch(const std::vector<WriteOp>& ops) = 0;
   // Loads every op from the server's SSD tier, each cut into ranges whose staging need fits
   // usable_ratio x the server's staging capacity. The bytes are NOT verified here (the caller
   // checks the object's checksum). Errors per op: as ReadBatch, plus the server's per-range code
   // (OBJECT_NOT_FOUND, CHECKSUM_MISMATCH, FILE_READ_FAIL, NO_AVAILABLE_HANDLE,
   // UNAVAILABLE_IN_CURRENT_MODE: no SSD tier), OBJECT_TOO_LARGE when the staging budget holds
-  // no range, INVALID_KEY for an empty or over-long key.
-  virtual std::vector<Status> StageBatch(const std::vector<StageOp>& ops, double usable_ratio) = 0;
+  // no range, INVALID_KEY for an empty or over-long key. `on_done`: as ReadBatch's.
+  virtual std::vector<Status> StageBatch(const std::vector<StageOp>& ops, double usable_ratio,
+                                         const OpDone& on_done) = 0;
+  std::vector<Status> StageBatch(const std::vector<StageOp>& ops, double usable_ratio) {
+    return StageBatch(ops, usable_ratio, {});
+  }
   // False once the connection failed or closed; never true again.
   virtual bool alive() const = 0;
 };

@@ -161,16 +161,19 @@ struct TcpSegmentClient::Impl {
            " of segment '" + segment_name + "' at " + address;
   }
 
-  void Run(std::vector<Pending>& pendings, std::chrono::milliseconds idle);
+  void Run(std::vector<Pending>& pendings, std::chrono::milliseconds idle,
+           const NetworkSegmentClient::OpDone& on_done);
   template <typename Piece>
   void AddOp(std::vector<Pending>& out, UcxOp op, size_t index, uint64_t offset,
              const std::vector<Piece>& pieces, uint64_t limit, uint64_t max_request);
   // Runs the ops, failing them after `idle` without a reply (0: options.io_timeout).
   std::vector<Status> RunOps(std::vector<Pending>& pendings, size_t count,
-                             std::chrono::milliseconds idle = {});
+                             std::chrono::milliseconds idle = {},
+                             const NetworkSegmentClient::OpDone& on_done = {});
 };
 
-void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::milliseconds idle) {
+void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::milliseconds idle,
+                                 const NetworkSegmentClient::OpDone& on_done) {
   const uint64_t first_id = next_id;
   next_id += pendings.size();
   for (size_t i = 0; i < pendings.size(); ++i) pendings[i].id = first_id + i;
@@ -178,12 +181,28 @@ void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
   uint64_t in_flight_bytes = 0;
   size_t remaining = static_cast<size_t>(std::count_if(
       pendings.begin(), pendings.end(), [](const Pending& p) { return !p.completed; }));
+  // For on_done: each op's requests not yet completed, and whether one of them failed.
+  std::vector<size_t> op_left;
+  std::vector<uint8_t> op_failed;
+  if (on_done) {
+    for (const Pending& p : pendings) {
+      if (p.op_index >= op_left.size()) {
+        op_left.resize(p.op_index + 1, 0);
+        op_failed.resize(p.op_index + 1, 0);
+      }
+      if (!p.completed) ++op_left[p.op_index];
+      if (p.completed && !p.status.ok()) op_failed[p.op_index] = 1;
+    }
+  }
   auto complete = [&](Pending& p) {
     if (p.completed) return;
     p.completed = true;
     --in_flight;
     --remaining;
     in_flight_bytes -= p.total;
+    if (!on_done) return;
+    if (!p.status.ok() || p.failed) op_failed[p.op_index] = 1;
+    if (--op_left[p.op_index] == 0 && op_failed[p.op_index] == 0) on_done(p.op_index);
   };
 
   // Sending: the request at `send_index`, `send_pos` bytes of its header + data written.
@@ -458,9 +477,10 @@ void TcpSegmentClient::Impl::AddOp(std::vector<Pending>& out, UcxOp op, size_t i
 }
 
 std::vector<Status> TcpSegmentClient::Impl::RunOps(std::vector<Pending>& pendings, size_t count,
-                                                   std::chrono::milliseconds idle) {
+                                                   std::chrono::milliseconds idle,
+                                                   const NetworkSegmentClient::OpDone& on_done) {
   if (idle.count() <= 0 || idle > options.io_timeout) idle = options.io_timeout;
-  if (failure.empty()) Run(pendings, idle);
+  if (failure.empty()) Run(pendings, idle, on_done);
   std::vector<Status> out(count);
   for (Pending& p : pendings) {
     Status& result = out[p.op_index];
@@ -560,8 +580,10 @@ Result<std::unique_ptr<TcpSegmentClient>> TcpSegmentClient::Connect(
   hello[0].name = &hello_data;
   hello[0].total = 0;
   hello[0].dst = {MutPiece{server_proof.data(), server_proof.size()}};
-  impl->Run(hello, std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::max(deadline - Clock::now(), Clock::duration(1))));
+  impl->Run(hello,
+            std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::max(deadline - Clock::now(), Clock::duration(1))),
+            {});
   // The refusal comes before the server closes the connection: it decides over the failure.
   if (hello[0].status.code() == ErrorCode::UNAUTHENTICATED) {
     return Status(ErrorCode::UNAUTHENTICATED,
@@ -622,7 +644,8 @@ bool TcpSegmentClient::alive() const {
 }
 
 std::vector<Status> TcpSegmentClient::ReadBatch(const std::vector<ReadOp>& ops,
-                                                std::chrono::milliseconds idle) {
+                                                std::chrono::milliseconds idle,
+                                                const OpDone& on_done) {
   std::vector<Impl::Pending> pendings;
   pendings.reserve(ops.size());
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -630,7 +653,7 @@ std::vector<Status> TcpSegmentClient::ReadBatch(const std::vector<ReadOp>& ops,
     impl_->AddOp(pendings, UcxOp::kRead, i, ops[i].offset, ops[i].dst, impl_->size,
                  kTcpMaxRequestBytes);
   }
-  return impl_->RunOps(pendings, ops.size(), idle);
+  return impl_->RunOps(pendings, ops.size(), idle, on_done);
 }
 
 std::vector<Status> TcpSegmentClient::WriteBatch(const std::vector<WriteOp>& ops) {
@@ -645,7 +668,7 @@ std::vector<Status> TcpSegmentClient::WriteBatch(const std::vector<WriteOp>& ops
 }
 
 std::vector<Status> TcpSegmentClient::StageBatch(const std::vector<StageOp>& ops,
-                                                 double usable_ratio) {
+                                                 double usable_ratio, const OpDone& on_done) {
   const uint64_t max_range =
       MaxStagedRange(usable_ratio, impl_->staging_capacity, kTcpMaxRequestBytes);
   std::vector<std::vector<uint8_t>> descriptors(ops.size());
@@ -668,7 +691,7 @@ std::vector<Status> TcpSegmentClient::StageBatch(const std::vector<StageOp>& ops
     impl_->AddOp(pendings, UcxOp::kStage, i, 0, ops[i].dst, ops[i].location.size, max_range);
     for (size_t k = first; k < pendings.size(); ++k) pendings[k].descriptor = &descriptors[i];
   }
-  return impl_->RunOps(pendings, ops.size());
+  return impl_->RunOps(pendings, ops.size(), {}, on_done);
 }
 
 }  // namespace tierkv::transport

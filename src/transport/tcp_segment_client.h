@@ -43,10 +43,12 @@ class TcpSegmentClient final : public NetworkSegmentClient {
   const std::string& address() const override;
   const std::string& segment_name() const override;
   using NetworkSegmentClient::ReadBatch;
-  std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops,
-                                std::chrono::milliseconds idle) override;
+  std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops, std::chrono::milliseconds idle,
+                                const OpDone& on_done) override;
   std::vector<Status> WriteBatch(const std::vector<WriteOp>& ops) override;
-  std::vector<Status> StageBatch(const std::vector<StageOp>& ops, double usable_ratio) override;
+  using NetworkSegmentClient::StageBatch;
+  std::vector<Status> StageBatch(const std::vector<StageOp>& ops, double usable_ratio,
+                                 const OpDone& on_done) override;
   // When no call is running, it first looks at the socket, so a server that hung up is noticed.
   bool alive() const override;
 

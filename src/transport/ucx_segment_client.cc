@@ -625,8 +625,24 @@ bool UcxSegmentClient::alive() const {
   return impl_->alive.load(std::memory_order_acquire);
 }
 
+namespace {
+
+// UCX completes a batch's ops inside its progress loop, out of this code's sight: on_done hears
+// of the successful ones when the batch ends.
+std::vector<Status> Notify(std::vector<Status> done, const NetworkSegmentClient::OpDone& on_done) {
+  if (on_done) {
+    for (size_t i = 0; i < done.size(); ++i) {
+      if (done[i].ok()) on_done(i);
+    }
+  }
+  return done;
+}
+
+}  // namespace
+
 std::vector<Status> UcxSegmentClient::ReadBatch(const std::vector<ReadOp>& ops,
-                                                std::chrono::milliseconds idle) {
+                                                std::chrono::milliseconds idle,
+                                                const OpDone& on_done) {
   std::vector<Impl::Pending> pendings;
   pendings.reserve(ops.size());
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -634,7 +650,7 @@ std::vector<Status> UcxSegmentClient::ReadBatch(const std::vector<ReadOp>& ops,
     impl_->AddOp(pendings, UcxOp::kRead, i, ops[i].offset, ops[i].dst, impl_->size,
                  kMaxRequestBytes);
   }
-  return impl_->RunOps(pendings, ops.size(), idle);
+  return Notify(impl_->RunOps(pendings, ops.size(), idle), on_done);
 }
 
 std::vector<Status> UcxSegmentClient::WriteBatch(const std::vector<WriteOp>& ops) {
@@ -649,7 +665,7 @@ std::vector<Status> UcxSegmentClient::WriteBatch(const std::vector<WriteOp>& ops
 }
 
 std::vector<Status> UcxSegmentClient::StageBatch(const std::vector<StageOp>& ops,
-                                                 double usable_ratio) {
+                                                 double usable_ratio, const OpDone& on_done) {
   const uint64_t max_range =
       MaxStagedRange(usable_ratio, impl_->staging_capacity, kMaxRequestBytes);
   std::vector<std::vector<uint8_t>> descriptors(ops.size());
@@ -672,7 +688,7 @@ std::vector<Status> UcxSegmentClient::StageBatch(const std::vector<StageOp>& ops
     impl_->AddOp(pendings, UcxOp::kStage, i, 0, ops[i].dst, ops[i].location.size, max_range);
     for (size_t k = first; k < pendings.size(); ++k) pendings[k].descriptor = &descriptors[i];
   }
-  return impl_->RunOps(pendings, ops.size());
+  return Notify(impl_->RunOps(pendings, ops.size()), on_done);
 }
 
 }  // namespace tierkv::transport

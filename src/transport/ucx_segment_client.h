@@ -58,8 +58,8 @@ class UcxSegmentClient final : public NetworkSegmentClient {
   // TRANSFER_FAIL (the connection failed before or during the op; see above). An op that failed
   // may have transferred part of its bytes. An empty range succeeds without a message.
   using NetworkSegmentClient::ReadBatch;
-  std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops,
-                                std::chrono::milliseconds idle) override;
+  std::vector<Status> ReadBatch(const std::vector<ReadOp>& ops, std::chrono::milliseconds idle,
+                                const OpDone& on_done) override;
   std::vector<Status> WriteBatch(const std::vector<WriteOp>& ops) override;
 
   // Loads every op from the server's SSD tier (the requester's half of a staged load), many
@@ -71,7 +71,9 @@ class UcxSegmentClient final : public NetworkSegmentClient {
   // CHECKSUM_MISMATCH: a corrupt record header; FILE_READ_FAIL; NO_AVAILABLE_HANDLE: no staging
   // space in time; UNAVAILABLE_IN_CURRENT_MODE: the server has no SSD tier), OBJECT_TOO_LARGE
   // when the staging budget holds no range, INVALID_KEY for an empty or over-long key.
-  std::vector<Status> StageBatch(const std::vector<StageOp>& ops, double usable_ratio) override;
+  using NetworkSegmentClient::StageBatch;
+  std::vector<Status> StageBatch(const std::vector<StageOp>& ops, double usable_ratio,
+                                 const OpDone& on_done) override;
 
   // False once the connection failed or closed (see above); never true again. When no call is
   // running it first progresses the connection once, so a server that hung up is noticed here.

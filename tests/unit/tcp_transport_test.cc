@@ -284,12 +284,15 @@ TEST_F(TcpTransportTest, RefusalsAndFailures) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   std::string buf(100, 'x');
+  std::vector<size_t> reported;  // on_done hears of the op that succeeds, only
   std::vector<Status> r = client->ReadBatch({{4 * kMiB - 50, {MutPiece{buf.data(), buf.size()}}},
                                              {0, {MutPiece{nullptr, 10}}},
-                                             {0, {MutPiece{buf.data(), buf.size()}}}});
+                                             {0, {MutPiece{buf.data(), buf.size()}}}},
+                                            {}, [&](size_t op) { reported.push_back(op); });
   EXPECT_EQ(r[0].code(), ErrorCode::INVALID_PARAMS);
   EXPECT_EQ(r[1].code(), ErrorCode::INVALID_PARAMS);
   EXPECT_TRUE(r[2].ok()) << "one bad op never fails its neighbours";
+  EXPECT_EQ(reported, std::vector<size_t>{2});
   // Another segment's name; nobody listening; a bad address.
   EXPECT_EQ(TcpSegmentClient::Connect(server_->address(), "other", kTcpTimeout).code(),
             ErrorCode::SEGMENT_NOT_FOUND);
@@ -348,14 +351,22 @@ TEST_F(TcpTransportTest, StagedLoadsAreByteExact) {
     backs[i].resize(sizes[i]);
     ops.push_back({"key" + std::to_string(i), locations[i], {MutPiece{backs[i].data(), sizes[i]}}});
   }
-  std::vector<Status> got = client->StageBatch(ops, 0.9);
+  // on_done: each op once, when all its bytes are in (the 5 MiB one comes in several ranges
+  // through the 2 MiB staging buffer).
+  std::vector<int> reported(sizes.size(), 0);
+  std::vector<Status> got = client->StageBatch(ops, 0.9, [&](size_t op) {
+    ++reported[op];
+    EXPECT_EQ(backs[op], values[op]) << "reported before all its bytes were in: size " << sizes[op];
+  });
   for (size_t i = 0; i < sizes.size(); ++i) {
     ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].ToString();
     EXPECT_EQ(backs[i], values[i]) << "size " << sizes[i];
+    EXPECT_EQ(reported[i], 1) << "size " << sizes[i];
   }
   // A key that is not there: the server's per-range code, the others unharmed.
   std::string miss(100, '\0');
-  got = client->StageBatch({{"nope", locations[0], {MutPiece{miss.data(), 1}}}}, 0.9);
+  got = client->StageBatch({{"nope", locations[0], {MutPiece{miss.data(), 1}}}}, 0.9,
+                           [](size_t) { ADD_FAILURE() << "a failed op was reported done"; });
   EXPECT_FALSE(got[0].ok());
   EXPECT_TRUE(client->alive());
   server_->Stop();
