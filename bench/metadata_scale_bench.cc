@@ -275,7 +275,9 @@ Result<std::unique_ptr<Filled>> FillOne(size_t n, bool remote, Progress& progres
   if (remote) {
     MasterProcessOptions child;
     child.binary = SelfExecutable();
-    child.args = {"--port", "0", "--host", "127.0.0.1", "--lease-ttl-ms", "1"};
+    // No metrics port: the sizes run side by side, each with its own master.
+    child.args = {"--port",         "0", "--host",         "127.0.0.1",
+                  "--lease-ttl-ms", "1", "--metrics-port", "-1"};
     child.env = {{"TIERKV_LOG_LEVEL", "error"}};
     auto process = MasterProcess::Start(child);
     if (!process.ok()) return process.status();
@@ -401,8 +403,11 @@ Status RunMetadataScaleBench(const MetadataBenchOptions& options) {
   // flat (here: within 2x of the 65 Ki figure); recovery <= 30 s.
   const bool memory_met = big.bytes_per_object <= 200;
   const bool exist_met = exist_ratio >= 0.7;
-  const bool evict_met = !evict_ratio || *evict_ratio <= 2.0;
-  const bool recovery_met = !big.recovery_s || *big.recovery_s <= 30;
+  // Eviction and recovery are measured embedded only: under --remote they are left out of the
+  // targets (their fields absent, "not_measured" says so), never reported as met.
+  const bool evict_met = evict_ratio && *evict_ratio <= 2.0;
+  const bool recovery_met = big.recovery_s && *big.recovery_s <= 30;
+  const bool all_measured = evict_ratio && big.recovery_s;
   if (options.common.json) {
     JsonLine line;
     line.Add("bench", "metadata-scale")
@@ -419,12 +424,11 @@ Status RunMetadataScaleBench(const MetadataBenchOptions& options) {
           .Add("evict_ratio_vs_small", Round3(*evict_ratio));
     }
     if (big.recovery_s) line.Add("recovery_s", Round3(*big.recovery_s));
-    line.Add("memory_target_met", memory_met)
-        .Add("exist_target_met", exist_met)
-        .Add("evict_target_met", evict_met)
-        .Add("recovery_target_met", recovery_met)
-        .Add("targets_met", memory_met && exist_met && evict_met && recovery_met)
-        .Emit();
+    line.Add("memory_target_met", memory_met).Add("exist_target_met", exist_met);
+    if (evict_ratio) line.Add("evict_target_met", evict_met);
+    if (big.recovery_s) line.Add("recovery_target_met", recovery_met);
+    if (!all_measured) line.Add("not_measured", "eviction and recovery (embedded only)");
+    line.Add("targets_met", memory_met && exist_met && evict_met && recovery_met).Emit();
   }
   std::ostream& out = options.common.json ? std::cerr : std::cout;
   char text[256];
@@ -442,8 +446,14 @@ Status RunMetadataScaleBench(const MetadataBenchOptions& options) {
   }
   out << "targets: <= 200 B/object " << (memory_met ? "met" : "NOT met") << ", exists >= 0.7x "
       << (exist_met ? "met" : "NOT met") << " (" << exist_ratio << "), eviction flat "
-      << (evict_met ? "met" : "NOT met") << ", recovery <= 30 s "
-      << (recovery_met ? "met" : "NOT met") << "\n";
+      << (!evict_ratio ? "not measured"
+          : evict_met  ? "met"
+                       : "NOT met")
+      << ", recovery <= 30 s "
+      << (!big.recovery_s ? "not measured"
+          : recovery_met  ? "met"
+                          : "NOT met")
+      << "\n";
   return Status::Ok();
 }
 

@@ -20,6 +20,18 @@ namespace {
 
 constexpr int kMaxEvictionRounds = 16;
 
+// Lists `key` (stored in `s`, under its lock) as beginning a put or an upsert
+// (Shard::pending_keys).
+void NotePending(Shard& s, const std::string& key) {
+  s.pending_keys.push_back(key);
+  if (s.pending_keys.size() < s.pending_compact_at) return;
+  std::erase_if(s.pending_keys, [&](const std::string& k) {
+    auto it = s.objects.find(k);
+    return it == s.objects.end() || (it->second.state != ObjectState::kPending && !it->second.next);
+  });
+  s.pending_compact_at = std::max<size_t>(1024, 2 * s.pending_keys.size());
+}
+
 }  // namespace
 
 MasterOptions MasterOptionsFrom(const Config& c) {
@@ -318,6 +330,7 @@ Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64
     }
     if (!group.empty()) hs.groups[group].members.insert(key);
     hs.objects.emplace(StoredKey(key), std::move(meta));
+    NotePending(hs, key);
     if (home != a) ks.redirects[key] = home;
     return out;
   }
@@ -339,7 +352,7 @@ Result<PutStartResult> MasterService::UpsertStartOne(const std::string& key, uin
                                                      SteadyTime now) {
   for (int attempt = 0; attempt < 8; ++attempt) {
     Result<PutStartResult> result(ErrorCode::INTERNAL_ERROR, "upsert of " + key);
-    const bool found = table_.WithObject(key, [&](uint32_t, Shard&, ObjectMeta& meta) {
+    const bool found = table_.WithObject(key, [&](uint32_t, Shard& s, ObjectMeta& meta) {
       if (meta.state != ObjectState::kComplete || meta.next) {
         result = Status(ErrorCode::REPLICA_IS_NOT_READY,
                         "a put or upsert of " + key + " is in progress");
@@ -373,6 +386,7 @@ Result<PutStartResult> MasterService::UpsertStartOne(const std::string& key, uin
         next->replicas.push_back(Replica{p.segment, ReplicaTier::kMemory, std::move(p.allocation)});
       }
       meta.next = std::move(next);
+      NotePending(s, key);
       result = std::move(out);
     });
     if (found) return result;
@@ -697,27 +711,42 @@ uint64_t MasterService::ReclaimAbandonedPuts() {
       it = promotions_.erase(it);
     }
   }
-  uint64_t count = EraseWhere(table_, [&](Shard&, const StoredKey& key, const ObjectMeta& meta) {
-    if (meta.state != ObjectState::kPending || meta.put_started + options_.put_timeout > now) {
-      return false;
-    }
-    spdlog::warn("reclaiming abandoned put of {} ({} bytes)", key.str, meta.size);
-    return true;
-  });
-  // Abandoned upserts (the object keeps its current version), and replaced versions whose
-  // last lease has ended.
+  // Only the keys that began a put or an upsert since the last visit (Shard::pending_keys),
+  // not every object: at 10 M objects a full scan each period kept the master busy.
+  uint64_t count = 0;
+  RedirectList redirects;
   for (uint32_t i = 0; i < table_.num_shards(); ++i) {
     Shard& s = table_.shard(i);
     std::vector<std::unique_ptr<PendingVersion>> stale;  // freed after the lock is released
     std::vector<RetiredVersion> expired;
     std::lock_guard lock(s.mu);
-    for (auto& [key, meta] : s.objects) {
-      if (meta.next && meta.next->put_started + options_.put_timeout <= now) {
-        spdlog::warn("reclaiming abandoned upsert of {} ({} bytes)", key.str, meta.next->size);
-        stale.push_back(std::move(meta.next));
+    std::vector<std::string> keys;
+    keys.swap(s.pending_keys);
+    for (std::string& key : keys) {
+      auto it = s.objects.find(key);
+      if (it == s.objects.end()) continue;  // removed, or reclaimed through a duplicate entry
+      ObjectMeta& meta = it->second;
+      if (meta.state == ObjectState::kPending) {
+        if (meta.put_started + options_.put_timeout > now) {
+          s.pending_keys.push_back(std::move(key));  // still within its time
+          continue;
+        }
+        spdlog::warn("reclaiming abandoned put of {} ({} bytes)", key, meta.size);
+        if (!meta.group_id.empty() && table_.ShardOf(key) != i) redirects.emplace_back(key, i);
+        table_.EraseLocked(s, it);
+        ++count;
+        continue;
       }
+      if (!meta.next) continue;  // its put or upsert ended
+      if (meta.next->put_started + options_.put_timeout > now) {
+        s.pending_keys.push_back(std::move(key));
+        continue;
+      }
+      spdlog::warn("reclaiming abandoned upsert of {} ({} bytes)", key, meta.next->size);
+      stale.push_back(std::move(meta.next));
+      ++count;
     }
-    count += stale.size();
+    // Replaced versions whose last lease has ended.
     for (auto it = s.retired.begin(); it != s.retired.end();) {
       if (it->free_after > now) {
         ++it;
@@ -727,6 +756,7 @@ uint64_t MasterService::ReclaimAbandonedPuts() {
       it = s.retired.erase(it);
     }
   }
+  for (const auto& [key, home] : redirects) table_.CleanupRedirect(key, home);
   reclaimed_puts_.fetch_add(count, std::memory_order_relaxed);
   return count;
 }

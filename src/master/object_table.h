@@ -202,6 +202,13 @@ struct Shard {
   // finishes (MasterService::FinishDemotion). Guarded by mu.
   std::unordered_map<uint64_t, ObjectMeta> parked;
   std::vector<RetiredVersion> retired;  // guarded by mu
+  // Keys stored here that began a put or an upsert since maintenance last looked at them
+  // (their put may have ended since; a key may be listed twice): what
+  // MasterService::ReclaimAbandonedPuts visits, instead of every object. Guarded by mu.
+  std::vector<std::string> pending_keys;
+  // When pending_keys reaches this size, NotePending drops the keys whose put ended (so a
+  // master whose maintenance does not run, or runs late, keeps it bounded). Guarded by mu.
+  size_t pending_compact_at = 1024;
   // Where the next eviction window starts (the key after the last one visited; "" = the
   // beginning): MasterService::CollectCandidates. Guarded by mu.
   std::string eviction_cursor;

@@ -272,6 +272,36 @@ TEST_F(MasterPutTest, AbandonedPutReclaimedAfterTimeout) {
   EXPECT_EQ(g[0]->checksum, 42u);
 }
 
+// Maintenance visits only the keys that began a put (Shard::pending_keys), not every object:
+// puts still within their time survive the visits (and the list's compactions, on one shard
+// with thousands of puts ending meanwhile) and are reclaimed when their time is up; complete
+// objects are never touched.
+TEST_F(MasterPutTest, ReclaimFindsEveryAbandonedPutAmongThousandsOfCompleteOnes) {
+  MasterOptions o = Options();
+  o.put_timeout = Millis(30000);
+  o.shards = 1;
+  master_ = std::make_unique<MasterService>(o);
+  Mount("a", 64 * kMiB);
+  for (int i = 0; i < 50; ++i) Start("early" + std::to_string(i), 64);
+  for (int i = 0; i < 3000; ++i) Put("done" + std::to_string(i), 64);
+  clock_.Advance(Millis(20000));
+  for (int i = 0; i < 50; ++i) Start("late" + std::to_string(i), 64);
+  EXPECT_EQ(master_->ReclaimAbandonedPuts(), 0u);
+  for (int i = 0; i < 3000; ++i) Put("more" + std::to_string(i), 64);  // compacts the list
+  clock_.Advance(Millis(10000));
+  EXPECT_EQ(master_->ReclaimAbandonedPuts(), 50u);  // the early ones
+  EXPECT_EQ(GetCode("early7"), ErrorCode::OBJECT_NOT_FOUND);
+  EXPECT_EQ(GetCode("late7"), ErrorCode::REPLICA_IS_NOT_READY);
+  clock_.Advance(Millis(20000));
+  EXPECT_EQ(master_->ReclaimAbandonedPuts(), 50u);  // the late ones
+  EXPECT_EQ(master_->ReclaimAbandonedPuts(), 0u);
+  for (int i = 0; i < 3000; i += 299) {
+    EXPECT_EQ(ExistsOne("done" + std::to_string(i)), 1);
+    EXPECT_EQ(ExistsOne("more" + std::to_string(i)), 1);
+  }
+  EXPECT_EQ(master_->Stats().reclaimed_puts, 100u);
+}
+
 TEST_F(MasterPutTest, OldWriterEndAfterReclaimIsNotFound) {
   const SegmentId a = Mount("a", kMiB);
   PutStartResult old = Start("k", 2048);
