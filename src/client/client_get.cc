@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "client/batch_pieces.h"
 #include "client/client_impl.h"
@@ -55,6 +56,39 @@ std::chrono::milliseconds FailoverIdle(const std::vector<Result<ObjectReplicas>>
   if (!any) return std::chrono::milliseconds(0);
   const auto third = std::chrono::duration_cast<std::chrono::milliseconds>(shortest / 3);
   return std::max(third, std::chrono::milliseconds(100));
+}
+
+// Runs a network batch, `transfer(on_done)`, checking its ops' bytes on `pool`: with
+// `on_arrival`, each op the transport reports done is checked while later ones are still on the
+// wire; every op that succeeded unreported (a transport that reports at the end) is checked
+// after. Returns the batch's statuses; intact[k] = op k succeeded and check(k) held.
+std::vector<Status> TransferChecked(
+    TransferPool& pool, size_t n, bool on_arrival, const std::function<bool(size_t)>& check,
+    std::vector<uint8_t>& intact,
+    const std::function<std::vector<Status>(const ClientBackend::OpDone&)>& transfer) {
+  intact.assign(n, 0);
+  std::vector<uint8_t> checked(n, 0);
+  auto run_check = [&](size_t k) {
+    intact[k] = check(k) ? 1 : 0;
+    checked[k] = 1;
+  };
+  std::vector<Status> done;
+  {
+    TransferPool::Stream checking(pool, n, run_check);
+    ClientBackend::OpDone on_done;
+    if (on_arrival) on_done = [&checking](size_t k) { checking.Push(k); };
+    done = transfer(on_done);
+  }  // every pushed check has run
+  std::vector<size_t> left;
+  for (size_t k = 0; k < n; ++k) {
+    if (!done[k].ok()) {
+      intact[k] = 0;
+    } else if (!checked[k]) {
+      left.push_back(k);
+    }
+  }
+  pool.ParallelFor(left.size(), [&](size_t i) { run_check(left[i]); });
+  return done;
 }
 
 }  // namespace
@@ -298,25 +332,17 @@ void ClientImpl::ReadRemoteReplicas(const std::vector<std::string>& keys,
     if (ops.empty()) return;
     // The checksums of what arrived, on the transfer pool's threads (a pass over the bytes):
     // each op's as soon as its last byte is in, while later ones are still on the wire.
-    std::vector<uint8_t> intact(ops.size(), 0), checked(ops.size(), 0);
-    auto check = [&](size_t k) {
-      intact[k] = !verify || HashPieces(dsts[owner[k]]) == replicas[owner[k]]->checksum;
-      checked[k] = 1;
-    };
-    std::vector<Status> done;
-    {
-      TransferPool::Stream checking(pool_, ops.size(), check);
-      ClientBackend::OpDone on_done;
-      if (verify) on_done = [&checking](size_t k) { checking.Push(k); };
-      done = backend_->ReadRemote(ops, FailoverIdle(replicas, remote_from, owner, *clock), on_done);
-    }  // every pushed check has run
-    pool_.ParallelFor(ops.size(), [&](size_t k) {
-      if (!done[k].ok()) {
-        intact[k] = 0;
-      } else if (!checked[k]) {
-        check(k);  // not reported done by the transport (or no checksum to check)
-      }
-    });
+    std::vector<uint8_t> intact;
+    const std::vector<Status> done = TransferChecked(
+        pool_, ops.size(), verify,
+        [&](size_t k) {
+          return !verify || HashPieces(dsts[owner[k]]) == replicas[owner[k]]->checksum;
+        },
+        intact,
+        [&](const ClientBackend::OpDone& on_done) {
+          return backend_->ReadRemote(ops, FailoverIdle(replicas, remote_from, owner, *clock),
+                                      on_done);
+        });
     for (size_t k = 0; k < ops.size(); ++k) {
       const size_t j = owner[k];
       const ObjectReplicas& obj = *replicas[j];
@@ -362,21 +388,19 @@ void ClientImpl::LoadDisk(std::vector<DiskRead>& round, const std::vector<Segmen
   if (ops.empty()) return;
   // Disk bytes are always verified, whatever verify_checksum says (as the staged loader does):
   // each op's on the pool's threads as soon as its last byte is in.
-  std::vector<uint8_t> intact(ops.size(), 0), checked(ops.size(), 0);
-  auto check = [&](size_t j) {
-    const DiskRead& r = round[remote_at[j]];
-    intact[j] = HashPieces(r.dst) == r.checksum;
-    checked[j] = 1;
-  };
-  std::vector<Status> done;
-  {
-    TransferPool::Stream checking(pool_, ops.size(), check);
-    done = backend_->StageRemote(ops, config_.staging_usable_ratio,
-                                 [&checking](size_t j) { checking.Push(j); });
-  }  // every pushed check has run
+  std::vector<uint8_t> intact;
+  const std::vector<Status> done = TransferChecked(
+      pool_, ops.size(), /*on_arrival=*/true,
+      [&](size_t j) {
+        const DiskRead& r = round[remote_at[j]];
+        return HashPieces(r.dst) == r.checksum;
+      },
+      intact,
+      [&](const ClientBackend::OpDone& on_done) {
+        return backend_->StageRemote(ops, config_.staging_usable_ratio, on_done);
+      });
   pool_.ParallelFor(ops.size(), [&](size_t j) {
     DiskRead& r = round[remote_at[j]];
-    if (done[j].ok() && !checked[j]) check(j);  // not reported done by the transport
     if (!done[j].ok()) {
       spdlog::warn("staged load of {} from segment {} failed: {}", *r.key, ops[j].segment,
                    done[j].ToString());
