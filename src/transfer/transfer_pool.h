@@ -36,9 +36,9 @@ class TransferPool {
   // fn(i) for indices that become ready one by one (the ops of a network batch, as each one's
   // last byte arrives): Push(i) hands i to the workers at once (with no workers, runs fn(i)
   // there); Finish() runs on the calling thread what no worker has taken yet and returns when
-  // every pushed call has returned. Pushes beyond `capacity` run inline. One thread pushes and
-  // finishes;
-  // the destructor finishes. fn must not throw.
+  // every pushed call has returned. Pushes beyond `capacity` run inline. Pushes must not race
+  // (one thread, or the caller's lock); the pushing side finishes, or the destructor does. fn
+  // must not throw.
   class Stream {
    public:
     Stream(TransferPool& pool, size_t capacity, std::function<void(size_t)> fn);
