@@ -72,7 +72,7 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
           return;
         }
         out.push_back(EvictionCandidate{
-            i, key.str, false, SoftPinned(meta, now), meta.last_access, bytes,
+            i, std::string(key.str.view()), false, SoftPinned(meta, now), meta.last_access, bytes,
             static_cast<uint8_t>(ReuseClass(meta.reuse_references, meta.reuse_tail))});
         found += bytes;
         return;
@@ -109,18 +109,18 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
       for (const auto& [key, meta] : s.objects) visit(key, meta);
       continue;
     }
-    // A window of the shard, from where the last one stopped (a clock hand over the table's
-    // slots): enough candidates for this shard's share of the target, oversampled so that the
+    // A window of the shard, from where the last one stopped (a clock hand over the shard's
+    // entries): enough candidates for this shard's share of the target, oversampled so that the
     // policy still chooses among them, and at most the shard once around.
     if (sampled != nullptr) *sampled = true;
-    auto it = s.eviction_cursor.empty() ? s.objects.end() : s.objects.find(s.eviction_cursor);
+    auto it = s.objects.from(s.eviction_cursor);
     if (it == s.objects.end()) it = s.objects.begin();
     for (size_t seen = 0; seen < s.objects.size() && found < want_per_shard; ++seen) {
       if (it == s.objects.end()) it = s.objects.begin();
       visit(it->first, it->second);
       ++it;
     }
-    s.eviction_cursor = it == s.objects.end() ? std::string() : it->first.str;
+    s.eviction_cursor = it == s.objects.end() ? 0 : it.number();
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // MasterService, part 4: segment index links — restart recovery from the stores' indexes and the
 // reconciliation of an index with the table (docs/architecture.md, "Surviving the master").
 #include <absl/container/flat_hash_map.h>
+#include <absl/strings/string_view.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -147,17 +148,17 @@ Result<SegmentRecovery> MasterService::IndexLink::Finish() {
             reported_->memory.erase(it);
             continue;
           }
-          IndexEntry e = IndexEntryOf(key.str, meta);
+          IndexEntry e = IndexEntryOf(key.str.view(), meta);
           e.offset = r.allocation.offset();
           delta.commits.push_back(std::move(e));
         } else {
-          auto it = reported_->disk.find(key.str);
+          auto it = reported_->disk.find(absl::string_view(key.str.data(), key.str.size()));
           if (it != reported_->disk.end() && it->second.first == meta.put_id &&
               SameLocation(it->second.second, r.disk)) {
             reported_->disk.erase(it);
             continue;
           }
-          IndexEntry e = IndexEntryOf(key.str, meta);
+          IndexEntry e = IndexEntryOf(key.str.view(), meta);
           e.disk = r.disk;
           delta.disk_attached.push_back(std::move(e));
         }
@@ -329,7 +330,7 @@ bool MasterService::AdoptReported(const Segment& segment, const IndexEntry& e, b
     g.members.insert(e.key);
     g.lease_deadline = std::max(g.lease_deadline, hold);
   }
-  hs.objects.emplace(StoredKey(e.key, hk.hash), std::move(meta));
+  hs.objects.emplace(e.key, hk.hash, std::move(meta));
   if (home != a) ks.redirects[e.key] = home;
   return true;
 }

@@ -329,7 +329,7 @@ Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64
       meta.replicas.push_back(Replica{p.segment, ReplicaTier::kMemory, std::move(p.allocation)});
     }
     if (!group.empty()) hs.groups[group].members.insert(key);
-    hs.objects.emplace(StoredKey(key), std::move(meta));
+    hs.objects.emplace(key, std::move(meta));
     NotePending(hs, key);
     if (home != a) ks.redirects[key] = home;
     return out;

@@ -243,7 +243,7 @@ std::vector<Status> MasterService::AddDiskReplicas(SegmentId segment,
         meta.put_started = now;
         meta.last_access = now;
         meta.replicas.push_back(MakeDiskReplica(segment, rec.key, meta, rec.location));
-        ks.objects.emplace(StoredKey(rec.key), std::move(meta));
+        ks.objects.emplace(rec.key, std::move(meta));
         out.push_back(Status::Ok());
         continue;
       }

@@ -43,7 +43,7 @@ ObjectMeta ObjectTable::EraseLocked(Shard& shard, ObjectMap::iterator it) {
   if (!meta.group_id.empty()) {
     auto g = shard.groups.find(meta.group_id);
     if (g != shard.groups.end()) {
-      g->second.members.erase(it->first.str);
+      g->second.members.erase(std::string(it->first.str.view()));
       if (g->second.members.empty()) shard.groups.erase(g);
     }
   }

@@ -24,147 +24,13 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/disk_location.h"
+#include "master/object_key.h"
+#include "master/object_map.h"
+#include "master/object_meta.h"
 #include "master/segment_index_types.h"
 #include "master/segment_registry.h"
-#include "tierkv/types.h"
 
 namespace tierkv {
-
-uint64_t HashKey(std::string_view key);
-
-// A key with its hash computed once: batch lookups pick the shard and probe the
-// table with the same hash.
-struct HashedKey {
-  std::string_view key;
-  uint64_t hash;
-};
-
-// The key of the object map: the key with its hash, so probes compare hashes
-// before touching the key's bytes (a cache miss for long keys).
-struct StoredKey {
-  explicit StoredKey(std::string s) : hash(HashKey(s)), str(std::move(s)) {}
-  // `h` must be HashKey(s) (computed once by a caller that probed with it).
-  StoredKey(std::string s, uint64_t h) : hash(h), str(std::move(s)) {}
-  uint64_t hash;
-  std::string str;
-};
-
-// Matches any stored key with this hash. Only for prefetching: it lets a batch
-// find the slot of a future key without reading that key's bytes.
-struct HashOnly {
-  uint64_t hash;
-};
-
-// Matches the first slot whose control byte fits this hash, without reading the slot. Only
-// for prefetching: it names the slot a future key most likely sits in while only the control
-// bytes are in cache (a miss on a hash compare would stall the pipeline).
-struct SlotProbe {
-  uint64_t hash;
-};
-
-// Hash of keys and group ids: xxh3 (fast for ~100-byte KV keys), transparent
-// so lookups by string_view or HashedKey don't allocate or rehash.
-struct KeyHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return HashKey(s); }
-  size_t operator()(const HashedKey& k) const { return k.hash; }
-  size_t operator()(const StoredKey& k) const { return k.hash; }
-  size_t operator()(HashOnly k) const { return k.hash; }
-  size_t operator()(SlotProbe k) const { return k.hash; }
-};
-struct KeyEq {
-  using is_transparent = void;
-  bool operator()(const StoredKey& a, const StoredKey& b) const {
-    return a.hash == b.hash && a.str == b.str;
-  }
-  bool operator()(const HashedKey& a, const StoredKey& b) const {
-    return a.hash == b.hash && a.key == b.str;
-  }
-  bool operator()(HashOnly a, const StoredKey& b) const { return a.hash == b.hash; }
-  bool operator()(SlotProbe, const StoredKey&) const { return true; }
-  bool operator()(std::string_view a, const StoredKey& b) const { return a == b.str; }
-  // Maps keyed by plain strings (groups, redirects).
-  bool operator()(std::string_view a, std::string_view b) const { return a == b; }
-  bool operator()(const HashedKey& a, std::string_view b) const { return a.key == b; }
-  bool operator()(std::string_view a, const HashedKey& b) const { return a == b.key; }
-  // absl may pass the stored key first.
-  template <typename T>
-  bool operator()(const StoredKey& a, const T& b) const {
-    return (*this)(b, a);
-  }
-};
-
-enum class ObjectState : uint8_t { kPending, kComplete };
-
-// A memory replica owns its allocation in the segment; a disk replica names a record in the
-// SSD tier of the segment's owner (and has no allocation). On a segment whose owner keeps an
-// index, a disk replica also holds a claim that tells the owner when the replica is dropped.
-struct Replica {
-  SegmentId segment;
-  ReplicaTier tier;
-  Allocation allocation;
-  DiskLocation disk{};
-  std::unique_ptr<DiskClaim> claim{};
-};
-
-// The next version of an object an upsert is writing (MasterService::UpsertStart): invisible to
-// readers until its PutEnd swaps it in.
-struct PendingVersion {
-  uint64_t size = 0;
-  uint64_t put_id = 0;
-  bool soft_pin = false;
-  SteadyTime soft_pin_until{};  // SteadyTime{}: the pin does not lapse
-  bool hard_pin = false;
-  std::vector<Replica> replicas;  // memory replicas only
-  SteadyTime put_started{};
-};
-
-// Field order matters: the map's slot holds the key and this struct, and a lookup (exists,
-// lease, get) reads only the fields up to `replicas`, which sit next to the key so that it
-// touches two or three of the slot's cache lines instead of four or five.
-struct ObjectMeta {
-  ObjectState state = ObjectState::kPending;
-  bool soft_pin = false;
-  bool hard_pin = false;
-  bool demoting = false;  // a tier move is writing it to disk: not evicted again meanwhile
-  // A pending put an upsert started for a key it did not find: its PutEnd is confirmed by every
-  // store's index (MasterService::EndPut).
-  bool confirm_all = false;
-  // Kept for eviction policies that learn reuse (ReuseTracker, src/master/reuse_policy.h): how
-  // often the object was referenced, whether it is a tail chunk, and until when further
-  // references count as the last one.
-  bool reuse_tail = false;
-  uint32_t reuse_references = 0;
-  SteadyTime reuse_until{};
-  // When soft_pin lapses (SteadyTime{}: never; SoftPinned below reads both).
-  SteadyTime soft_pin_until{};
-  SteadyTime lease_deadline{};  // ungrouped objects; groups lease in GroupMeta
-  SteadyTime last_access{};
-  std::string group_id;
-  uint64_t size = 0;
-  uint64_t checksum = 0;
-  std::vector<Replica> replicas;
-  // Colder: puts, tier moves, recovery.
-  uint64_t put_id = 0;     // PutEnd/PutRevoke must name the put that created it
-  uint32_t disk_hits = 0;  // reads served from disk since it was last in memory
-  // A promotion (copy back from disk) in flight, 0 = none. Its memory range is held by the
-  // master's promotion table, not here, so removing the object meanwhile cannot free a
-  // range a requester is still writing.
-  uint64_t promotion_id = 0;
-  SteadyTime put_started{};
-  // Rebuilt from a store's index by restart recovery: not removed, even by a forced Remove,
-  // before this (readers may still hold leases the previous master granted).
-  SteadyTime held_until{};
-  // An upsert in flight (at most one): the object is not evicted, removed or upserted again
-  // meanwhile. Null otherwise.
-  std::unique_ptr<PendingVersion> next;
-};
-
-// Whether `meta`'s soft pin still holds at `now` (its TTL, if any, not yet run out).
-inline bool SoftPinned(const ObjectMeta& meta, SteadyTime now) {
-  return meta.soft_pin && (meta.soft_pin_until == SteadyTime{} || now < meta.soft_pin_until);
-}
 
 // The store-index entry of an object (what a store keeps to be recovered from), without its
 // replica's place (offset or disk location: the caller adds it).
@@ -187,7 +53,6 @@ struct GroupMeta {
 // one slot, both prefetchable, instead of a chain of nodes.
 template <typename V>
 using KeyMap = absl::flat_hash_map<std::string, V, KeyHash, KeyEq>;
-using ObjectMap = absl::flat_hash_map<StoredKey, ObjectMeta, KeyHash, KeyEq>;
 
 // A shard index that names no shard ("not found", "none seen yet").
 inline constexpr uint32_t kNoShard = UINT32_MAX;
@@ -209,9 +74,9 @@ struct Shard {
   // When pending_keys reaches this size, NotePending drops the keys whose put ended (so a
   // master whose maintenance does not run, or runs late, keeps it bounded). Guarded by mu.
   size_t pending_compact_at = 1024;
-  // Where the next eviction window starts (the key after the last one visited; "" = the
-  // beginning): MasterService::CollectCandidates. Guarded by mu.
-  std::string eviction_cursor;
+  // Where the next eviction window starts (the number of the entry after the last one
+  // visited; 0 = the beginning): MasterService::CollectCandidates. Guarded by mu.
+  uint32_t eviction_cursor = 0;
 };
 
 class ObjectTable {
@@ -308,10 +173,10 @@ void ObjectTable::ForEachKey(const Keys& keys, const std::vector<bool>& skip, Fn
   }
   std::vector<std::pair<size_t, uint32_t>> redirected;  // (key index, home shard)
   // Four-stage pipeline per shard, in blocks of keys, each stage's misses overlapping within its
-  // block: prefetch the control bytes of block b+3; from them, prefetch the likely slot of each
-  // key of block b+2 (its stored hash, key string and metadata); in block b+1 find each key's
-  // slot by hash (now in cache) and prefetch its key bytes; then look up block b with
-  // everything in cache.
+  // block: prefetch the index's control bytes and slots for block b+3; from them, prefetch
+  // the entry each key of block b+2 most likely names (its hash, key pointer and hot
+  // metadata); in block b+1 find each key's entry by hash (now in cache) and prefetch its key
+  // bytes; then look up block b with everything in cache.
   constexpr uint32_t kBlock = 8;
   for (uint32_t s = 0; s < num; ++s) {
     const uint32_t begin = count[s], end = count[s + 1];
@@ -320,30 +185,17 @@ void ObjectTable::ForEachKey(const Keys& keys, const std::vector<bool>& skip, Fn
     std::lock_guard lock(sh.mu);
     auto prefetch_ctrl = [&](uint32_t from) {
       for (uint32_t j = from; j < std::min(end, from + kBlock); ++j) {
-        sh.objects.prefetch(HashOnly{hashes[order[j]]});
+        sh.objects.PrefetchIndex(hashes[order[j]]);
       }
     };
     auto prefetch_slots = [&](uint32_t from) {
       for (uint32_t j = from; j < std::min(end, from + kBlock); ++j) {
-        auto it = sh.objects.find(SlotProbe{hashes[order[j]]});
-        if (it != sh.objects.end()) {
-          // The key and the metadata a lookup reads (ObjectMeta's fields up to `replicas`).
-          const char* slot = reinterpret_cast<const char*>(&*it);
-          const char* hot_end = reinterpret_cast<const char*>(&it->second.replicas + 1);
-          for (const char* p = slot; p < hot_end; p += 64) __builtin_prefetch(p, 1);
-          __builtin_prefetch(hot_end - 1, 1);
-        }
+        sh.objects.PrefetchEntry(hashes[order[j]]);
       }
     };
     auto prefetch_keys = [&](uint32_t from) {
       for (uint32_t j = from; j < std::min(end, from + kBlock); ++j) {
-        auto it = sh.objects.find(HashOnly{hashes[order[j]]});
-        if (it != sh.objects.end()) {
-          const char* key = it->first.str.data();
-          const size_t len = it->first.str.size();
-          for (size_t off = 0; off < len && off < 256; off += 64) __builtin_prefetch(key + off);
-          __builtin_prefetch(key + len - 1);
-        }
+        sh.objects.PrefetchKey(hashes[order[j]]);
       }
     };
     prefetch_ctrl(begin);

@@ -1,0 +1,90 @@
+#include "master/object_map.h"
+
+#include <stdexcept>
+
+namespace tierkv {
+
+ObjectMap::ObjectMap() : index_(0, IndexHash{this}, IndexEq{this}) {}
+
+uint32_t ObjectMap::NextLive(uint32_t from) const {
+  for (uint32_t n = from; n < used_; ++n) {
+    if (entry(n).first.str.holds()) return n;
+  }
+  return kNone;
+}
+
+uint32_t ObjectMap::Allocate() {
+  if (!free_.empty()) {
+    const uint32_t n = free_.back();
+    free_.pop_back();
+    return n;
+  }
+  if (used_ == kNone - 1) throw std::length_error("object table shard full (2^32 - 2 entries)");
+  if ((used_ >> kChunkBits) == chunks_.size()) {
+    chunks_.push_back(std::make_unique<ObjectEntry[]>(kChunk));
+  }
+  return used_++;
+}
+
+std::pair<ObjectMap::iterator, bool> ObjectMap::emplace(std::string_view key, uint64_t hash,
+                                                        ObjectMeta meta) {
+  const HashedKey hk{key, hash};
+  bool inserted = false;
+  uint32_t number = kNone;
+  auto i = index_.lazy_emplace(hk, [&](const auto& construct) {
+    number = Allocate();
+    ObjectEntry& e = entry(number);
+    e.first.hash = hash;
+    e.first.str = KeyBytes(key);
+    e.second = std::move(meta);
+    construct(number);
+    inserted = true;
+  });
+  return {iterator(this, inserted ? number : *i), inserted};
+}
+
+void ObjectMap::erase(iterator it) {
+  const uint32_t n = it.number();
+  ObjectEntry& e = entry(n);
+  index_.erase(EntryAt{n, e.first.hash});
+  e.first = StoredKey{};
+  e.second = ObjectMeta{};
+  if (index_.empty()) {
+    clear();  // the last one: give the entries' memory back
+    return;
+  }
+  free_.push_back(n);
+}
+
+void ObjectMap::clear() {
+  index_.clear();
+  chunks_.clear();
+  chunks_.shrink_to_fit();
+  free_.clear();
+  free_.shrink_to_fit();
+  used_ = 0;
+}
+
+void ObjectMap::PrefetchEntry(uint64_t hash) const {
+  auto i = index_.find(SlotProbe{hash});
+  if (i == index_.end()) return;
+  // The key's hash and block pointer and the metadata a lookup reads (ObjectMeta's fields up
+  // to `replicas`).
+  const ObjectEntry& e = entry(*i);
+  const char* p = reinterpret_cast<const char*>(&e);
+  const char* hot_end = reinterpret_cast<const char*>(&e.second.replicas + 1);
+  for (; p < hot_end; p += 64) __builtin_prefetch(p, 1);
+  __builtin_prefetch(hot_end - 1, 1);
+}
+
+void ObjectMap::PrefetchKey(uint64_t hash) const {
+  auto i = index_.find(HashOnly{hash});
+  if (i == index_.end()) return;
+  const KeyBytes& key = entry(*i).first.str;
+  const char* p = key.block();
+  const size_t len = sizeof(uint32_t) + key.size();
+  for (size_t off = 0; off < len && off < 256; off += 64) __builtin_prefetch(p + off);
+  __builtin_prefetch(p + len - 1);
+}
+
+}  // namespace tierkv

@@ -1,0 +1,89 @@
+// The metadata of one object in the master's table: state, pins, times, replicas, and the
+// version an upsert is writing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/disk_location.h"
+#include "master/segment_index_types.h"
+#include "master/segment_registry.h"
+#include "tierkv/types.h"
+
+namespace tierkv {
+
+enum class ObjectState : uint8_t { kPending, kComplete };
+
+// A memory replica owns its allocation in the segment; a disk replica names a record in the
+// SSD tier of the segment's owner (and has no allocation). On a segment whose owner keeps an
+// index, a disk replica also holds a claim that tells the owner when the replica is dropped.
+struct Replica {
+  SegmentId segment;
+  ReplicaTier tier;
+  Allocation allocation;
+  DiskLocation disk{};
+  std::unique_ptr<DiskClaim> claim{};
+};
+
+// The next version of an object an upsert is writing (MasterService::UpsertStart): invisible to
+// readers until its PutEnd swaps it in.
+struct PendingVersion {
+  uint64_t size = 0;
+  uint64_t put_id = 0;
+  bool soft_pin = false;
+  SteadyTime soft_pin_until{};  // SteadyTime{}: the pin does not lapse
+  bool hard_pin = false;
+  std::vector<Replica> replicas;  // memory replicas only
+  SteadyTime put_started{};
+};
+
+// Field order matters: the map's slot holds the key and this struct, and a lookup (exists,
+// lease, get) reads only the fields up to `replicas`, which sit next to the key so that it
+// touches two or three of the slot's cache lines instead of four or five.
+struct ObjectMeta {
+  ObjectState state = ObjectState::kPending;
+  bool soft_pin = false;
+  bool hard_pin = false;
+  bool demoting = false;  // a tier move is writing it to disk: not evicted again meanwhile
+  // A pending put an upsert started for a key it did not find: its PutEnd is confirmed by every
+  // store's index (MasterService::EndPut).
+  bool confirm_all = false;
+  // Kept for eviction policies that learn reuse (ReuseTracker, src/master/reuse_policy.h): how
+  // often the object was referenced, whether it is a tail chunk, and until when further
+  // references count as the last one.
+  bool reuse_tail = false;
+  uint32_t reuse_references = 0;
+  SteadyTime reuse_until{};
+  // When soft_pin lapses (SteadyTime{}: never; SoftPinned below reads both).
+  SteadyTime soft_pin_until{};
+  SteadyTime lease_deadline{};  // ungrouped objects; groups lease in GroupMeta
+  SteadyTime last_access{};
+  std::string group_id;
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  std::vector<Replica> replicas;
+  // Colder: puts, tier moves, recovery.
+  uint64_t put_id = 0;     // PutEnd/PutRevoke must name the put that created it
+  uint32_t disk_hits = 0;  // reads served from disk since it was last in memory
+  // A promotion (copy back from disk) in flight, 0 = none. Its memory range is held by the
+  // master's promotion table, not here, so removing the object meanwhile cannot free a
+  // range a requester is still writing.
+  uint64_t promotion_id = 0;
+  SteadyTime put_started{};
+  // Rebuilt from a store's index by restart recovery: not removed, even by a forced Remove,
+  // before this (readers may still hold leases the previous master granted).
+  SteadyTime held_until{};
+  // An upsert in flight (at most one): the object is not evicted, removed or upserted again
+  // meanwhile. Null otherwise.
+  std::unique_ptr<PendingVersion> next;
+};
+
+// Whether `meta`'s soft pin still holds at `now` (its TTL, if any, not yet run out).
+inline bool SoftPinned(const ObjectMeta& meta, SteadyTime now) {
+  return meta.soft_pin && (meta.soft_pin_until == SteadyTime{} || now < meta.soft_pin_until);
+}
+
+}  // namespace tierkv

@@ -1,0 +1,145 @@
+// ObjectMap: the object table's per-shard map (dense entries found through an index of entry
+// numbers). Checked against std::map as a model over random inserts and erases.
+#include "master/object_map.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <string>
+
+namespace tierkv {
+namespace {
+
+std::string KeyOf(uint64_t i) { return "tenant/model/block-" + std::to_string(i * 7919); }
+
+ObjectMeta MetaOf(uint64_t i) {
+  ObjectMeta m;
+  m.size = i;
+  m.checksum = i * 31;
+  return m;
+}
+
+TEST(ObjectMapTest, FindsWhatItHoldsAndNothingElse) {
+  ObjectMap map;
+  EXPECT_TRUE(map.empty());
+  EXPECT_EQ(map.begin(), map.end());
+  auto [it, inserted] = map.emplace("a", MetaOf(1));
+  EXPECT_TRUE(inserted);
+  EXPECT_EQ(it->first.str.view(), "a");
+  EXPECT_EQ(it->first.hash, HashKey("a"));
+  EXPECT_EQ(it->second.size, 1u);
+  // A second emplace of the same key keeps the first metadata.
+  auto [again, inserted_again] = map.emplace("a", MetaOf(2));
+  EXPECT_FALSE(inserted_again);
+  EXPECT_EQ(again, it);
+  EXPECT_EQ(again->second.size, 1u);
+  // The empty key is a key like any other.
+  EXPECT_TRUE(map.emplace("", MetaOf(3)).second);
+  EXPECT_EQ(map.size(), 2u);
+  EXPECT_TRUE(map.contains(""));
+  EXPECT_EQ(map.find("")->second.size, 3u);
+  EXPECT_FALSE(map.contains("b"));
+  EXPECT_EQ(map.find("b"), map.end());
+  // Same hash, different bytes: not found.
+  EXPECT_EQ(map.find(HashedKey{"b", HashKey("a")}), map.end());
+}
+
+TEST(ObjectMapTest, MatchesAModelOverRandomInsertsAndErases) {
+  ObjectMap map;
+  std::map<std::string, uint64_t> model;
+  std::mt19937_64 rng(7);
+  for (int step = 0; step < 60000; ++step) {
+    const uint64_t i = rng() % 5000;
+    const std::string key = KeyOf(i);
+    if (rng() % 3 == 0) {
+      auto it = map.find(key);
+      ASSERT_EQ(it != map.end(), model.count(key) == 1) << key;
+      if (it != map.end()) {
+        map.erase(it);
+        model.erase(key);
+      }
+    } else {
+      const bool inserted = map.emplace(key, MetaOf(step)).second;
+      ASSERT_EQ(inserted, model.emplace(key, step).second) << key;
+    }
+    ASSERT_EQ(map.size(), model.size());
+  }
+  for (const auto& [key, size] : model) {
+    auto it = map.find(key);
+    ASSERT_NE(it, map.end()) << key;
+    EXPECT_EQ(it->second.size, size);
+    EXPECT_EQ(it->first.str.view(), key);
+  }
+  // Iteration visits every entry once.
+  std::map<std::string, uint64_t> seen;
+  for (const auto& [key, meta] : map) {
+    EXPECT_TRUE(seen.emplace(std::string(key.str.view()), meta.size).second);
+  }
+  EXPECT_EQ(seen, model);
+}
+
+TEST(ObjectMapTest, ErasingDuringIterationKeepsTheNextIteratorValid) {
+  ObjectMap map;
+  for (uint64_t i = 0; i < 3000; ++i) map.emplace(KeyOf(i), MetaOf(i));
+  // Erase every even-sized entry while walking, as EraseWhere does.
+  for (auto it = map.begin(); it != map.end();) {
+    auto next = std::next(it);
+    if (it->second.size % 2 == 0) map.erase(it);
+    it = next;
+  }
+  EXPECT_EQ(map.size(), 1500u);
+  for (uint64_t i = 0; i < 3000; ++i) EXPECT_EQ(map.contains(KeyOf(i)), i % 2 == 1) << i;
+  // Erased entries are reused; the others keep their addresses.
+  const ObjectEntry* kept = &*map.find(KeyOf(1));
+  for (uint64_t i = 3000; i < 4500; ++i) map.emplace(KeyOf(i), MetaOf(i));
+  EXPECT_EQ(&*map.find(KeyOf(1)), kept);
+  EXPECT_EQ(map.size(), 3000u);
+}
+
+TEST(ObjectMapTest, ResumesAWalkFromAnEntryNumber) {
+  ObjectMap map;
+  for (uint64_t i = 0; i < 100; ++i) map.emplace(KeyOf(i), MetaOf(i));
+  auto it = map.begin();
+  for (int k = 0; k < 40; ++k) ++it;
+  const uint32_t cursor = it.number();
+  map.erase(map.find(std::string(it->first.str.view())));
+  // The entry the cursor named is gone: the walk resumes at the next one.
+  auto resumed = map.from(cursor);
+  ASSERT_NE(resumed, map.end());
+  EXPECT_GT(resumed.number(), cursor);
+  size_t rest = 0;
+  for (; resumed != map.end(); ++resumed) ++rest;
+  EXPECT_EQ(rest, 59u);
+  EXPECT_EQ(map.from(ObjectMap::kNone - 1), map.end());
+}
+
+TEST(ObjectMapTest, ErasingTheLastEntryGivesItsMemoryBack) {
+  ObjectMap map;
+  for (uint64_t i = 0; i < 2000; ++i) map.emplace(KeyOf(i), MetaOf(i));
+  while (!map.empty()) map.erase(map.begin());
+  EXPECT_EQ(map.begin(), map.end());
+  EXPECT_EQ(map.from(5), map.end());
+  // And it is usable again.
+  EXPECT_TRUE(map.emplace("x", MetaOf(9)).second);
+  EXPECT_EQ(map.begin().number(), 0u);
+  EXPECT_EQ(map.find("x")->second.size, 9u);
+}
+
+TEST(ObjectMapTest, PrefetchesAreHarmlessForPresentAndAbsentKeys) {
+  ObjectMap map;
+  map.PrefetchIndex(HashKey("a"));
+  map.PrefetchEntry(HashKey("a"));
+  map.PrefetchKey(HashKey("a"));
+  for (uint64_t i = 0; i < 1000; ++i) map.emplace(KeyOf(i), MetaOf(i));
+  for (uint64_t i = 0; i < 2000; ++i) {
+    const uint64_t h = HashKey(KeyOf(i));
+    map.PrefetchIndex(h);
+    map.PrefetchEntry(h);
+    map.PrefetchKey(h);
+  }
+  EXPECT_EQ(map.size(), 1000u);
+}
+
+}  // namespace
+}  // namespace tierkv
