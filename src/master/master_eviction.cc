@@ -80,7 +80,7 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
       if (!groups_seen.insert(meta.group_id).second) return;
       auto g = s.groups.find(meta.group_id);
       if (g == s.groups.end() || g->second.lease_deadline > now) return;
-      EvictionCandidate c{i, meta.group_id, true, false, SteadyTime{}, 0, 0};
+      EvictionCandidate c{i, meta.group_id.str(), true, false, SteadyTime{}, 0, 0};
       uint32_t most_references = 0;
       for (const auto& member : g->second.members) {
         auto it = s.objects.find(member);
@@ -224,7 +224,7 @@ uint64_t MasterService::FinishDemotion(uint32_t shard, SegmentId segment,
   uint64_t freed = 0;
   uint64_t demoted = 0, demoted_bytes = 0, failed = 0;
   std::vector<ObjectMeta> dropped;  // freed after the lock is released
-  std::vector<std::vector<Replica>> retired_now;
+  std::vector<ReplicaList> retired_now;
   {
     std::lock_guard lock(s.mu);
     std::vector<std::string> failed_keys;

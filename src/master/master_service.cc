@@ -113,20 +113,20 @@ Status MasterService::UnmountSegment(SegmentId id) {
     std::lock_guard lock(s.mu);
     std::unordered_set<std::string> dead_groups;
     auto on_segment = [id](const Replica& r) { return r.segment == id; };
-    for (auto& v : s.retired) std::erase_if(v.replicas, on_segment);
+    for (auto& v : s.retired) EraseReplicasIf(v.replicas, on_segment);
     std::erase_if(s.retired, [](const RetiredVersion& v) { return v.replicas.empty(); });
     for (auto it = s.objects.begin(); it != s.objects.end();) {
       auto& reps = it->second.replicas;
-      std::erase_if(reps, on_segment);
+      EraseReplicasIf(reps, on_segment);
       if (auto& next = it->second.next; next) {
-        std::erase_if(next->replicas, on_segment);
+        EraseReplicasIf(next->replicas, on_segment);
         if (next->replicas.empty()) next.reset();  // the upsert lost its space: its end fails
       }
       if (!reps.empty()) {
         ++it;
         continue;
       }
-      if (!it->second.group_id.empty()) dead_groups.insert(it->second.group_id);
+      if (!it->second.group_id.empty()) dead_groups.insert(it->second.group_id.str());
       if (!it->second.group_id.empty() && table_.ShardOf(it->first.str) != i) {
         redirects.emplace_back(it->first.str, i);
       }
@@ -359,9 +359,9 @@ Result<PutStartResult> MasterService::UpsertStartOne(const std::string& key, uin
         return;
       }
       if (meta.group_id != group) {
-        result = Status(ErrorCode::INVALID_PARAMS, "upsert of " + key + " names group '" + group +
-                                                       "' but the object is in '" + meta.group_id +
-                                                       "' (an upsert keeps the object's group)");
+        result = Status(ErrorCode::INVALID_PARAMS,
+                        "upsert of " + key + " names group '" + group + "' but the object is in '" +
+                            meta.group_id.str() + "' (an upsert keeps the object's group)");
         return;
       }
       // shard -> registry -> allocator: the lock order of a put.
@@ -470,7 +470,7 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
   Status result(ErrorCode::OBJECT_NOT_FOUND, "no pending put of " + key);
   std::optional<ObjectMeta> revoked;
   std::unique_ptr<PendingVersion> dropped_next;  // freed after the shard lock is released
-  std::vector<std::vector<Replica>> dropped;
+  std::vector<ReplicaList> dropped;
   uint32_t home = 0;
   const SteadyTime now = options_.clock->Now();
   table_.WithObject(key, [&](uint32_t idx, Shard& s, ObjectMeta& meta) {
@@ -483,7 +483,7 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
       // Publish the new version in one step under the shard lock. Readers that asked before
       // hold a lease on the old replicas: those stay allocated until it ends.
       std::unique_ptr<PendingVersion> next = std::move(meta.next);
-      std::vector<Replica> old = std::move(meta.replicas);
+      ReplicaList old = std::move(meta.replicas);
       const SteadyTime old_lease = LeaseDeadline(s, meta);
       const uint64_t old_put_id = meta.put_id;
       meta.replicas = std::move(next->replicas);
@@ -560,7 +560,7 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
 }
 
 void MasterService::PublishCommit(const std::string& key, const ObjectMeta& meta,
-                                  const std::vector<Replica>& replicas) {
+                                  const ReplicaList& replicas) {
   for (const Replica& r : replicas) {
     if (r.tier != ReplicaTier::kMemory || r.allocation.owner() == nullptr) continue;
     // Only SegmentFeeds fence the master's allocators (SegmentRegistry::Mount).
@@ -572,8 +572,7 @@ void MasterService::PublishCommit(const std::string& key, const ObjectMeta& meta
   }
 }
 
-void MasterService::UnpublishReplaced(std::vector<Replica>& replaced,
-                                      std::vector<SegmentId>* published) {
+void MasterService::UnpublishReplaced(ReplicaList& replaced, std::vector<SegmentId>* published) {
   for (Replica& r : replaced) {
     if (r.tier == ReplicaTier::kMemory) {
       if (r.allocation.owner() == nullptr) continue;

@@ -344,11 +344,11 @@ class MasterService final : public MasterApi {
   // Tells the owners' indexes that `meta`'s memory replicas are readable (PutEnd, PromoteEnd);
   // call under the object's shard lock.
   static void PublishCommit(const std::string& key, const ObjectMeta& meta,
-                            const std::vector<Replica>& replicas);
+                            const ReplicaList& replicas);
   // Tells the owners' indexes that `replaced` (an upsert's old version, still allocated for its
   // readers) backs its key no more, adding their segments to `published` (to be confirmed);
   // call under the object's shard lock.
-  static void UnpublishReplaced(std::vector<Replica>& replaced, std::vector<SegmentId>* published);
+  static void UnpublishReplaced(ReplicaList& replaced, std::vector<SegmentId>* published);
   // Restart recovery: adopts one reported replica; false if it was not adopted.
   bool AdoptReported(const Segment& segment, const IndexEntry& entry, bool disk, SteadyTime now);
   void NotePutId(uint64_t put_id);  // next_put_id_ stays above every id seen
@@ -388,7 +388,7 @@ class MasterService final : public MasterApi {
   mutable std::mutex recoveries_mu_;                 // a leaf lock
   std::map<SegmentId, SegmentRecovery> recoveries_;  // guarded by recoveries_mu_
   struct Promotion {
-    std::vector<Replica> replicas;
+    ReplicaList replicas;
     SteadyTime started;
   };
   std::mutex promotions_mu_;                  // a leaf lock (taken under a shard lock at most)

@@ -169,7 +169,7 @@ uint64_t MasterService::DropDiskReplicas(SegmentId segment, uint32_t region, uin
     std::vector<ObjectMeta> dropped;
     table_.WithObject(key, [&](uint32_t idx, Shard& s, ObjectMeta& meta) {
       const size_t before = meta.replicas.size();
-      std::erase_if(meta.replicas, [&](const Replica& r) {
+      EraseReplicasIf(meta.replicas, [&](const Replica& r) {
         return r.tier == ReplicaTier::kDisk && r.segment == segment && r.disk.region == region &&
                r.disk.generation == generation;
       });

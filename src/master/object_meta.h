@@ -2,10 +2,13 @@
 // version an upsert is writing.
 #pragma once
 
+#include <absl/container/inlined_vector.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
+#include <string_view>
 
 #include "common/clock.h"
 #include "common/disk_location.h"
@@ -28,6 +31,41 @@ struct Replica {
   std::unique_ptr<DiskClaim> claim{};
 };
 
+// An object's replicas: most objects have one, kept inside the object's entry (no heap block
+// per object, no cache miss to reach it).
+using ReplicaList = absl::InlinedVector<Replica, 1>;
+
+// std::erase_if for a ReplicaList (which the standard's overloads do not cover).
+template <typename Pred>
+size_t EraseReplicasIf(ReplicaList& replicas, Pred&& pred) {
+  auto keep = std::remove_if(replicas.begin(), replicas.end(), pred);
+  const auto n = static_cast<size_t>(replicas.end() - keep);
+  replicas.erase(keep, replicas.end());
+  return n;
+}
+
+// The group an object belongs to: most objects have none, so the name sits in a heap block and
+// the entry holds 8 bytes instead of a std::string's 32.
+class GroupName {
+ public:
+  GroupName() = default;
+  GroupName(GroupName&&) noexcept = default;
+  GroupName& operator=(GroupName&&) noexcept = default;
+  GroupName& operator=(std::string_view name) {
+    name_ = name.empty() ? nullptr : std::make_unique<std::string>(name);
+    return *this;
+  }
+
+  bool empty() const { return name_ == nullptr; }
+  const std::string& str() const { return name_ ? *name_ : kNone; }
+  operator std::string_view() const { return str(); }  // NOLINT: a name reads as its bytes
+  friend bool operator==(const GroupName& a, std::string_view b) { return a.str() == b; }
+
+ private:
+  static inline const std::string kNone;
+  std::unique_ptr<std::string> name_;
+};
+
 // The next version of an object an upsert is writing (MasterService::UpsertStart): invisible to
 // readers until its PutEnd swaps it in.
 struct PendingVersion {
@@ -36,13 +74,13 @@ struct PendingVersion {
   bool soft_pin = false;
   SteadyTime soft_pin_until{};  // SteadyTime{}: the pin does not lapse
   bool hard_pin = false;
-  std::vector<Replica> replicas;  // memory replicas only
+  ReplicaList replicas;  // memory replicas only
   SteadyTime put_started{};
 };
 
-// Field order matters: the map's slot holds the key and this struct, and a lookup (exists,
-// lease, get) reads only the fields up to `replicas`, which sit next to the key so that it
-// touches two or three of the slot's cache lines instead of four or five.
+// Field order matters: an entry holds the key and this struct, and a lookup (exists, lease,
+// get) reads only the fields up to `replicas`, which sit next to the key so that it touches
+// three or four of the entry's cache lines instead of all of them.
 struct ObjectMeta {
   ObjectState state = ObjectState::kPending;
   bool soft_pin = false;
@@ -56,18 +94,18 @@ struct ObjectMeta {
   // references count as the last one.
   bool reuse_tail = false;
   uint32_t reuse_references = 0;
+  uint32_t disk_hits = 0;  // reads served from disk since it was last in memory
   SteadyTime reuse_until{};
   // When soft_pin lapses (SteadyTime{}: never; SoftPinned below reads both).
   SteadyTime soft_pin_until{};
   SteadyTime lease_deadline{};  // ungrouped objects; groups lease in GroupMeta
   SteadyTime last_access{};
-  std::string group_id;
+  GroupName group_id;
   uint64_t size = 0;
   uint64_t checksum = 0;
-  std::vector<Replica> replicas;
+  ReplicaList replicas;
   // Colder: puts, tier moves, recovery.
-  uint64_t put_id = 0;     // PutEnd/PutRevoke must name the put that created it
-  uint32_t disk_hits = 0;  // reads served from disk since it was last in memory
+  uint64_t put_id = 0;  // PutEnd/PutRevoke must name the put that created it
   // A promotion (copy back from disk) in flight, 0 = none. Its memory range is held by the
   // master's promotion table, not here, so removing the object meanwhile cannot free a
   // range a requester is still writing.

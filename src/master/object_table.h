@@ -40,7 +40,7 @@ IndexEntry IndexEntryOf(std::string_view key, const ObjectMeta& meta);
 // allocated until the lease ends (readers finish reading the old bytes), then freed by
 // MasterService::ReclaimAbandonedPuts.
 struct RetiredVersion {
-  std::vector<Replica> replicas;
+  ReplicaList replicas;
   SteadyTime free_after{};
 };
 

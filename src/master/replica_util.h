@@ -42,8 +42,8 @@ inline const Replica* MemoryReplicaOn(const ObjectMeta& meta, SegmentId segment)
 // Keeps `replicas` (a version an upsert replaced) allocated in `shard` until `free_after`, or
 // hands them to `drop` (freed by the caller once the shard lock is released) when no lease on
 // them is left. MasterService::ReclaimAbandonedPuts frees retired versions later.
-inline void Retire(Shard& shard, std::vector<Replica> replicas, SteadyTime free_after,
-                   SteadyTime now, std::vector<std::vector<Replica>>& drop) {
+inline void Retire(Shard& shard, ReplicaList replicas, SteadyTime free_after, SteadyTime now,
+                   std::vector<ReplicaList>& drop) {
   if (replicas.empty()) return;
   if (free_after <= now) {
     drop.push_back(std::move(replicas));
@@ -55,7 +55,7 @@ inline void Retire(Shard& shard, std::vector<Replica> replicas, SteadyTime free_
 // Frees `meta`'s memory replicas on `segment`; returns the bytes freed.
 inline uint64_t DropMemoryReplicas(ObjectMeta& meta, SegmentId segment) {
   const uint64_t bytes = BytesOnSegment(meta, segment);
-  std::erase_if(meta.replicas, [segment](const Replica& r) {
+  EraseReplicasIf(meta.replicas, [segment](const Replica& r) {
     return r.segment == segment && r.tier == ReplicaTier::kMemory;
   });
   return bytes;
