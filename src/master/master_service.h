@@ -350,7 +350,19 @@ class MasterService final : public MasterApi {
   // call under the object's shard lock.
   static void UnpublishReplaced(ReplicaList& replaced, std::vector<SegmentId>* published);
   // Restart recovery: adopts one reported replica; false if it was not adopted.
+  // Restart recovery: adopts a store's reported entries into the table (whether each was).
+  // The caller has called NotePutId with their put ids (IndexLink::Add: once per part).
+  std::vector<bool> AdoptReportedAll(const Segment& segment,
+                                     const std::vector<const IndexEntry*>& entries, bool disk,
+                                     SteadyTime now);
+  static bool Adoptable(const Segment& segment, const IndexEntry& entry, bool disk);
   bool AdoptReported(const Segment& segment, const IndexEntry& entry, bool disk, SteadyTime now);
+  // With the locks of shards `a` (the key's), `home` and `where` (the shard holding the key
+  // now, kNoShard if none) held; what it replaces goes to `dropped`, to be freed unlocked.
+  // `range`: the memory entry's range, taken already (null: taken here).
+  bool AdoptLocked(const Segment& segment, const IndexEntry& e, const HashedKey& hk, uint32_t a,
+                   uint32_t home, uint32_t where, bool disk, SteadyTime now,
+                   std::vector<ObjectMeta>& dropped, Allocation* range);
   void NotePutId(uint64_t put_id);  // next_put_id_ stays above every id seen
 
   const MasterOptions options_;

@@ -1,10 +1,13 @@
 #include "master/object_map.h"
 
+#include <new>
 #include <stdexcept>
 
 namespace tierkv {
 
 ObjectMap::ObjectMap() : index_(0, IndexHash{this}, IndexEq{this}) {}
+
+ObjectMap::~ObjectMap() { clear(); }
 
 uint32_t ObjectMap::NextLive(uint32_t from) const {
   for (uint32_t n = from; n < used_; ++n) {
@@ -20,9 +23,11 @@ uint32_t ObjectMap::Allocate() {
     return n;
   }
   if (used_ == kNone - 1) throw std::length_error("object table shard full (2^32 - 2 entries)");
-  if ((used_ >> kChunkBits) == chunks_.size()) {
-    chunks_.push_back(std::make_unique<ObjectEntry[]>(kChunk));
+  const uint32_t k = ChunkOf(used_);
+  if (k == chunks_.size()) {
+    chunks_.push_back(static_cast<ObjectEntry*>(LargeAllocate(ChunkBytes(k))));
   }
+  new (&chunks_[k][used_ - ChunkStart(k)]) ObjectEntry();
   return used_++;
 }
 
@@ -58,6 +63,8 @@ void ObjectMap::erase(iterator it) {
 
 void ObjectMap::clear() {
   index_.clear();
+  for (uint32_t n = 0; n < used_; ++n) entry(n).~ObjectEntry();
+  for (uint32_t k = 0; k < chunks_.size(); ++k) LargeFree(chunks_[k], ChunkBytes(k));
   chunks_.clear();
   chunks_.shrink_to_fit();
   free_.clear();

@@ -12,6 +12,7 @@
 
 #include <absl/container/flat_hash_set.h>
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -21,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/large_alloc.h"
 #include "master/object_key.h"
 #include "master/object_meta.h"
 
@@ -73,6 +75,7 @@ class ObjectMap {
   using const_iterator = Iter<true>;
 
   ObjectMap();
+  ~ObjectMap();
   ObjectMap(const ObjectMap&) = delete;  // the index's hash reads this map's entries
   ObjectMap& operator=(const ObjectMap&) = delete;
 
@@ -113,8 +116,13 @@ class ObjectMap {
   void PrefetchKey(uint64_t hash) const;
 
  private:
-  static constexpr uint32_t kChunkBits = 9;  // 512 entries per chunk
-  static constexpr uint32_t kChunk = 1u << kChunkBits;
+  // Chunk k holds kFirstChunk << k entries, numbered from kFirstChunk * (2^k - 1): a small
+  // shard stays small, a large one takes a few blocks of 2 MiB and more (huge pages: see
+  // common/large_alloc.h). Entries are constructed when first allocated, so the untouched tail
+  // of the last chunk is not resident.
+  static constexpr uint32_t kFirstChunkBits = 9;
+  static constexpr uint32_t kFirstChunk = 1u << kFirstChunkBits;
+  static constexpr uint32_t kMaxChunks = 32 - kFirstChunkBits + 1;
 
   // Looks up exactly the entry with this number (erase).
   struct EntryAt {
@@ -147,10 +155,23 @@ class ObjectMap {
       return (*this)(k, n);
     }
   };
-  using Index = absl::flat_hash_set<uint32_t, IndexHash, IndexEq>;
+  using Index = absl::flat_hash_set<uint32_t, IndexHash, IndexEq, LargeAllocator<uint32_t>>;
 
-  ObjectEntry& entry(uint32_t n) { return chunks_[n >> kChunkBits][n & (kChunk - 1)]; }
-  const ObjectEntry& entry(uint32_t n) const { return chunks_[n >> kChunkBits][n & (kChunk - 1)]; }
+  static uint32_t ChunkOf(uint32_t n) {
+    return static_cast<uint32_t>(std::bit_width((uint64_t{n} >> kFirstChunkBits) + 1)) - 1;
+  }
+  static uint64_t ChunkStart(uint32_t k) {
+    return uint64_t{kFirstChunk} * ((uint64_t{1} << k) - 1);
+  }
+  static size_t ChunkBytes(uint32_t k) { return (size_t{kFirstChunk} << k) * sizeof(ObjectEntry); }
+  ObjectEntry& entry(uint32_t n) {
+    const uint32_t k = ChunkOf(n);
+    return chunks_[k][n - ChunkStart(k)];
+  }
+  const ObjectEntry& entry(uint32_t n) const {
+    const uint32_t k = ChunkOf(n);
+    return chunks_[k][n - ChunkStart(k)];
+  }
   // The first live entry numbered `from` or above; kNone if none.
   uint32_t NextLive(uint32_t from) const;
   template <typename IndexIt>
@@ -161,9 +182,9 @@ class ObjectMap {
   uint32_t Allocate();
 
   Index index_;
-  std::vector<std::unique_ptr<ObjectEntry[]>> chunks_;
-  uint32_t used_ = 0;           // entries numbered below this have been allocated once
-  std::vector<uint32_t> free_;  // erased entries, reused first
+  std::vector<ObjectEntry*> chunks_;  // LargeAllocate(ChunkBytes(k)) each
+  uint32_t used_ = 0;                 // entries numbered below this have been allocated once
+  std::vector<uint32_t> free_;        // erased entries, reused first
 };
 
 }  // namespace tierkv

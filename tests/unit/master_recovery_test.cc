@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -170,6 +171,53 @@ TEST_F(MasterRecoveryTest, ARestartedMasterRebuildsCommittedObjectsFromTheStores
     EXPECT_TRUE(off + 4000 <= off2 || off >= off2 + 3000) << off;
   }
   EXPECT_EQ(store.Read(off1, 1000), Bytes(1000, '1'));
+}
+
+// A report of many entries, some grouped, some gone: sorted into segment order (each entry
+// still its own), adopted shard by shard (ungrouped) and one by one (grouped), every object
+// back where it was, with its bytes.
+TEST_F(MasterRecoveryTest, AReportOfManyEntriesComesInSegmentOrderAndIsAdoptedWhole) {
+  FakeStore store("store-a");
+  stores_ = {&store};
+  auto a = NewMaster();
+  store.MountOn(*a);
+  std::map<std::string, uint64_t> offsets;
+  for (int i = 0; i < 200; ++i) {
+    const std::string key = "many-" + std::to_string(i * 7919 % 1000);
+    ReplicateConfig rc;
+    if (i % 10 == 0) rc.group_ids = {"group-" + std::to_string(i % 3)};
+    offsets[key] = Put(*a, store, key, Bytes(1000 + i, static_cast<char>('a' + i % 26)), rc);
+  }
+  for (int i = 0; i < 200; i += 7) {
+    const std::string key = "many-" + std::to_string(i * 7919 % 1000);
+    if (i % 10 == 0) continue;  // grouped: removed with the group only
+    ASSERT_TRUE(a->Remove(key, true).ok()) << key;
+    offsets.erase(key);
+  }
+  PumpAll();
+  const IndexReport report = store.index->Report();
+  ASSERT_EQ(report.memory.size(), offsets.size());
+  for (size_t i = 0; i < report.memory.size(); ++i) {
+    if (i > 0) {
+      EXPECT_LT(report.memory[i - 1].offset, report.memory[i].offset);
+    }
+    EXPECT_EQ(report.memory[i].offset, offsets.at(report.memory[i].key)) << report.memory[i].key;
+  }
+  a.reset();
+
+  auto b = NewMaster();
+  const SegmentRecovery rec = store.MountOn(*b);
+  EXPECT_EQ(rec.memory_replicas, offsets.size());
+  EXPECT_EQ(rec.rejected, 0u);
+  for (const auto& [key, offset] : offsets) {
+    auto got = b->GetReplicas({key});
+    ASSERT_TRUE(got[0].ok()) << key << ": " << got[0].status().ToString();
+    EXPECT_EQ(got[0]->replicas.at(0).offset, offset) << key;
+    EXPECT_EQ(Checksum(store.Read(offset, got[0]->size).data(), got[0]->size), got[0]->checksum)
+        << key;
+  }
+  // The grouped ones are whole groups again: removing one removes its group.
+  EXPECT_EQ(b->Stats().groups, 3u);
 }
 
 TEST_F(MasterRecoveryTest, RecoveredObjectsAreNeitherEvictedNorRemovedForOneLeaseTtl) {
