@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "common/key.h"
-#include "common/large_alloc.h"
 #include "master/master_service.h"
 #include "master/replica_util.h"
 
@@ -25,10 +24,7 @@ bool SameLocation(const DiskLocation& a, const DiskLocation& b) {
 
 // What the owner reported on this link, to compare with the table at Finish.
 struct MasterService::IndexLink::Reported {
-  // offset -> put id (millions of entries: huge pages)
-  absl::flat_hash_map<uint64_t, uint64_t, absl::Hash<uint64_t>, std::equal_to<uint64_t>,
-                      LargeAllocator<std::pair<const uint64_t, uint64_t>>>
-      memory;
+  absl::flat_hash_map<uint64_t, uint64_t> memory;                            // offset -> put id
   absl::flat_hash_map<std::string, std::pair<uint64_t, DiskLocation>> disk;  // key -> (put id, at)
   // First link only: the reported entries not adopted (what the owner must forget).
   std::vector<uint64_t> unadopted_memory;

@@ -25,7 +25,7 @@ uint32_t ObjectMap::Allocate() {
   if (used_ == kNone - 1) throw std::length_error("object table shard full (2^32 - 2 entries)");
   const uint32_t k = ChunkOf(used_);
   if (k == chunks_.size()) {
-    chunks_.push_back(static_cast<ObjectEntry*>(LargeAllocate(ChunkBytes(k))));
+    chunks_.push_back(static_cast<ObjectEntry*>(::operator new(ChunkBytes(k))));
   }
   new (&chunks_[k][used_ - ChunkStart(k)]) ObjectEntry();
   return used_++;
@@ -64,7 +64,7 @@ void ObjectMap::erase(iterator it) {
 void ObjectMap::clear() {
   index_.clear();
   for (uint32_t n = 0; n < used_; ++n) entry(n).~ObjectEntry();
-  for (uint32_t k = 0; k < chunks_.size(); ++k) LargeFree(chunks_[k], ChunkBytes(k));
+  for (uint32_t k = 0; k < chunks_.size(); ++k) ::operator delete(chunks_[k]);
   chunks_.clear();
   chunks_.shrink_to_fit();
   free_.clear();

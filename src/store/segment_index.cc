@@ -72,31 +72,9 @@ IndexReport SegmentIndex::Report(unsigned threads) {
     report.disk.reserve(disk_.size());
     for (const auto& [key, e] : disk_) report.disk.push_back(e);
   }
-  // In segment order: the master re-takes the ranges one after another. Sorted as (offset,
-  // position) pairs, then each entry moved once into place, cycle by cycle (sorting the
-  // entries themselves moved each ~log n times; moving them into a new vector faulted in its
-  // pages: both slower at 10 M entries).
-  {
-    std::vector<std::pair<uint64_t, size_t>> order(report.memory.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = {report.memory[i].offset, i};
-    std::sort(order.begin(), order.end());
-    std::vector<IndexEntry>& m = report.memory;
-    for (size_t j = 0; j < order.size(); ++j) {
-      if (order[j].second == j) continue;  // in place, or placed by an earlier cycle
-      IndexEntry held = std::move(m[j]);
-      size_t k = j;
-      for (;;) {
-        const size_t from = order[k].second;
-        order[k].second = k;
-        if (from == j) {
-          m[k] = std::move(held);
-          break;
-        }
-        m[k] = std::move(m[from]);
-        k = from;
-      }
-    }
-  }
+  // In segment order: the master re-takes the ranges one after another.
+  std::sort(report.memory.begin(), report.memory.end(),
+            [](const IndexEntry& a, const IndexEntry& b) { return a.offset < b.offset; });
   // Bytes first, without the lock (batches may be applied meanwhile; the master reconciles
   // whatever changes after the report).
   std::vector<uint8_t> ok(report.memory.size(), 0);
