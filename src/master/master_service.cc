@@ -677,8 +677,9 @@ std::vector<Result<ObjectReplicas>> MasterService::GetReplicas(
         rep.lease_deadline = now + options_.lease_ttl;
         // Memory replicas first: readers try them in order.
         for (const auto& replica : meta.replicas) {
-          rep.replicas.push_back(ReplicaLocation{
-              replica.segment, replica.tier, replica.allocation.offset(), meta.size, replica.disk});
+          rep.replicas.push_back(ReplicaLocation{replica.segment, replica.tier,
+                                                 replica.memory_offset(), meta.size,
+                                                 replica.disk_location()});
         }
         std::stable_partition(rep.replicas.begin(), rep.replicas.end(),
                               [](const auto& r) { return r.tier == ReplicaTier::kMemory; });

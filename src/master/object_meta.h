@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
 #include <string_view>
 
@@ -23,11 +24,50 @@ enum class ObjectState : uint8_t { kPending, kComplete };
 // A memory replica owns its allocation in the segment; a disk replica names a record in the
 // SSD tier of the segment's owner (and has no allocation). On a segment whose owner keeps an
 // index, a disk replica also holds a claim that tells the owner when the replica is dropped.
+// The allocation and the disk location share storage: `tier` says which one is there (read
+// only that one). 48 bytes instead of 80 in every object's entry.
 struct Replica {
+  Replica(SegmentId s, ReplicaTier t, Allocation a = Allocation(), DiskLocation d = {})
+      : segment(s), tier(t) {
+    if (tier == ReplicaTier::kMemory) {
+      new (&allocation) Allocation(std::move(a));
+    } else {
+      new (&disk) DiskLocation(d);
+    }
+  }
+  Replica(Replica&& other) noexcept : segment(other.segment), tier(other.tier) {
+    if (tier == ReplicaTier::kMemory) {
+      new (&allocation) Allocation(std::move(other.allocation));
+    } else {
+      new (&disk) DiskLocation(other.disk);
+    }
+    claim = std::move(other.claim);
+  }
+  Replica& operator=(Replica&& other) noexcept {
+    if (this == &other) return *this;
+    this->~Replica();
+    new (this) Replica(std::move(other));
+    return *this;
+  }
+  Replica(const Replica&) = delete;
+  Replica& operator=(const Replica&) = delete;
+  ~Replica() {
+    if (tier == ReplicaTier::kMemory) allocation.~Allocation();
+  }
+
+  // Where a reader finds it, as ReplicaLocation carries them: the offset of a memory replica,
+  // the record of a disk replica (the other one zero).
+  uint64_t memory_offset() const { return tier == ReplicaTier::kMemory ? allocation.offset() : 0; }
+  DiskLocation disk_location() const {
+    return tier == ReplicaTier::kMemory ? DiskLocation{} : disk;
+  }
+
   SegmentId segment;
   ReplicaTier tier;
-  Allocation allocation;
-  DiskLocation disk{};
+  union {
+    Allocation allocation;  // tier == kMemory
+    DiskLocation disk;      // tier == kDisk
+  };
   std::unique_ptr<DiskClaim> claim{};
 };
 

@@ -8,6 +8,8 @@
 #include <random>
 #include <string>
 
+#include "memory/offset_allocator.h"
+
 namespace tierkv {
 namespace {
 
@@ -139,6 +141,46 @@ TEST(ObjectMapTest, PrefetchesAreHarmlessForPresentAndAbsentKeys) {
     map.PrefetchKey(h);
   }
   EXPECT_EQ(map.size(), 1000u);
+}
+
+// A Replica holds its allocation or its disk location in one place, by tier: moves between
+// tiers free what was there and keep what comes.
+TEST(ReplicaTest, HoldsTheAllocationOrTheDiskLocationOfItsTierThroughMoves) {
+  auto allocator = OffsetAllocator::Create(1 << 20);
+  auto at = allocator->AllocateAt(4096, 1000);
+  ASSERT_TRUE(at.has_value());
+  Replica memory(7, ReplicaTier::kMemory, std::move(*at));
+  EXPECT_EQ(memory.memory_offset(), 4096u);
+  EXPECT_EQ(memory.disk_location().generation, 0u);
+  const uint64_t used = allocator->used();
+  EXPECT_GT(used, 0u);
+
+  DiskLocation where{3, 9, 8192, 1000};
+  Replica disk(8, ReplicaTier::kDisk, Allocation(), where);
+  EXPECT_EQ(disk.memory_offset(), 0u);
+  EXPECT_EQ(disk.disk_location().region, 3u);
+  EXPECT_EQ(disk.disk_location().generation, 9u);
+
+  ReplicaList list;
+  list.push_back(std::move(memory));
+  list.push_back(std::move(disk));  // the inline one moves to the heap with it
+  EXPECT_EQ(list[0].memory_offset(), 4096u);
+  EXPECT_EQ(list[1].disk.offset, 8192u);
+  EXPECT_EQ(allocator->used(), used);  // moved, not freed
+  // A disk replica assigned over the memory one frees its range.
+  list[0] = std::move(list[1]);
+  EXPECT_EQ(allocator->used(), 0u);
+  EXPECT_EQ(list[0].tier, ReplicaTier::kDisk);
+  EXPECT_EQ(list[0].disk.generation, 9u);
+  // And a memory replica assigned over a disk one holds its range.
+  auto again = allocator->AllocateAt(0, 500);
+  ASSERT_TRUE(again.has_value());
+  list[1] = Replica(7, ReplicaTier::kMemory, std::move(*again));
+  EXPECT_GT(allocator->used(), 0u);
+  EXPECT_EQ(EraseReplicasIf(list, [](const Replica& r) { return r.tier == ReplicaTier::kMemory; }),
+            1u);
+  EXPECT_EQ(allocator->used(), 0u);
+  EXPECT_EQ(list.size(), 1u);
 }
 
 }  // namespace
