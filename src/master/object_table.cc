@@ -43,7 +43,9 @@ ObjectMeta ObjectTable::EraseLocked(Shard& shard, ObjectMap::iterator it) {
   if (!meta.group_id.empty()) {
     auto g = shard.groups.find(meta.group_id);
     if (g != shard.groups.end()) {
-      g->second.members.erase(std::string(it->first.str.view()));
+      // By view: the member set is transparent, no string is built to erase it.
+      auto m = g->second.members.find(it->first.str.view());
+      if (m != g->second.members.end()) g->second.members.erase(m);
       if (g->second.members.empty()) shard.groups.erase(g);
     }
   }
