@@ -231,7 +231,11 @@ TEST_F(TierMoveStreamTest, TheLinkFollowsARemountAfterExpiry) {
   SegmentLink link(*owner, *segment, options);
   ASSERT_TRUE(WaitUntil([&] { return link.connected(); }));
   const uint64_t first_id = owner->CurrentSegmentId(*segment);
-  ASSERT_TRUE(WaitUntil([&] { return server_->clients().size() == 0; }, Millis(5000)));
+  // The expiry drops the client first and unmounts its segments after: wait for both, or the
+  // re-mount below finds the old segment still there (and this silent client never retries).
+  ASSERT_TRUE(WaitUntil(
+      [&] { return server_->clients().size() == 0 && server_->master().segments().Count() == 0; },
+      Millis(5000)));
   ASSERT_TRUE(owner->Ping().ok());  // registers again and re-mounts under a new id
   const uint64_t second_id = owner->CurrentSegmentId(*segment);
   ASSERT_NE(second_id, first_id);
