@@ -4,9 +4,10 @@
 
 #include <cstdint>
 #include <cstring>
-#include <memory>
 #include <string>
 #include <string_view>
+
+#include "master/key_arena.h"
 
 namespace tierkv {
 
@@ -19,33 +20,23 @@ struct HashedKey {
   uint64_t hash;
 };
 
-// The bytes of a stored key in one heap block, its length first: 8 bytes in the entry instead
-// of a std::string's 32 (the table holds millions of keys). Never null while it holds a key.
+// A stored key: its record in the shard's KeyArena (which owns the bytes; ObjectMap stores and
+// frees them). 8 bytes in the entry instead of a std::string's 32. Null while it holds no key.
 class KeyBytes {
  public:
   KeyBytes() = default;
-  explicit KeyBytes(std::string_view s) : block_(new char[sizeof(uint32_t) + s.size()]) {
-    const auto n = static_cast<uint32_t>(s.size());
-    std::memcpy(block_.get(), &n, sizeof n);
-    if (!s.empty()) std::memcpy(block_.get() + sizeof n, s.data(), s.size());
-  }
+  explicit KeyBytes(const char* record) : record_(record) {}
 
-  bool holds() const { return block_ != nullptr; }
-  const char* data() const { return block_.get() + sizeof(uint32_t); }
-  size_t size() const {
-    uint32_t n;
-    std::memcpy(&n, block_.get(), sizeof n);
-    return n;
-  }
-  std::string_view view() const {
-    return block_ ? std::string_view(data(), size()) : std::string_view();
-  }
+  bool holds() const { return record_ != nullptr; }
+  std::string_view view() const { return record_ ? KeyArena::KeyOf(record_) : std::string_view(); }
+  const char* data() const { return view().data(); }
+  size_t size() const { return view().size(); }
   operator std::string_view() const { return view(); }  // NOLINT: a key reads as its bytes
-  // Where the bytes start, for prefetching (may be null).
-  const char* block() const { return block_.get(); }
+  // The record (header and bytes), for prefetching and freeing (may be null).
+  const char* block() const { return record_; }
 
  private:
-  std::unique_ptr<char[]> block_;
+  const char* record_ = nullptr;
 };
 
 // The key of an object entry: its bytes with their hash, so probes compare hashes before

@@ -40,7 +40,7 @@ std::pair<ObjectMap::iterator, bool> ObjectMap::emplace(std::string_view key, ui
     number = Allocate();
     ObjectEntry& e = entry(number);
     e.first.hash = hash;
-    e.first.str = KeyBytes(key);
+    e.first.str = KeyBytes(keys_.Store(key));
     e.second = std::move(meta);
     construct(number);
     inserted = true;
@@ -52,6 +52,7 @@ void ObjectMap::erase(iterator it) {
   const uint32_t n = it.number();
   ObjectEntry& e = entry(n);
   index_.erase(EntryAt{n, e.first.hash});
+  keys_.Free(e.first.str.block());
   e.first = StoredKey{};
   e.second = ObjectMeta{};
   if (index_.empty()) {
@@ -69,6 +70,7 @@ void ObjectMap::clear() {
   chunks_.shrink_to_fit();
   free_.clear();
   free_.shrink_to_fit();
+  keys_.Clear();
   used_ = 0;
 }
 
@@ -89,7 +91,7 @@ void ObjectMap::PrefetchKey(uint64_t hash) const {
   if (i == index_.end()) return;
   const KeyBytes& key = entry(*i).first.str;
   const char* p = key.block();
-  const size_t len = sizeof(uint32_t) + key.size();
+  const size_t len = KeyArena::RecordBytes(p);
   for (size_t off = 0; off < len && off < 256; off += 64) __builtin_prefetch(p + off);
   __builtin_prefetch(p + len - 1);
 }

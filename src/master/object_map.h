@@ -2,8 +2,8 @@
 // of objects (issue 26). Entries sit in a dense array of fixed-size chunks (no load-factor
 // slack, no allocation per entry, addresses that never move); an open-addressing index of
 // 4-byte entry numbers (absl's SwissTable, ~8 bytes per object at its load) finds them. A
-// lookup touches the index's control bytes and slot, the entry, and the key's bytes; a batch
-// prefetches each in turn (ObjectTable::ForEachKey).
+// lookup touches the index's control bytes and slot, the entry, and the key's bytes (packed in
+// the shard's KeyArena); a batch prefetches each in turn (ObjectTable::ForEachKey).
 //
 // Iteration runs over the entries in array order; erasing or inserting never invalidates an
 // iterator to another entry, nor references to entries. Not thread-safe: the shard's lock
@@ -184,6 +184,7 @@ class ObjectMap {
   std::vector<ObjectEntry*> chunks_;  // ChunkBytes(k) bytes each, from operator new
   uint32_t used_ = 0;                 // entries numbered below this have been allocated once
   std::vector<uint32_t> free_;        // erased entries, reused first
+  KeyArena keys_;                     // the entries' key bytes
 };
 
 }  // namespace tierkv
