@@ -24,7 +24,14 @@ bool SameLocation(const DiskLocation& a, const DiskLocation& b) {
 
 // What the owner reported on this link, to compare with the table at Finish.
 struct MasterService::IndexLink::Reported {
-  absl::flat_hash_map<uint64_t, uint64_t> memory;                            // offset -> put id
+  // Later links: offset -> put id of every memory entry. The first link needs the offsets only,
+  // to skip a repeated one: while they come in increasing order (a store reports in segment
+  // order) a repeat is the last one seen, and they are kept in `ordered_offsets`; the first
+  // offset out of order moves them into `memory` (a random insert per entry was a seventh of
+  // adopting millions).
+  absl::flat_hash_map<uint64_t, uint64_t> memory;
+  std::vector<uint64_t> ordered_offsets;
+  bool out_of_order = false;
   absl::flat_hash_map<std::string, std::pair<uint64_t, DiskLocation>> disk;  // key -> (put id, at)
   // First link only: the reported entries not adopted (what the owner must forget).
   std::vector<uint64_t> unadopted_memory;
@@ -78,7 +85,7 @@ void MasterService::IndexLink::Expect(uint64_t entries) {
   // allocation unit) and 16 Mi entries: past that the table grows as usual.
   const uint64_t cap = std::min(
       {entries, segment_->capacity / segment_->allocator->alignment() + 1024, uint64_t{16} << 20});
-  reported_->memory.reserve(reported_->memory.size() + cap);
+  reported_->ordered_offsets.reserve(reported_->ordered_offsets.size() + cap);
   const uint64_t per_shard =
       cap / master_.table_.num_shards() + cap / 16 / master_.table_.num_shards() + 16;
   for (uint32_t i = 0; i < master_.table_.num_shards(); ++i) {
@@ -108,7 +115,7 @@ void MasterService::IndexLink::Add(const std::vector<IndexEntry>& memory,
   };
   std::vector<const IndexEntry*> fresh;
   for (const IndexEntry& e : memory) {
-    if (!reported_->memory.emplace(e.offset, e.put_id).second) continue;  // one per offset
+    if (!FirstSeen(e)) continue;  // one per offset
     if (first()) fresh.push_back(&e);
   }
   std::vector<bool> adopted = adopt(fresh, /*on_disk=*/false);
@@ -135,6 +142,24 @@ void MasterService::IndexLink::Add(const std::vector<IndexEntry>& memory,
       reported_->unadopted_disk.push_back(DiskDrop{fresh[i]->key, fresh[i]->disk});
     }
   }
+}
+
+bool MasterService::IndexLink::FirstSeen(const IndexEntry& e) {
+  Reported& r = *reported_;
+  if (!first()) return r.memory.emplace(e.offset, e.put_id).second;
+  if (!r.out_of_order) {
+    if (r.ordered_offsets.empty() || e.offset > r.ordered_offsets.back()) {
+      r.ordered_offsets.push_back(e.offset);
+      return true;
+    }
+    if (e.offset == r.ordered_offsets.back()) return false;
+    r.out_of_order = true;
+    r.memory.reserve(r.ordered_offsets.size() * 2);
+    for (uint64_t offset : r.ordered_offsets) r.memory.emplace(offset, 0);
+    r.ordered_offsets.clear();
+    r.ordered_offsets.shrink_to_fit();
+  }
+  return r.memory.emplace(e.offset, e.put_id).second;
 }
 
 Result<SegmentRecovery> MasterService::IndexLink::Finish() {

@@ -156,6 +156,8 @@ class MasterService final : public MasterApi {
     struct Reported;
     IndexLink(MasterService& master, std::shared_ptr<const Segment> segment, uint64_t generation,
               bool discard);
+    // Whether no memory entry at e.offset came on this link before (records it).
+    bool FirstSeen(const IndexEntry& e);
     MasterService& master_;
     const std::shared_ptr<const Segment> segment_;
     const uint64_t generation_;

@@ -220,6 +220,57 @@ TEST_F(MasterRecoveryTest, AReportOfManyEntriesComesInSegmentOrderAndIsAdoptedWh
   EXPECT_EQ(b->Stats().groups, 3u);
 }
 
+TEST_F(MasterRecoveryTest, RepeatedAndOutOfOrderOffsetsAreAdoptedOnceAndNeverFreed) {
+  FakeStore store("store-a");
+  stores_ = {&store};
+  auto a = NewMaster();
+  store.MountOn(*a);
+  for (int i = 0; i < 4; ++i) {
+    Put(*a, store, "k" + std::to_string(i), Bytes(3000, static_cast<char>('a' + i)));
+  }
+  PumpAll();
+  const IndexReport report = store.index->Report();
+  ASSERT_EQ(report.memory.size(), 4u);
+  a.reset();
+
+  // A report whose parts repeat an offset (under another key) right after it and long after
+  // it, and go back in the segment: each offset is adopted once, for its first entry, and the
+  // repeats are neither adopted nor rejected (a rejected entry's range is freed on the store).
+  auto b = NewMaster();
+  MountOptions o;
+  o.index_stream = true;
+  auto mounted = b->MountSegment(store.name, kSegment, o);
+  ASSERT_TRUE(mounted.ok()) << mounted.status().ToString();
+  store.master = b.get();
+  store.id = *mounted;
+  auto opened = b->OpenIndexLink(store.id);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  store.link = std::move(opened).value();
+  auto ghost = [&](size_t i, const std::string& key) {
+    IndexEntry e = report.memory[i];
+    e.key = key;
+    return e;
+  };
+  const auto& m = report.memory;
+  store.link->Expect(7);
+  store.link->Add({m[0], m[1], ghost(1, "ghost-next")}, {});
+  store.link->Add({m[3], m[2], ghost(0, "ghost-back")}, {});
+  auto done = store.link->Finish();
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  store.Pump();
+  EXPECT_EQ(done->memory_replicas, 4u);
+  EXPECT_EQ(done->rejected, 0u);
+  for (const IndexEntry& e : m) {
+    auto got = b->GetReplicas({e.key});
+    ASSERT_TRUE(got[0].ok()) << e.key << ": " << got[0].status().ToString();
+    EXPECT_EQ(got[0]->replicas.at(0).offset, e.offset) << e.key;
+  }
+  EXPECT_FALSE(b->GetReplicas({"ghost-next"})[0].ok());
+  EXPECT_FALSE(b->GetReplicas({"ghost-back"})[0].ok());
+  // The store forgot none of the four.
+  EXPECT_EQ(store.index->Report().memory.size(), 4u);
+}
+
 TEST_F(MasterRecoveryTest, RecoveredObjectsAreNeitherEvictedNorRemovedForOneLeaseTtl) {
   FakeStore store("store-a");
   stores_ = {&store};
