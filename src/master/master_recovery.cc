@@ -92,6 +92,7 @@ void MasterService::IndexLink::Expect(uint64_t entries) {
     Shard& s = master_.table_.shard(i);
     std::lock_guard lock(s.mu);
     s.objects.reserve(s.objects.size() + per_shard);
+    s.objects.PrefaultEntries(cap / master_.table_.num_shards());
   }
 }
 

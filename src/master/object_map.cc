@@ -1,7 +1,10 @@
 #include "master/object_map.h"
 
+#include <algorithm>
 #include <new>
 #include <stdexcept>
+
+#include "common/prefault.h"
 
 namespace tierkv {
 
@@ -29,6 +32,20 @@ uint32_t ObjectMap::Allocate() {
   }
   new (&chunks_[k][used_ - ChunkStart(k)]) ObjectEntry();
   return used_++;
+}
+
+void ObjectMap::PrefaultEntries(size_t n) {
+  const uint64_t end = std::min<uint64_t>(uint64_t{used_} + n, kNone - 1);
+  for (uint64_t from = used_; from < end;) {
+    const auto k = ChunkOf(static_cast<uint32_t>(from));
+    if (k == chunks_.size()) {
+      chunks_.push_back(static_cast<ObjectEntry*>(::operator new(ChunkBytes(k))));
+    }
+    const uint64_t chunk_end = std::min(end, ChunkStart(k + 1));
+    PrefaultForWrite(&chunks_[k][from - ChunkStart(k)], (chunk_end - from) * sizeof(ObjectEntry),
+                     /*huge_pages=*/false);
+    from = chunk_end;
+  }
 }
 
 std::pair<ObjectMap::iterator, bool> ObjectMap::emplace(std::string_view key, uint64_t hash,

@@ -106,6 +106,10 @@ class ObjectMap {
   void clear();
   // Makes room in the index for `n` entries without rehashing on the way.
   void reserve(size_t n) { index_.reserve(n); }
+  // About `n` more entries are coming at once (a restart's adoption): the entries' memory for
+  // them is faulted in now, in one call per chunk (common/prefault.h), instead of a page fault
+  // per 4 KiB as each is first written.
+  void PrefaultEntries(size_t n);
 
   // The stages of a batch lookup's prefetch pipeline (ObjectTable::ForEachKey), each needing
   // the previous one's lines in cache: the index's control bytes and slot group, then the
