@@ -68,17 +68,25 @@ IndexReport SegmentIndex::Report(unsigned threads) {
   IndexReport report;
   {
     std::lock_guard lock(mu_);
-    report.memory.reserve(memory_.size());
+    // In segment order (the master re-takes the ranges one after another): the offsets sorted,
+    // then the entries copied in that order. Sorting the copied entries themselves (136 bytes
+    // each, strings inside) took longer than the copy at 10 M.
+    std::vector<uint64_t> offsets;
+    offsets.reserve(memory_.size());
+    for (const auto& [offset, e] : memory_) offsets.push_back(offset);
+    std::sort(offsets.begin(), offsets.end());
+    report.memory.reserve(offsets.size());
     // Millions of entries: faulting the buffer's pages in one call (huge pages, it is short-lived)
     // instead of one at a time was a third of the report's time at 10 M.
     PrefaultForWrite(report.memory.data(), report.memory.capacity() * sizeof(IndexEntry), true);
-    for (const auto& [offset, e] : memory_) report.memory.push_back(e);
+    constexpr size_t kAhead = 8;  // lookups in flight
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      if (i + kAhead < offsets.size()) memory_.prefetch(offsets[i + kAhead]);
+      report.memory.push_back(memory_.find(offsets[i])->second);
+    }
     report.disk.reserve(disk_.size());
     for (const auto& [key, e] : disk_) report.disk.push_back(e);
   }
-  // In segment order: the master re-takes the ranges one after another.
-  std::sort(report.memory.begin(), report.memory.end(),
-            [](const IndexEntry& a, const IndexEntry& b) { return a.offset < b.offset; });
   // Bytes first, without the lock (batches may be applied meanwhile; the master reconciles
   // whatever changes after the report).
   std::vector<uint8_t> ok(report.memory.size(), 0);
