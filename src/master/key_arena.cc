@@ -8,7 +8,9 @@
 namespace tierkv {
 
 char* KeyArena::Carve(uint32_t slot) {
-  if (slot > kFirstBlockBytes / 2) {  // a long key gets a block of its own (fits no block)
+  // A long key (past half the smallest block) gets a block of its own: any shorter one fits in
+  // a fresh block of any size.
+  if (slot > kFirstBlockBytes / 2) {
     char* own = static_cast<char*>(::operator new(slot));
     blocks_.emplace_back(own, slot);
     reserved_ += slot;

@@ -71,7 +71,7 @@ class KeyArena {
   }
   char* Carve(uint32_t slot);
 
-  // From operator new, with their sizes: kBlockBytes, or one long key's slot.
+  // From operator new, with their sizes: kFirstBlockBytes to kBlockBytes, or one long key's slot.
   std::vector<std::pair<char*, size_t>> blocks_;
   char* next_ = nullptr;  // the unused rest of the current block
   char* end_ = nullptr;
