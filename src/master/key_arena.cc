@@ -11,7 +11,7 @@ char* KeyArena::Carve(uint32_t slot) {
   // A long key (past half the smallest block) gets a block of its own: any shorter one fits in
   // a fresh block of any size.
   if (slot > kFirstBlockBytes / 2) {
-    char* own = static_cast<char*>(::operator new(slot));
+    char* own = static_cast<char*>(::operator new(slot, kBlockAlignment));
     blocks_.emplace_back(own, slot);
     reserved_ += slot;
     return own;
@@ -20,7 +20,7 @@ char* KeyArena::Carve(uint32_t slot) {
     // The current block's tail (shorter than this slot) stays unused. Blocks double from
     // kFirstBlockBytes (a small shard stays small) to kBlockBytes.
     const size_t bytes = std::clamp(reserved_, kFirstBlockBytes, kBlockBytes);
-    next_ = static_cast<char*>(::operator new(bytes));
+    next_ = static_cast<char*>(::operator new(bytes, kBlockAlignment));
     blocks_.emplace_back(next_, bytes);
     reserved_ += bytes;
     end_ = next_ + bytes;
@@ -46,22 +46,13 @@ const char* KeyArena::Store(std::string_view key) {
   } else {
     record = Carve(slot);
   }
-  if (key.size() < kLongMark) {
-    const auto n = static_cast<uint16_t>(key.size());
-    std::memcpy(record, &n, sizeof n);
-    if (!key.empty()) std::memcpy(record + 2, key.data(), key.size());
-  } else {
-    const auto n = static_cast<uint32_t>(key.size());
-    std::memcpy(record, &kLongMark, sizeof kLongMark);
-    std::memcpy(record + 2, &n, sizeof n);
-    std::memcpy(record + 6, key.data(), key.size());
-  }
+  if (!key.empty()) std::memcpy(record, key.data(), key.size());
   return record;
 }
 
-void KeyArena::Free(const char* record) {
-  char* slot_start = const_cast<char*>(record);  // the arena's own memory
-  const uint32_t slot = SlotBytes(LengthOf(record));
+void KeyArena::Free(const char* bytes, size_t length) {
+  char* slot_start = const_cast<char*>(bytes);  // the arena's own memory
+  const uint32_t slot = SlotBytes(length);
   char*& head = free_[slot];  // null when new
   std::memcpy(slot_start, &head, sizeof head);
   head = slot_start;
@@ -72,7 +63,7 @@ void KeyArena::Free(const char* record) {
 void KeyArena::Clear() {
   for (const auto& [block, bytes] : blocks_) {
     ASAN_UNPOISON_MEMORY_REGION(block, bytes);
-    ::operator delete(block);
+    ::operator delete(block, kBlockAlignment);
   }
   blocks_.clear();
   blocks_.shrink_to_fit();

@@ -72,7 +72,7 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
           return;
         }
         out.push_back(EvictionCandidate{
-            i, std::string(key.str.view()), false, SoftPinned(meta, now), meta.last_access, bytes,
+            i, std::string(key.view()), false, SoftPinned(meta, now), meta.last_access, bytes,
             static_cast<uint8_t>(ReuseClass(meta.reuse_references, meta.reuse_tail))});
         found += bytes;
         return;
@@ -193,7 +193,7 @@ uint64_t MasterService::EvictCandidate(const EvictionCandidate& c, SegmentId seg
       if (!meta.group_id.empty() && table_.ShardOf(key) != c.shard) {
         redirects.emplace_back(key, c.shard);
       }
-      if (reuse_) reuse_->OnEvict(c.shard, it->first.hash, meta, s.objects.size());
+      if (reuse_) reuse_->OnEvict(c.shard, it->first.hash(), meta, s.objects.size());
       table_.EraseLocked(s, it);  // frees the replicas' space (shard -> allocator order)
       ++objects;
     }

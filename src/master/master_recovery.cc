@@ -196,17 +196,17 @@ Result<SegmentRecovery> MasterService::IndexLink::Finish() {
             reported_->memory.erase(it);
             continue;
           }
-          IndexEntry e = IndexEntryOf(key.str.view(), meta);
+          IndexEntry e = IndexEntryOf(key.view(), meta);
           e.offset = r.allocation.offset();
           delta.commits.push_back(std::move(e));
         } else {
-          auto it = reported_->disk.find(absl::string_view(key.str.data(), key.str.size()));
+          auto it = reported_->disk.find(absl::string_view(key.data(), key.size()));
           if (it != reported_->disk.end() && it->second.first == meta.put_id &&
               SameLocation(it->second.second, r.disk)) {
             reported_->disk.erase(it);
             continue;
           }
-          IndexEntry e = IndexEntryOf(key.str.view(), meta);
+          IndexEntry e = IndexEntryOf(key.view(), meta);
           e.disk = r.disk;
           delta.disk_attached.push_back(std::move(e));
         }

@@ -161,7 +161,7 @@ Result<uint64_t> MasterService::RemoveMatching(const std::string* key_namespace,
   const SteadyTime now = options_.clock->Now();
   const uint64_t removed =
       EraseWhere(table_, [&](Shard& s, const StoredKey& key, const ObjectMeta& meta) {
-        std::string_view rest = key.str;
+        std::string_view rest = key.view();
         if (key_namespace != nullptr) {
           if (key_namespace->empty() ? (!rest.empty() && rest[0] == kKeyNamespaceMark)
                                      : !rest.starts_with(*key_namespace)) {

@@ -127,8 +127,8 @@ Status MasterService::UnmountSegment(SegmentId id) {
         continue;
       }
       if (!it->second.group_id.empty()) dead_groups.insert(it->second.group_id.str());
-      if (!it->second.group_id.empty() && table_.ShardOf(it->first.str) != i) {
-        redirects.emplace_back(it->first.str, i);
+      if (!it->second.group_id.empty() && table_.ShardOf(it->first.view()) != i) {
+        redirects.emplace_back(it->first.view(), i);
       }
       auto next = std::next(it);
       dropped.push_back(table_.EraseLocked(s, it));
@@ -630,7 +630,7 @@ std::vector<int> MasterService::ExistsOf(const Keys& keys) {
         ++grants;
         out[i] = 1;
       },
-      [](size_t) {});
+      [](size_t) {}, ObjectMap::EntryReads::kLease);
   lease_grants_.fetch_add(grants, std::memory_order_relaxed);
   return out;
 }
@@ -771,7 +771,8 @@ MasterStats MasterService::Stats(std::map<std::string, MasterStats>* by_tenant) 
     st.objects += s.objects.size();
     st.groups += s.groups.size();
     for (const auto& [key, meta] : s.objects) {
-      MasterStats* tenant = by_tenant ? &(*by_tenant)[std::string(TenantOfKey(key.str))] : nullptr;
+      MasterStats* tenant =
+          by_tenant ? &(*by_tenant)[std::string(TenantOfKey(key.view()))] : nullptr;
       if (tenant != nullptr) ++tenant->objects;
       if (meta.state == ObjectState::kPending) {
         ++st.pending_objects;

@@ -7,10 +7,14 @@
 #include <string>
 #include <string_view>
 
-#include "master/key_arena.h"
-
 namespace tierkv {
 
+// HashKey keeps this many bits of xxh3: the rest of a stored key's first 8 bytes hold its
+// length (StoredKey). 2^48 values leave collisions, which only cost a key comparison, as rare
+// as ever at any table size a master holds.
+inline constexpr int kKeyHashBits = 48;
+
+// The hash every table of keys probes with: xxh3's low kKeyHashBits bits.
 uint64_t HashKey(std::string_view key);
 
 // A key with its hash computed once: batch lookups pick the shard and probe the
@@ -20,30 +24,29 @@ struct HashedKey {
   uint64_t hash;
 };
 
-// A stored key: its record in the shard's KeyArena (which owns the bytes; ObjectMap stores and
-// frees them). 8 bytes in the entry instead of a std::string's 32. Null while it holds no key.
-class KeyBytes {
+// The key of an object entry: its hash and length in one word (probes compare hashes before
+// touching the key's bytes, a cache miss) and the address of its bytes, which the shard's
+// KeyArena owns (ObjectMap stores and frees them). 16 bytes, in the entry's first cache line.
+// Holds nothing (null bytes) until ObjectMap fills it.
+class StoredKey {
  public:
-  KeyBytes() = default;
-  explicit KeyBytes(const char* record) : record_(record) {}
+  static constexpr size_t kMaxLength = (size_t{1} << (64 - kKeyHashBits)) - 1;
 
-  bool holds() const { return record_ != nullptr; }
-  std::string_view view() const { return record_ ? KeyArena::KeyOf(record_) : std::string_view(); }
-  const char* data() const { return view().data(); }
-  size_t size() const { return view().size(); }
+  StoredKey() = default;
+  // `length` <= kMaxLength (ObjectMap checks); `hash` from HashKey.
+  StoredKey(uint64_t hash, const char* bytes, size_t length)
+      : hash_and_length_(hash | uint64_t{length} << kKeyHashBits), bytes_(bytes) {}
+
+  uint64_t hash() const { return hash_and_length_ & ((uint64_t{1} << kKeyHashBits) - 1); }
+  size_t size() const { return hash_and_length_ >> kKeyHashBits; }
+  bool holds() const { return bytes_ != nullptr; }
+  const char* data() const { return bytes_; }
+  std::string_view view() const { return std::string_view(bytes_, size()); }
   operator std::string_view() const { return view(); }  // NOLINT: a key reads as its bytes
-  // The record (header and bytes), for prefetching and freeing (may be null).
-  const char* block() const { return record_; }
 
  private:
-  const char* record_ = nullptr;
-};
-
-// The key of an object entry: its bytes with their hash, so probes compare hashes before
-// touching the key's bytes (a cache miss).
-struct StoredKey {
-  uint64_t hash = 0;
-  KeyBytes str;
+  uint64_t hash_and_length_ = 0;
+  const char* bytes_ = nullptr;
 };
 
 // Matches any stored key with this hash. Only for prefetching: it lets a batch

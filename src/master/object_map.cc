@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <new>
 #include <stdexcept>
+#include <string>
 
 #include "common/prefault.h"
 
@@ -14,7 +15,7 @@ ObjectMap::~ObjectMap() { clear(); }
 
 uint32_t ObjectMap::NextLive(uint32_t from) const {
   for (uint32_t n = from; n < used_; ++n) {
-    if (entry(n).first.str.holds()) return n;
+    if (entry(n).first.holds()) return n;
   }
   return kNone;
 }
@@ -50,14 +51,17 @@ void ObjectMap::PrefaultEntries(size_t n) {
 
 std::pair<ObjectMap::iterator, bool> ObjectMap::emplace(std::string_view key, uint64_t hash,
                                                         ObjectMeta meta) {
+  if (key.size() > StoredKey::kMaxLength) {
+    throw std::length_error("object key of " + std::to_string(key.size()) + " bytes (at most " +
+                            std::to_string(StoredKey::kMaxLength) + ")");
+  }
   const HashedKey hk{key, hash};
   bool inserted = false;
   uint32_t number = kNone;
   auto i = index_.lazy_emplace(hk, [&](const auto& construct) {
     number = Allocate();
     ObjectEntry& e = entry(number);
-    e.first.hash = hash;
-    e.first.str = KeyBytes(keys_.Store(key));
+    e.first = StoredKey(hash, keys_.Store(key), key.size());
     e.second = std::move(meta);
     construct(number);
     inserted = true;
@@ -68,8 +72,8 @@ std::pair<ObjectMap::iterator, bool> ObjectMap::emplace(std::string_view key, ui
 void ObjectMap::erase(iterator it) {
   const uint32_t n = it.number();
   ObjectEntry& e = entry(n);
-  index_.erase(EntryAt{n, e.first.hash});
-  keys_.Free(e.first.str.block());
+  index_.erase(EntryAt{n, e.first.hash()});
+  keys_.Free(e.first.data(), e.first.size());
   e.first = StoredKey{};
   e.second = ObjectMeta{};
   if (index_.empty()) {
@@ -91,26 +95,27 @@ void ObjectMap::clear() {
   used_ = 0;
 }
 
-void ObjectMap::PrefetchEntry(uint64_t hash) const {
+void ObjectMap::PrefetchEntry(uint64_t hash, EntryReads reads) const {
   auto i = index_.find(SlotProbe{hash});
   if (i == index_.end()) return;
-  // The key's hash and block pointer and the metadata a lookup reads (ObjectMeta's fields up
-  // to `replicas`).
+  // The key's hash and address and the metadata the lookup reads (ObjectMeta's field order).
   const ObjectEntry& e = entry(*i);
   const char* p = reinterpret_cast<const char*>(&e);
-  const char* hot_end = reinterpret_cast<const char*>(&e.second.replicas + 1);
-  for (; p < hot_end; p += 64) __builtin_prefetch(p, 1);
-  __builtin_prefetch(hot_end - 1, 1);
+  const char* end = reads == EntryReads::kLease
+                        ? reinterpret_cast<const char*>(&e.second.group_id + 1)
+                        : reinterpret_cast<const char*>(&e.second.replicas + 1);
+  for (; p < end; p += 64) __builtin_prefetch(p, 1);
+  __builtin_prefetch(end - 1, 1);
 }
 
 void ObjectMap::PrefetchKey(uint64_t hash) const {
   auto i = index_.find(HashOnly{hash});
   if (i == index_.end()) return;
-  const KeyBytes& key = entry(*i).first.str;
-  const char* p = key.block();
-  const size_t len = KeyArena::RecordBytes(p);
+  const StoredKey& key = entry(*i).first;
+  const char* p = key.data();
+  const size_t len = key.size();
   for (size_t off = 0; off < len && off < 256; off += 64) __builtin_prefetch(p + off);
-  __builtin_prefetch(p + len - 1);
+  if (len > 0) __builtin_prefetch(p + len - 1);
 }
 
 }  // namespace tierkv

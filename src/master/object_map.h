@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "master/key_arena.h"
 #include "master/object_key.h"
 #include "master/object_meta.h"
 
@@ -111,11 +112,14 @@ class ObjectMap {
   // per 4 KiB as each is first written.
   void PrefaultEntries(size_t n);
 
+  // How much of an entry a batch lookup reads, so that its prefetch brings in that much only:
+  // the key and the lease (exists), or on up to the replicas (get).
+  enum class EntryReads { kLease, kReplicas };
   // The stages of a batch lookup's prefetch pipeline (ObjectTable::ForEachKey), each needing
   // the previous one's lines in cache: the index's control bytes and slot group, then the
   // entry the most likely slot names, then the key bytes of the entry whose hash matches.
   void PrefetchIndex(uint64_t hash) const { index_.prefetch(HashOnly{hash}); }
-  void PrefetchEntry(uint64_t hash) const;
+  void PrefetchEntry(uint64_t hash, EntryReads reads) const;
   void PrefetchKey(uint64_t hash) const;
 
  private:
@@ -135,7 +139,7 @@ class ObjectMap {
   struct IndexHash {
     using is_transparent = void;
     const ObjectMap* map;
-    size_t operator()(uint32_t n) const { return map->entry(n).first.hash; }
+    size_t operator()(uint32_t n) const { return map->entry(n).first.hash(); }
     size_t operator()(const HashedKey& k) const { return k.hash; }
     size_t operator()(HashOnly k) const { return k.hash; }
     size_t operator()(SlotProbe k) const { return k.hash; }
@@ -148,9 +152,9 @@ class ObjectMap {
     bool operator()(uint32_t a, uint32_t b) const { return a == b; }
     bool operator()(const HashedKey& k, uint32_t n) const {
       const StoredKey& s = map->entry(n).first;
-      return s.hash == k.hash && s.str.view() == k.key;
+      return s.hash() == k.hash && s.view() == k.key;
     }
-    bool operator()(HashOnly k, uint32_t n) const { return map->entry(n).first.hash == k.hash; }
+    bool operator()(HashOnly k, uint32_t n) const { return map->entry(n).first.hash() == k.hash; }
     bool operator()(SlotProbe, uint32_t) const { return true; }
     bool operator()(EntryAt k, uint32_t n) const { return k.number == n; }
     template <typename K>

@@ -118,9 +118,10 @@ struct PendingVersion {
   SteadyTime put_started{};
 };
 
-// Field order matters: an entry holds the key and this struct, and a lookup (exists, lease,
-// get) reads only the fields up to `replicas`, which sit next to the key so that it touches
-// three or four of the entry's cache lines instead of all of them.
+// Field order matters: an entry holds the key and this struct. A lease (exists) reads and
+// writes only the fields up to `group_id`, right after the key, so it touches the entry's first
+// 48 bytes (one or two cache lines; the reuse policy reads the next 16 too); a get reads on
+// up to `replicas` (ObjectMap::EntryReads).
 struct ObjectMeta {
   ObjectState state = ObjectState::kPending;
   bool soft_pin = false;
@@ -131,16 +132,16 @@ struct ObjectMeta {
   bool confirm_all = false;
   // Kept for eviction policies that learn reuse (ReuseTracker, src/master/reuse_policy.h): how
   // often the object was referenced, whether it is a tail chunk, and until when further
-  // references count as the last one.
+  // references count as the last one (reuse_references, reuse_until below).
   bool reuse_tail = false;
+  SteadyTime lease_deadline{};  // ungrouped objects; groups lease in GroupMeta
+  SteadyTime last_access{};
+  GroupName group_id;
   uint32_t reuse_references = 0;
   uint32_t disk_hits = 0;  // reads served from disk since it was last in memory
   SteadyTime reuse_until{};
   // When soft_pin lapses (SteadyTime{}: never; SoftPinned below reads both).
   SteadyTime soft_pin_until{};
-  SteadyTime lease_deadline{};  // ungrouped objects; groups lease in GroupMeta
-  SteadyTime last_access{};
-  GroupName group_id;
   uint64_t size = 0;
   uint64_t checksum = 0;
   ReplicaList replicas;

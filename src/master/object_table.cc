@@ -8,7 +8,9 @@
 
 namespace tierkv {
 
-uint64_t HashKey(std::string_view key) { return XXH3_64bits(key.data(), key.size()); }
+uint64_t HashKey(std::string_view key) {
+  return XXH3_64bits(key.data(), key.size()) & ((uint64_t{1} << kKeyHashBits) - 1);
+}
 
 IndexEntry IndexEntryOf(std::string_view key, const ObjectMeta& meta) {
   IndexEntry e;
@@ -44,7 +46,7 @@ ObjectMeta ObjectTable::EraseLocked(Shard& shard, ObjectMap::iterator it) {
     auto g = shard.groups.find(meta.group_id);
     if (g != shard.groups.end()) {
       // By view: the member set is transparent, no string is built to erase it.
-      auto m = g->second.members.find(it->first.str.view());
+      auto m = g->second.members.find(it->first.view());
       if (m != g->second.members.end()) g->second.members.erase(m);
       if (g->second.members.empty()) shard.groups.erase(g);
     }

@@ -89,8 +89,9 @@ class ObjectTable {
     return ShardOfHash(HashKey(key_or_group));
   }
   uint32_t ShardOfHash(uint64_t hash) const {
-    // High bits pick the shard; the tables probe with the low ones.
-    return static_cast<uint32_t>((hash >> 40) % shards_.size());
+    // The hash's 16 high bits pick the shard (up to 4,096 of them); the tables probe with the
+    // low ones.
+    return static_cast<uint32_t>((hash >> (kKeyHashBits - 16)) % shards_.size());
   }
   uint32_t HomeShard(std::string_view key, std::string_view group) const {
     return ShardOf(group.empty() ? key : group);
@@ -108,9 +109,11 @@ class ObjectTable {
   // !skip[i] whose key exists, under its home shard's lock, and
   // missing(i) for the rest. Keys are grouped by shard (one lock per shard)
   // and probed with prefetching, so a batch overlaps its cache misses.
-  // Keys: any random-access container of strings or string_views.
+  // Keys: any random-access container of strings or string_views. `reads`: how much of each
+  // entry fn reads (what the pipeline prefetches).
   template <typename Keys, typename Fn, typename Missing>
-  void ForEachKey(const Keys& keys, const std::vector<bool>& skip, Fn&& fn, Missing&& missing);
+  void ForEachKey(const Keys& keys, const std::vector<bool>& skip, Fn&& fn, Missing&& missing,
+                  ObjectMap::EntryReads reads = ObjectMap::EntryReads::kReplicas);
 
   // Erases `key` from `shard` (which the caller has locked) and its group
   // membership; returns the ObjectMeta so the caller can drop it (freeing its
@@ -153,7 +156,7 @@ bool ObjectTable::WithObject(std::string_view key, Fn&& fn) {
 
 template <typename Keys, typename Fn, typename Missing>
 void ObjectTable::ForEachKey(const Keys& keys, const std::vector<bool>& skip, Fn&& fn,
-                             Missing&& missing) {
+                             Missing&& missing, ObjectMap::EntryReads reads) {
   const size_t n = keys.size();
   const uint32_t num = num_shards();
   std::vector<uint64_t> hashes(n);
@@ -174,8 +177,8 @@ void ObjectTable::ForEachKey(const Keys& keys, const std::vector<bool>& skip, Fn
   std::vector<std::pair<size_t, uint32_t>> redirected;  // (key index, home shard)
   // Four-stage pipeline per shard, in blocks of keys, each stage's misses overlapping within its
   // block: prefetch the index's control bytes and slots for block b+3; from them, prefetch
-  // the entry each key of block b+2 most likely names (its hash, key pointer and hot
-  // metadata); in block b+1 find each key's entry by hash (now in cache) and prefetch its key
+  // the entry each key of block b+2 most likely names (its hash, key address and the metadata
+  // fn reads); in block b+1 find each key's entry by hash (now in cache) and prefetch its key
   // bytes; then look up block b with everything in cache.
   constexpr uint32_t kBlock = 8;
   for (uint32_t s = 0; s < num; ++s) {
@@ -190,7 +193,7 @@ void ObjectTable::ForEachKey(const Keys& keys, const std::vector<bool>& skip, Fn
     };
     auto prefetch_slots = [&](uint32_t from) {
       for (uint32_t j = from; j < std::min(end, from + kBlock); ++j) {
-        sh.objects.PrefetchEntry(hashes[order[j]]);
+        sh.objects.PrefetchEntry(hashes[order[j]], reads);
       }
     };
     auto prefetch_keys = [&](uint32_t from) {

@@ -28,8 +28,8 @@ TEST(ObjectMapTest, FindsWhatItHoldsAndNothingElse) {
   EXPECT_EQ(map.begin(), map.end());
   auto [it, inserted] = map.emplace("a", MetaOf(1));
   EXPECT_TRUE(inserted);
-  EXPECT_EQ(it->first.str.view(), "a");
-  EXPECT_EQ(it->first.hash, HashKey("a"));
+  EXPECT_EQ(it->first.view(), "a");
+  EXPECT_EQ(it->first.hash(), HashKey("a"));
   EXPECT_EQ(it->second.size, 1u);
   // A second emplace of the same key keeps the first metadata.
   auto [again, inserted_again] = map.emplace("a", MetaOf(2));
@@ -71,12 +71,12 @@ TEST(ObjectMapTest, MatchesAModelOverRandomInsertsAndErases) {
     auto it = map.find(key);
     ASSERT_NE(it, map.end()) << key;
     EXPECT_EQ(it->second.size, size);
-    EXPECT_EQ(it->first.str.view(), key);
+    EXPECT_EQ(it->first.view(), key);
   }
   // Iteration visits every entry once.
   std::map<std::string, uint64_t> seen;
   for (const auto& [key, meta] : map) {
-    EXPECT_TRUE(seen.emplace(std::string(key.str.view()), meta.size).second);
+    EXPECT_TRUE(seen.emplace(std::string(key.view()), meta.size).second);
   }
   EXPECT_EQ(seen, model);
 }
@@ -105,7 +105,7 @@ TEST(ObjectMapTest, ResumesAWalkFromAnEntryNumber) {
   auto it = map.begin();
   for (int k = 0; k < 40; ++k) ++it;
   const uint32_t cursor = it.number();
-  map.erase(map.find(std::string(it->first.str.view())));
+  map.erase(map.find(std::string(it->first.view())));
   // The entry the cursor named is gone: the walk resumes at the next one.
   auto resumed = map.from(cursor);
   ASSERT_NE(resumed, map.end());
@@ -131,13 +131,14 @@ TEST(ObjectMapTest, ErasingTheLastEntryGivesItsMemoryBack) {
 TEST(ObjectMapTest, PrefetchesAreHarmlessForPresentAndAbsentKeys) {
   ObjectMap map;
   map.PrefetchIndex(HashKey("a"));
-  map.PrefetchEntry(HashKey("a"));
+  map.PrefetchEntry(HashKey("a"), ObjectMap::EntryReads::kLease);
+  map.PrefetchEntry(HashKey("a"), ObjectMap::EntryReads::kReplicas);
   map.PrefetchKey(HashKey("a"));
   for (uint64_t i = 0; i < 1000; ++i) map.emplace(KeyOf(i), MetaOf(i));
   for (uint64_t i = 0; i < 2000; ++i) {
     const uint64_t h = HashKey(KeyOf(i));
     map.PrefetchIndex(h);
-    map.PrefetchEntry(h);
+    map.PrefetchEntry(h, ObjectMap::EntryReads::kReplicas);
     map.PrefetchKey(h);
   }
   EXPECT_EQ(map.size(), 1000u);
