@@ -76,6 +76,7 @@ struct ScaleRow {
   double put_keys_per_s = 0;
   double exist_keys_per_s = 0;
   double get_keys_per_s = 0;
+  std::vector<double> exist_rates, get_rates;  // per rep, in rep order
   std::optional<double> evict_us_per_object;
   std::optional<double> recovery_s;
 };
@@ -346,6 +347,8 @@ Status RunMetadataScaleBench(const MetadataBenchOptions& options) {
   for (auto& f : filled) {
     f->row.exist_keys_per_s = Median(f->exist_rates);
     f->row.get_keys_per_s = Median(f->get_rates);
+    f->row.exist_rates = f->exist_rates;
+    f->row.get_rates = f->get_rates;
     if (remote) {
       (void)f->remote->UnmountSegment(f->segment);
       f->remote.reset();
@@ -380,7 +383,9 @@ Status RunMetadataScaleBench(const MetadataBenchOptions& options) {
         .Add("bytes_per_object", Round3(row.bytes_per_object))
         .Add("put_keys_per_s", std::llround(row.put_keys_per_s))
         .Add("exist_keys_per_s", std::llround(row.exist_keys_per_s))
-        .Add("get_keys_per_s", std::llround(row.get_keys_per_s));
+        .Add("get_keys_per_s", std::llround(row.get_keys_per_s))
+        .Add("exist_rates", row.exist_rates)
+        .Add("get_rates", row.get_rates);
     if (!remote) {
       line.Add("evict_us_per_object", Round3(*row.evict_us_per_object))
           .Add("recovery_s", Round3(recoveries[k].total))

@@ -41,7 +41,7 @@ std::vector<Status> MasterService::ClearReplicas(const std::vector<std::string>&
     std::optional<ObjectMeta> removed;  // freed after the shard lock is released
     uint32_t home = 0;
     table_.WithObject(key, [&](uint32_t idx, Shard& s, ObjectMeta& meta) {
-      if (meta.state != ObjectState::kComplete || meta.next || meta.demoting) {
+      if (meta.state != ObjectState::kComplete || meta.next() || meta.demoting) {
         result = Status(ErrorCode::REPLICA_IS_NOT_READY,
                         "a put, upsert or tier move of " + key + " is in progress");
         return;

@@ -68,7 +68,7 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
       if (meta.group_id.empty()) {
         const uint64_t bytes = BytesOnSegment(meta, segment);
         if (bytes == 0 || meta.state != ObjectState::kComplete || meta.hard_pin || meta.demoting ||
-            meta.next || IsLeased(s, meta, now)) {
+            meta.next() || IsLeased(s, meta, now)) {
           return;
         }
         out.push_back(EvictionCandidate{
@@ -86,7 +86,7 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
         auto it = s.objects.find(member);
         if (it == s.objects.end()) continue;
         const ObjectMeta& m = it->second;
-        if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting || m.next ||
+        if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting || m.next() ||
             m.lease_deadline > now) {
           return;
         }
@@ -150,7 +150,7 @@ uint64_t MasterService::EvictCandidate(const EvictionCandidate& c, SegmentId seg
       const ObjectMeta& m = it->second;
       // Put again into a group since collection: evicting it alone would split the group.
       if (!m.group_id.empty()) return 0;
-      if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting || m.next ||
+      if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting || m.next() ||
           IsLeased(s, m, now)) {
         return 0;
       }
@@ -162,7 +162,7 @@ uint64_t MasterService::EvictCandidate(const EvictionCandidate& c, SegmentId seg
         auto it = s.objects.find(member);
         if (it == s.objects.end()) continue;
         const ObjectMeta& m = it->second;
-        if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting || m.next ||
+        if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting || m.next() ||
             m.lease_deadline > now) {
           return 0;
         }

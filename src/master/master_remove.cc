@@ -38,7 +38,7 @@ Status MasterService::RemoveOne(const std::string& key, bool force,
   uint32_t home = 0;
   const SteadyTime now = options_.clock->Now();
   table_.WithObject(key, [&](uint32_t idx, Shard& s, ObjectMeta& meta) {
-    if (meta.state != ObjectState::kComplete || meta.next) {
+    if (meta.state != ObjectState::kComplete || meta.next()) {
       result =
           Status(ErrorCode::REPLICA_IS_NOT_READY, "a put or upsert of " + key + " is in progress");
     } else if (!force && IsLeased(s, meta, now)) {
@@ -130,7 +130,7 @@ uint64_t MasterService::RemoveAll(bool force) {
   const SteadyTime now = options_.clock->Now();
   const uint64_t removed =
       EraseWhere(table_, [&](Shard& s, const StoredKey&, const ObjectMeta& meta) {
-        return meta.state == ObjectState::kComplete && !meta.next &&
+        return meta.state == ObjectState::kComplete && !meta.next() &&
                (force || !IsLeased(s, meta, now)) && meta.held_until <= now;
       });
   removes_.fetch_add(removed, std::memory_order_relaxed);
@@ -169,7 +169,7 @@ Result<uint64_t> MasterService::RemoveMatching(const std::string* key_namespace,
           }
           rest.remove_prefix(key_namespace->size());
         }
-        return meta.state == ObjectState::kComplete && !meta.next &&
+        return meta.state == ObjectState::kComplete && !meta.next() &&
                (force || !IsLeased(s, meta, now)) && meta.held_until <= now &&
                RE2::PartialMatch(re2::StringPiece(rest.data(), rest.size()), re);
       });

@@ -27,7 +27,7 @@ void NotePending(Shard& s, const std::string& key) {
   if (s.pending_keys.size() < s.pending_compact_at) return;
   std::erase_if(s.pending_keys, [&](const std::string& k) {
     auto it = s.objects.find(k);
-    return it == s.objects.end() || (it->second.state != ObjectState::kPending && !it->second.next);
+    return it == s.objects.end() || (it->second.state != ObjectState::kPending && !it->second.next());
   });
   s.pending_compact_at = std::max<size_t>(1024, 2 * s.pending_keys.size());
 }
@@ -118,9 +118,10 @@ Status MasterService::UnmountSegment(SegmentId id) {
     for (auto it = s.objects.begin(); it != s.objects.end();) {
       auto& reps = it->second.replicas;
       EraseReplicasIf(reps, on_segment);
-      if (auto& next = it->second.next; next) {
+      if (PendingVersion* next = it->second.next(); next) {
         EraseReplicasIf(next->replicas, on_segment);
-        if (next->replicas.empty()) next.reset();  // the upsert lost its space: its end fails
+        // The upsert lost its space: its end fails.
+        if (next->replicas.empty()) it->second.set_next(nullptr);
       }
       if (!reps.empty()) {
         ++it;
@@ -315,7 +316,7 @@ Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64
     meta.put_id = next_put_id_.fetch_add(1, std::memory_order_relaxed);
     meta.state = ObjectState::kPending;
     meta.soft_pin = config.with_soft_pin;
-    meta.soft_pin_until = SoftPinDeadline(config, now);
+    meta.set_soft_pin_until(SoftPinDeadline(config, now));
     meta.hard_pin = config.with_hard_pin;
     meta.group_id = group;
     meta.put_started = now;
@@ -353,7 +354,7 @@ Result<PutStartResult> MasterService::UpsertStartOne(const std::string& key, uin
   for (int attempt = 0; attempt < 8; ++attempt) {
     Result<PutStartResult> result(ErrorCode::INTERNAL_ERROR, "upsert of " + key);
     const bool found = table_.WithObject(key, [&](uint32_t, Shard& s, ObjectMeta& meta) {
-      if (meta.state != ObjectState::kComplete || meta.next) {
+      if (meta.state != ObjectState::kComplete || meta.next()) {
         result = Status(ErrorCode::REPLICA_IS_NOT_READY,
                         "a put or upsert of " + key + " is in progress");
         return;
@@ -385,7 +386,7 @@ Result<PutStartResult> MasterService::UpsertStartOne(const std::string& key, uin
             ReplicaLocation{p.segment, ReplicaTier::kMemory, p.allocation.offset(), size});
         next->replicas.push_back(Replica{p.segment, ReplicaTier::kMemory, std::move(p.allocation)});
       }
-      meta.next = std::move(next);
+      meta.set_next(std::move(next));
       NotePending(s, key);
       result = std::move(out);
     });
@@ -474,15 +475,15 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
   uint32_t home = 0;
   const SteadyTime now = options_.clock->Now();
   table_.WithObject(key, [&](uint32_t idx, Shard& s, ObjectMeta& meta) {
-    if (meta.next && meta.next->put_id == put_id) {
+    if (meta.next() && meta.next()->put_id == put_id) {
       if (kind == EndKind::kRevoke) {
-        dropped_next = std::move(meta.next);
+        dropped_next = meta.take_next();
         result = Status::Ok();
         return;
       }
       // Publish the new version in one step under the shard lock. Readers that asked before
       // hold a lease on the old replicas: those stay allocated until it ends.
-      std::unique_ptr<PendingVersion> next = std::move(meta.next);
+      std::unique_ptr<PendingVersion> next = meta.take_next();
       ReplicaList old = std::move(meta.replicas);
       const SteadyTime old_lease = LeaseDeadline(s, meta);
       const uint64_t old_put_id = meta.put_id;
@@ -491,10 +492,10 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
       meta.checksum = checksum;
       meta.put_id = next->put_id;
       meta.soft_pin = next->soft_pin;
-      meta.soft_pin_until = next->soft_pin_until;
+      meta.set_soft_pin_until(next->soft_pin_until);
       meta.hard_pin = next->hard_pin;
       meta.disk_hits = 0;
-      meta.promotion_id = 0;  // a promotion of the old version no longer applies
+      meta.set_promotion_id(0);  // a promotion of the old version no longer applies
       meta.last_access = now;
       // Under the shard lock, before the old version's free (Retire, or the end of its last
       // lease): the owners' indexes learn the new version first, so a restart in between finds
@@ -737,13 +738,13 @@ uint64_t MasterService::ReclaimAbandonedPuts() {
         ++count;
         continue;
       }
-      if (!meta.next) continue;  // its put or upsert ended
-      if (meta.next->put_started + options_.put_timeout > now) {
+      if (!meta.next()) continue;  // its put or upsert ended
+      if (meta.next()->put_started + options_.put_timeout > now) {
         s.pending_keys.push_back(std::move(key));
         continue;
       }
-      spdlog::warn("reclaiming abandoned upsert of {} ({} bytes)", key, meta.next->size);
-      stale.push_back(std::move(meta.next));
+      spdlog::warn("reclaiming abandoned upsert of {} ({} bytes)", key, meta.next()->size);
+      stale.push_back(meta.take_next());
       ++count;
     }
     // Replaced versions whose last lease has ended.

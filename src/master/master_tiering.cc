@@ -29,11 +29,11 @@ std::vector<Result<PutStartResult>> MasterService::PromoteStart(
           !meta.replicas.empty() &&
           std::all_of(meta.replicas.begin(), meta.replicas.end(),
                       [](const Replica& rep) { return rep.tier == ReplicaTier::kDisk; });
-      if (meta.promotion_id != 0) {
+      if (meta.promotion_id() != 0) {
         std::lock_guard lock(promotions_mu_);
-        if (!promotions_.contains(meta.promotion_id)) meta.promotion_id = 0;  // reclaimed
+        if (!promotions_.contains(meta.promotion_id())) meta.set_promotion_id(0);  // reclaimed
       }
-      if (meta.state != ObjectState::kComplete || !disk_only || meta.promotion_id != 0) {
+      if (meta.state != ObjectState::kComplete || !disk_only || meta.promotion_id() != 0) {
         r = Result<PutStartResult>(ErrorCode::NO_AVAILABLE_HANDLE, "not a promotion candidate");
         return;
       }
@@ -61,7 +61,7 @@ std::vector<Result<PutStartResult>> MasterService::PromoteStart(
         std::lock_guard lock(promotions_mu_);
         promotions_.emplace(res.put_id, std::move(promotion));
       }
-      meta.promotion_id = res.put_id;
+      meta.set_promotion_id(res.put_id);
       r = std::move(res);
     });
     out.push_back(std::move(r));
@@ -92,8 +92,8 @@ std::vector<Status> MasterService::PromoteEnd(const std::vector<std::string>& ke
     }
     Status st(ErrorCode::OBJECT_NOT_FOUND, "no promotion of " + keys[i]);
     table_.WithObject(keys[i], [&](uint32_t, Shard&, ObjectMeta& meta) {
-      if (meta.promotion_id != promotion_ids[i]) return;
-      meta.promotion_id = 0;
+      if (meta.promotion_id() != promotion_ids[i]) return;
+      meta.set_promotion_id(0);
       if (!taken) return;  // reclaimed after put_timeout
       st = Status::Ok();
       if (!ok[i]) return;

@@ -140,29 +140,73 @@ struct ObjectMeta {
   uint32_t reuse_references = 0;
   uint32_t disk_hits = 0;  // reads served from disk since it was last in memory
   SteadyTime reuse_until{};
-  // When soft_pin lapses (SteadyTime{}: never; SoftPinned below reads both).
-  SteadyTime soft_pin_until{};
   uint64_t size = 0;
   uint64_t checksum = 0;
   ReplicaList replicas;
   // Colder: puts, tier moves, recovery.
   uint64_t put_id = 0;  // PutEnd/PutRevoke must name the put that created it
-  // A promotion (copy back from disk) in flight, 0 = none. Its memory range is held by the
-  // master's promotion table, not here, so removing the object meanwhile cannot free a
-  // range a requester is still writing.
-  uint64_t promotion_id = 0;
   SteadyTime put_started{};
   // Rebuilt from a store's index by restart recovery: not removed, even by a forced Remove,
   // before this (readers may still hold leases the previous master granted).
   SteadyTime held_until{};
+
+  // The rare state, kept out of line (ObjectExtras): read and set through these.
+  // When soft_pin lapses (SteadyTime{}: never; SoftPinned below reads both).
+  SteadyTime soft_pin_until() const { return extras_ ? extras_->soft_pin_until : SteadyTime{}; }
+  void set_soft_pin_until(SteadyTime t) {
+    if (t == SteadyTime{} && !extras_) return;
+    Extras().soft_pin_until = t;
+    Trim();
+  }
+  // A promotion (copy back from disk) in flight, 0 = none. Its memory range is held by the
+  // master's promotion table, not here, so removing the object meanwhile cannot free a
+  // range a requester is still writing.
+  uint64_t promotion_id() const { return extras_ ? extras_->promotion_id : 0; }
+  void set_promotion_id(uint64_t id) {
+    if (id == 0 && !extras_) return;
+    Extras().promotion_id = id;
+    Trim();
+  }
   // An upsert in flight (at most one): the object is not evicted, removed or upserted again
   // meanwhile. Null otherwise.
-  std::unique_ptr<PendingVersion> next;
+  PendingVersion* next() const { return extras_ ? extras_->next.get() : nullptr; }
+  void set_next(std::unique_ptr<PendingVersion> version) {
+    if (!version && !extras_) return;
+    Extras().next = std::move(version);
+    Trim();
+  }
+  // Ends the upsert's ownership here: the caller frees it (outside the shard lock).
+  std::unique_ptr<PendingVersion> take_next() {
+    if (!extras_) return nullptr;
+    std::unique_ptr<PendingVersion> version = std::move(extras_->next);
+    Trim();
+    return version;
+  }
+
+ private:
+  // Fields almost every object leaves at their defaults: 8 bytes in the entry instead of 24.
+  struct ObjectExtras {
+    SteadyTime soft_pin_until{};
+    uint64_t promotion_id = 0;
+    std::unique_ptr<PendingVersion> next;
+  };
+  ObjectExtras& Extras() {
+    if (!extras_) extras_ = std::make_unique<ObjectExtras>();
+    return *extras_;
+  }
+  // Frees the block once every field is back at its default.
+  void Trim() {
+    if (extras_->soft_pin_until == SteadyTime{} && extras_->promotion_id == 0 && !extras_->next) {
+      extras_.reset();
+    }
+  }
+  std::unique_ptr<ObjectExtras> extras_;
 };
 
 // Whether `meta`'s soft pin still holds at `now` (its TTL, if any, not yet run out).
 inline bool SoftPinned(const ObjectMeta& meta, SteadyTime now) {
-  return meta.soft_pin && (meta.soft_pin_until == SteadyTime{} || now < meta.soft_pin_until);
+  const SteadyTime until = meta.soft_pin_until();
+  return meta.soft_pin && (until == SteadyTime{} || now < until);
 }
 
 }  // namespace tierkv
