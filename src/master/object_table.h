@@ -175,44 +175,32 @@ void ObjectTable::ForEachKey(const Keys& keys, const std::vector<bool>& skip, Fn
     }
   }
   std::vector<std::pair<size_t, uint32_t>> redirected;  // (key index, home shard)
-  // Four-stage pipeline per shard, in blocks of keys, each stage's misses overlapping within its
-  // block: prefetch the index's control bytes and slots for block b+3; from them, prefetch
-  // the entry each key of block b+2 most likely names (its hash, key address and the metadata
-  // fn reads); in block b+1 find each key's entry by hash (now in cache) and prefetch its key
-  // bytes; then look up block b with everything in cache.
-  constexpr uint32_t kBlock = 8;
+  // Four-stage pipeline per shard, one key per stage per step so that the misses in flight stay
+  // even (bursts of prefetches stall once the core's miss buffers are full): at key j, prefetch
+  // the index's control bytes and slot group for key j+3D; from them, the entry key j+2D most
+  // likely names (its hash, key address and the metadata fn reads); for key j+D, find its
+  // entry by hash (now in cache) and prefetch its key bytes; then look up key j with
+  // everything in cache.
+  constexpr uint32_t kDistance = 8;
   for (uint32_t s = 0; s < num; ++s) {
     const uint32_t begin = count[s], end = count[s + 1];
     if (begin == end) continue;
     Shard& sh = *shards_[s];
     std::lock_guard lock(sh.mu);
-    auto prefetch_ctrl = [&](uint32_t from) {
-      for (uint32_t j = from; j < std::min(end, from + kBlock); ++j) {
-        sh.objects.PrefetchIndex(hashes[order[j]]);
-      }
-    };
-    auto prefetch_slots = [&](uint32_t from) {
-      for (uint32_t j = from; j < std::min(end, from + kBlock); ++j) {
-        sh.objects.PrefetchEntry(hashes[order[j]], reads);
-      }
-    };
-    auto prefetch_keys = [&](uint32_t from) {
-      for (uint32_t j = from; j < std::min(end, from + kBlock); ++j) {
-        sh.objects.PrefetchKey(hashes[order[j]]);
-      }
-    };
-    prefetch_ctrl(begin);
-    prefetch_ctrl(begin + kBlock);
-    prefetch_ctrl(begin + 2 * kBlock);
-    prefetch_slots(begin);
-    prefetch_slots(begin + kBlock);
-    prefetch_keys(begin);
+    for (uint32_t j = begin; j < std::min(end, begin + 3 * kDistance); ++j) {
+      sh.objects.PrefetchIndex(hashes[order[j]]);
+    }
+    for (uint32_t j = begin; j < std::min(end, begin + 2 * kDistance); ++j) {
+      sh.objects.PrefetchEntry(hashes[order[j]], reads);
+    }
+    for (uint32_t j = begin; j < std::min(end, begin + kDistance); ++j) {
+      sh.objects.PrefetchKey(hashes[order[j]]);
+    }
     for (uint32_t j = begin; j < end; ++j) {
-      if ((j - begin) % kBlock == 0) {
-        prefetch_ctrl(j + 3 * kBlock);
-        prefetch_slots(j + 2 * kBlock);
-        prefetch_keys(j + kBlock);
-      }
+      if (j + 3 * kDistance < end) sh.objects.PrefetchIndex(hashes[order[j + 3 * kDistance]]);
+      if (j + 2 * kDistance < end)
+        sh.objects.PrefetchEntry(hashes[order[j + 2 * kDistance]], reads);
+      if (j + kDistance < end) sh.objects.PrefetchKey(hashes[order[j + kDistance]]);
       const size_t i = order[j];
       const HashedKey hk{keys[i], hashes[i]};
       auto it = sh.objects.find(hk);
