@@ -20,6 +20,13 @@ uint32_t ObjectMap::NextLive(uint32_t from) const {
   return kNone;
 }
 
+void ObjectMap::EnsureChunk(uint32_t k) {
+  // Chunks come in order: chunk k is needed only once every entry below it is used.
+  if (k == chunks_.size()) {
+    chunks_.push_back(static_cast<ObjectEntry*>(::operator new(ChunkBytes(k))));
+  }
+}
+
 uint32_t ObjectMap::Allocate() {
   if (!free_.empty()) {
     const uint32_t n = free_.back();
@@ -28,9 +35,7 @@ uint32_t ObjectMap::Allocate() {
   }
   if (used_ == kNone - 1) throw std::length_error("object table shard full (2^32 - 2 entries)");
   const uint32_t k = ChunkOf(used_);
-  if (k == chunks_.size()) {
-    chunks_.push_back(static_cast<ObjectEntry*>(::operator new(ChunkBytes(k))));
-  }
+  EnsureChunk(k);
   new (&chunks_[k][used_ - ChunkStart(k)]) ObjectEntry();
   return used_++;
 }
@@ -39,9 +44,7 @@ void ObjectMap::PrefaultEntries(size_t n) {
   const uint64_t end = std::min<uint64_t>(uint64_t{used_} + n, kNone - 1);
   for (uint64_t from = used_; from < end;) {
     const auto k = ChunkOf(static_cast<uint32_t>(from));
-    if (k == chunks_.size()) {
-      chunks_.push_back(static_cast<ObjectEntry*>(::operator new(ChunkBytes(k))));
-    }
+    EnsureChunk(k);
     const uint64_t chunk_end = std::min(end, ChunkStart(k + 1));
     PrefaultForWrite(&chunks_[k][from - ChunkStart(k)], (chunk_end - from) * sizeof(ObjectEntry),
                      /*huge_pages=*/false);

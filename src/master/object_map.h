@@ -187,6 +187,8 @@ class ObjectMap {
   }
   // A free entry's number: one erased before, else the next one never used.
   uint32_t Allocate();
+  // Makes chunk k exist (k is at most one past the last).
+  void EnsureChunk(uint32_t k);
 
   Index index_;
   std::vector<ObjectEntry*> chunks_;  // ChunkBytes(k) bytes each, from operator new
