@@ -27,7 +27,8 @@ void NotePending(Shard& s, const std::string& key) {
   if (s.pending_keys.size() < s.pending_compact_at) return;
   std::erase_if(s.pending_keys, [&](const std::string& k) {
     auto it = s.objects.find(k);
-    return it == s.objects.end() || (it->second.state != ObjectState::kPending && !it->second.next());
+    return it == s.objects.end() ||
+           (it->second.state != ObjectState::kPending && !it->second.next());
   });
   s.pending_compact_at = std::max<size_t>(1024, 2 * s.pending_keys.size());
 }
