@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -142,6 +144,43 @@ TEST(ObjectMapTest, PrefetchesAreHarmlessForPresentAndAbsentKeys) {
     map.PrefetchKey(h);
   }
   EXPECT_EQ(map.size(), 1000u);
+}
+
+// The rare fields (soft-pin deadline, promotion id, pending upsert) read back what was set,
+// through moves of the metadata, and read as their defaults once cleared, in any order.
+TEST(ObjectMetaTest, RareFieldsReadBackUntilClearedInAnyOrder) {
+  ObjectMeta m;
+  EXPECT_EQ(m.soft_pin_until(), SteadyTime{});
+  EXPECT_EQ(m.promotion_id(), 0u);
+  EXPECT_EQ(m.next(), nullptr);
+  EXPECT_EQ(m.take_next(), nullptr);
+  m.set_soft_pin_until(SteadyTime{} + std::chrono::seconds(5));
+  m.set_promotion_id(7);
+  auto version = std::make_unique<PendingVersion>();
+  version->put_id = 11;
+  m.set_next(std::move(version));
+  ObjectMeta moved = std::move(m);
+  EXPECT_EQ(moved.soft_pin_until(), SteadyTime{} + std::chrono::seconds(5));
+  EXPECT_EQ(moved.promotion_id(), 7u);
+  ASSERT_NE(moved.next(), nullptr);
+  EXPECT_EQ(moved.next()->put_id, 11u);
+  // Clearing one leaves the others.
+  moved.set_soft_pin_until(SteadyTime{});
+  EXPECT_EQ(moved.promotion_id(), 7u);
+  ASSERT_NE(moved.next(), nullptr);
+  auto taken = moved.take_next();
+  ASSERT_NE(taken, nullptr);
+  EXPECT_EQ(taken->put_id, 11u);
+  EXPECT_EQ(moved.next(), nullptr);
+  EXPECT_EQ(moved.promotion_id(), 7u);
+  moved.set_promotion_id(0);
+  EXPECT_EQ(moved.promotion_id(), 0u);
+  // Set again after everything was cleared.
+  moved.set_next(std::make_unique<PendingVersion>());
+  EXPECT_NE(moved.next(), nullptr);
+  moved.set_next(nullptr);
+  EXPECT_EQ(moved.next(), nullptr);
+  EXPECT_EQ(moved.soft_pin_until(), SteadyTime{});
 }
 
 // A Replica holds its allocation or its disk location in one place, by tier: moves between
