@@ -13,6 +13,7 @@ namespace tierkv {
 // length (StoredKey). 2^48 values leave collisions, which only cost a key comparison, as rare
 // as ever at any table size a master holds.
 inline constexpr int kKeyHashBits = 48;
+inline constexpr uint64_t kKeyHashMask = (uint64_t{1} << kKeyHashBits) - 1;
 
 // The hash every table of keys probes with: xxh3's low kKeyHashBits bits.
 uint64_t HashKey(std::string_view key);
@@ -37,7 +38,7 @@ class StoredKey {
   StoredKey(uint64_t hash, const char* bytes, size_t length)
       : hash_and_length_(hash | uint64_t{length} << kKeyHashBits), bytes_(bytes) {}
 
-  uint64_t hash() const { return hash_and_length_ & ((uint64_t{1} << kKeyHashBits) - 1); }
+  uint64_t hash() const { return hash_and_length_ & kKeyHashMask; }
   size_t size() const { return hash_and_length_ >> kKeyHashBits; }
   bool holds() const { return bytes_ != nullptr; }
   const char* data() const { return bytes_; }

@@ -9,7 +9,7 @@
 namespace tierkv {
 
 uint64_t HashKey(std::string_view key) {
-  return XXH3_64bits(key.data(), key.size()) & ((uint64_t{1} << kKeyHashBits) - 1);
+  return XXH3_64bits(key.data(), key.size()) & kKeyHashMask;
 }
 
 IndexEntry IndexEntryOf(std::string_view key, const ObjectMeta& meta) {
