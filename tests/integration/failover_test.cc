@@ -8,8 +8,10 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -136,6 +138,13 @@ class Load {
     if (reader_.joinable()) reader_.join();
   }
   int attempts() const { return next_.load(); }
+  // For a failed wait's message: how the writer fared.
+  std::string Describe() {
+    std::lock_guard lock(stats_mu_);
+    return "load: " + std::to_string(next_.load()) + " puts tried, " +
+           std::to_string(failures_in_a_row_) + " failed in a row, the longest took " +
+           std::to_string(longest_put_.count()) + " ms";
+  }
 
  private:
   // Until `max_objects` puts succeeded (puts fail at once while no master leads: those do not
@@ -145,7 +154,24 @@ class Load {
       const int i = next_.fetch_add(1);
       const std::string key = prefix_ + std::to_string(i);
       const std::string value = Pattern(kValue, i);
-      if (client_.Put(key, value.data(), value.size(), config_(i)) == 0) {
+      const auto began = SteadyClock::now();
+      const int code = client_.Put(key, value.data(), value.size(), config_(i));
+      const auto took =
+          std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - began);
+      {
+        std::lock_guard lock(stats_mu_);
+        longest_put_ = std::max(longest_put_, took);
+        if (code == 0) {
+          failures_in_a_row_ = 0;
+        } else if (failures_in_a_row_++ == 0 || failures_in_a_row_ % 50 == 0) {
+          // Failures are expected while masters change; a run of them says why a wait timed out.
+          std::fprintf(stderr, "load: put of %s failed (%d in a row): %s after %lld ms\n",
+                       key.c_str(), failures_in_a_row_,
+                       std::string(ErrorCodeName(static_cast<ErrorCode>(code))).c_str(),
+                       static_cast<long long>(took.count()));
+        }
+      }
+      if (code == 0) {
         ++committed_;
         std::lock_guard lock(ledger_.mu);
         ledger_.entries.push_back({key, i, SteadyClock::now()});
@@ -185,6 +211,9 @@ class Load {
   std::atomic<bool> stop_{false};
   std::atomic<int> next_{0};
   int committed_ = 0;  // only the writer thread
+  std::mutex stats_mu_;
+  int failures_in_a_row_ = 0;
+  std::chrono::milliseconds longest_put_{0};
   std::thread writer_, reader_;
 };
 
@@ -242,7 +271,8 @@ TEST(FailoverTest, AMasterKilledUnderLoadAndRestartedGetsBackEveryObjectFromItsS
           return rc;
         },
         20ms);
-    ASSERT_TRUE(Eventually([&] { return ledger.Snapshot().size() >= 140; }, 30s));
+    ASSERT_TRUE(Eventually([&] { return ledger.Snapshot().size() >= 140; }, 30s))
+        << load.Describe();
     std::this_thread::sleep_for(1200ms);  // the load goes on
     master->Kill();                       // SIGKILL, mid-load
     const auto killed = SteadyClock::now();
@@ -328,7 +358,8 @@ TEST(FailoverTest, ThreeMastersOnEtcdAStandbyTakesOverEachTimeTheLeaderIsKilled)
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     const size_t before = ledger.Snapshot().size();
-    ASSERT_TRUE(Eventually([&] { return ledger.Snapshot().size() >= before + 40; }, 30s));
+    ASSERT_TRUE(Eventually([&] { return ledger.Snapshot().size() >= before + 40; }, 30s))
+        << load.Describe();
     // The load goes on for more than a heartbeat: those 40 are in the stores' indexes.
     std::this_thread::sleep_for(1200ms);
     const int leader = c.Leader();
