@@ -46,7 +46,7 @@ std::vector<Status> MasterService::ClearReplicas(const std::vector<std::string>&
                         "a put, upsert or tier move of " + key + " is in progress");
         return;
       }
-      if (IsLeased(s, meta, now) || meta.held_until > now) {
+      if (IsLeased(s, meta, now) || HeldUntil(meta) > now) {
         result = Status(ErrorCode::OBJECT_HAS_LEASE, key + " is leased by a reader");
         return;
       }

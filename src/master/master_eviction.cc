@@ -244,6 +244,12 @@ uint64_t MasterService::FinishDemotion(uint32_t shard, SegmentId segment,
       }
       ObjectMeta& meta = it->second;
       meta.demoting = false;
+      if (written[k].ok() && !DiskLocationFits(*written[k])) {
+        // A tier (a store's, over the wire) that answered a record off a 4 KiB page.
+        written[k] = Status(ErrorCode::INTERNAL_ERROR, "the tier answered a record at offset " +
+                                                           std::to_string(written[k]->offset) +
+                                                           ", not on a 4 KiB page");
+      }
       if (!written[k].ok()) {
         spdlog::warn("demoting {} to the SSD tier of segment {} failed: {}", item.key, segment,
                      written[k].status().ToString());

@@ -202,12 +202,12 @@ Result<SegmentRecovery> MasterService::IndexLink::Finish() {
         } else {
           auto it = reported_->disk.find(absl::string_view(key.data(), key.size()));
           if (it != reported_->disk.end() && it->second.first == meta.put_id &&
-              SameLocation(it->second.second, r.disk)) {
+              SameLocation(it->second.second, r.disk_location())) {
             reported_->disk.erase(it);
             continue;
           }
           IndexEntry e = IndexEntryOf(key.view(), meta);
-          e.disk = r.disk;
+          e.disk = r.disk_location();
           delta.disk_attached.push_back(std::move(e));
         }
       }
@@ -275,7 +275,8 @@ void MasterService::NotePutId(uint64_t put_id) {
 bool MasterService::Adoptable(const Segment& segment, const IndexEntry& e, bool disk) {
   if (!ValidateKey(e.key).ok() || e.size == 0 || e.put_id == 0) return false;
   if (!e.group_id.empty() && !ValidateKey(e.group_id).ok()) return false;
-  return disk || e.size <= segment.capacity;
+  if (disk) return DiskLocationFits(e.disk);  // a record starts on a 4 KiB page
+  return e.size <= segment.capacity;
 }
 
 std::vector<bool> MasterService::AdoptReportedAll(const Segment& segment,
@@ -415,7 +416,8 @@ bool MasterService::AdoptLocked(const Segment& segment, const IndexEntry& e, con
       }
       m.replicas.push_back(std::move(replica));
       m.lease_deadline = std::max(m.lease_deadline, hold);
-      m.held_until = std::max(m.held_until, hold);
+      m.recovered = true;  // held until a lease TTL after this report (HeldUntil)
+      m.put_started = std::max(m.put_started, now);
       return true;
     }
     // A newer put of the key (or one in progress) stays; a reported newer put replaces an older
@@ -438,7 +440,7 @@ bool MasterService::AdoptLocked(const Segment& segment, const IndexEntry& e, con
   meta.put_started = now;
   meta.last_access = now;
   meta.lease_deadline = hold;
-  meta.held_until = hold;
+  meta.recovered = true;  // held until `hold` (HeldUntil: put_started + lease TTL)
   // To a policy that learns reuse it is a new object of this master (the previous master's
   // counts are gone): referenced once, not known to be a tail chunk (no parent hint survives).
   if (reuse_) reuse_->OnPut(home, hk.hash, false, meta, now);

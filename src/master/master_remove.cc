@@ -43,7 +43,7 @@ Status MasterService::RemoveOne(const std::string& key, bool force,
           Status(ErrorCode::REPLICA_IS_NOT_READY, "a put or upsert of " + key + " is in progress");
     } else if (!force && IsLeased(s, meta, now)) {
       result = Status(ErrorCode::OBJECT_HAS_LEASE, key + " is leased by a reader");
-    } else if (meta.held_until > now) {
+    } else if (HeldUntil(meta) > now) {
       result = Status(ErrorCode::OBJECT_HAS_LEASE,
                       key +
                           " was recovered from a store moments ago: readers may still hold "
@@ -131,7 +131,7 @@ uint64_t MasterService::RemoveAll(bool force) {
   const uint64_t removed =
       EraseWhere(table_, [&](Shard& s, const StoredKey&, const ObjectMeta& meta) {
         return meta.state == ObjectState::kComplete && !meta.next() &&
-               (force || !IsLeased(s, meta, now)) && meta.held_until <= now;
+               (force || !IsLeased(s, meta, now)) && HeldUntil(meta) <= now;
       });
   removes_.fetch_add(removed, std::memory_order_relaxed);
   return removed;
@@ -170,7 +170,7 @@ Result<uint64_t> MasterService::RemoveMatching(const std::string* key_namespace,
           rest.remove_prefix(key_namespace->size());
         }
         return meta.state == ObjectState::kComplete && !meta.next() &&
-               (force || !IsLeased(s, meta, now)) && meta.held_until <= now &&
+               (force || !IsLeased(s, meta, now)) && HeldUntil(meta) <= now &&
                RE2::PartialMatch(re2::StringPiece(rest.data(), rest.size()), re);
       });
   removes_.fetch_add(removed, std::memory_order_relaxed);

@@ -311,6 +311,11 @@ class MasterService final : public MasterApi {
   SteadyTime LeaseDeadline(Shard& shard, const ObjectMeta& meta) const;
   void GrantLease(uint32_t shard_index, Shard& shard, ObjectMeta& meta, SteadyTime now);
   bool IsLeased(Shard& shard, const ObjectMeta& meta, SteadyTime now) const;
+  // Until when a recovered object may not be removed, even by force (ObjectMeta::recovered);
+  // SteadyTime{} for any other.
+  SteadyTime HeldUntil(const ObjectMeta& meta) const {
+    return meta.recovered ? meta.put_started + options_.lease_ttl : SteadyTime{};
+  }
   // When a soft pin put now with `config` lapses: SteadyTime{} without a soft pin or a TTL.
   SteadyTime SoftPinDeadline(const ReplicateConfig& config, SteadyTime now) const;
   // The eviction candidates on `segment`. `want_bytes` 0: every object of the table (the

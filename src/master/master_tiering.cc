@@ -228,6 +228,13 @@ std::vector<Status> MasterService::AddDiskReplicas(SegmentId segment,
       out.emplace_back(ErrorCode::INVALID_PARAMS, "disk record of " + rec.key + " is empty");
       continue;
     }
+    if (!DiskLocationFits(rec.location)) {
+      out.emplace_back(ErrorCode::INVALID_PARAMS,
+                       "disk record of " + rec.key + " at offset " +
+                           std::to_string(rec.location.offset) +
+                           ": a record starts on a 4 KiB page below 16 TiB of its region");
+      continue;
+    }
     const uint32_t a = table_.ShardOf(rec.key);
     Shard& ks = table_.shard(a);
     bool redirected = false;

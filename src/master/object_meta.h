@@ -5,6 +5,7 @@
 #include <absl/container/inlined_vector.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <new>
@@ -25,21 +26,49 @@ enum class ObjectState : uint8_t { kPending, kComplete };
 // SSD tier of the segment's owner (and has no allocation). On a segment whose owner keeps an
 // index, a disk replica also holds a claim that tells the owner when the replica is dropped.
 // The allocation and the disk location share storage: `tier` says which one is there (read
-// only that one). 48 bytes instead of 80 in every object's entry.
+// only that one). 40 bytes instead of 80 in every object's entry.
+//
+// The disk location is kept in 24 bytes, its record offset in 4 KiB pages (records start on a
+// page: docs/disk-format.md); DiskLocationFits says whether a location can be kept, and every
+// path that adds a disk replica checks it first (a store's report is input).
+struct PackedDiskLocation {
+  explicit PackedDiskLocation(const DiskLocation& d)
+      : generation(d.generation),
+        size(d.size),
+        region(d.region),
+        offset_pages(static_cast<uint32_t>(d.offset >> kPageShift)) {}
+  DiskLocation Unpack() const {
+    return DiskLocation{region, generation, uint64_t{offset_pages} << kPageShift, size};
+  }
+  static constexpr unsigned kPageShift = 12;
+
+  uint64_t generation;
+  uint64_t size;
+  uint32_t region;
+  uint32_t offset_pages;
+};
+
+// Whether a Replica can keep `d` exactly (its offset on a 4 KiB page, below 16 TiB).
+inline bool DiskLocationFits(const DiskLocation& d) {
+  constexpr uint64_t kPage = uint64_t{1} << PackedDiskLocation::kPageShift;
+  return d.offset % kPage == 0 && (d.offset >> PackedDiskLocation::kPageShift) <= UINT32_MAX;
+}
+
 struct Replica {
+  // A disk replica's `d` must fit (DiskLocationFits).
   Replica(SegmentId s, ReplicaTier t, Allocation a = Allocation(), DiskLocation d = {})
       : segment(s), tier(t) {
     if (tier == ReplicaTier::kMemory) {
       new (&allocation) Allocation(std::move(a));
     } else {
-      new (&disk) DiskLocation(d);
+      new (&disk) PackedDiskLocation(d);
     }
   }
   Replica(Replica&& other) noexcept : segment(other.segment), tier(other.tier) {
     if (tier == ReplicaTier::kMemory) {
       new (&allocation) Allocation(std::move(other.allocation));
     } else {
-      new (&disk) DiskLocation(other.disk);
+      new (&disk) PackedDiskLocation(other.disk);
     }
     claim = std::move(other.claim);
   }
@@ -59,14 +88,14 @@ struct Replica {
   // the record of a disk replica (the other one zero).
   uint64_t memory_offset() const { return tier == ReplicaTier::kMemory ? allocation.offset() : 0; }
   DiskLocation disk_location() const {
-    return tier == ReplicaTier::kMemory ? DiskLocation{} : disk;
+    return tier == ReplicaTier::kMemory ? DiskLocation{} : disk.Unpack();
   }
 
   SegmentId segment;
   ReplicaTier tier;
   union {
-    Allocation allocation;  // tier == kMemory
-    DiskLocation disk;      // tier == kDisk
+    Allocation allocation;    // tier == kMemory
+    PackedDiskLocation disk;  // tier == kDisk (disk_location() unpacks it)
   };
   std::unique_ptr<DiskClaim> claim{};
 };
@@ -134,6 +163,10 @@ struct ObjectMeta {
   // often the object was referenced, whether it is a tail chunk, and until when further
   // references count as the last one (reuse_references, reuse_until below).
   bool reuse_tail = false;
+  // Rebuilt from a store's index by restart recovery: not removed, even by a forced Remove,
+  // within a lease TTL of put_started (readers may still hold leases the previous master
+  // granted; MasterService::HeldUntil). A flag in the entry's spare bytes, not a deadline.
+  bool recovered = false;
   SteadyTime lease_deadline{};  // ungrouped objects; groups lease in GroupMeta
   SteadyTime last_access{};
   GroupName group_id;
@@ -145,10 +178,8 @@ struct ObjectMeta {
   ReplicaList replicas;
   // Colder: puts, tier moves, recovery.
   uint64_t put_id = 0;  // PutEnd/PutRevoke must name the put that created it
+  // When its put started (or, for a recovered object, when a store last reported it).
   SteadyTime put_started{};
-  // Rebuilt from a store's index by restart recovery: not removed, even by a forced Remove,
-  // before this (readers may still hold leases the previous master granted).
-  SteadyTime held_until{};
 
   // The rare state, kept out of line (ObjectExtras): read and set through these.
   // When soft_pin lapses (SteadyTime{}: never; SoftPinned below reads both).

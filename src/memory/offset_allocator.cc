@@ -4,10 +4,15 @@
 
 namespace tierkv {
 
+Allocation::Allocation(OffsetAllocator* owner, uint64_t offset, uint64_t size)
+    : owner_(owner), offset_(offset), size_(size) {
+  owner_->refs_.fetch_add(1, std::memory_order_relaxed);
+}
+
 Allocation& Allocation::operator=(Allocation&& other) noexcept {
   if (this != &other) {
     Reset();
-    owner_ = std::move(other.owner_);
+    owner_ = other.owner_;
     offset_ = other.offset_;
     size_ = other.size_;
     other.owner_ = nullptr;
@@ -17,14 +22,22 @@ Allocation& Allocation::operator=(Allocation&& other) noexcept {
 
 void Allocation::Reset() {
   if (owner_) {
-    owner_->Free(offset_, size_);
-    owner_.reset();
+    OffsetAllocator* owner = owner_;
+    owner_ = nullptr;
+    owner->Free(offset_, size_);
+    owner->Unref();
   }
 }
 
 std::shared_ptr<OffsetAllocator> OffsetAllocator::Create(uint64_t capacity, uint64_t alignment) {
   assert(alignment != 0 && (alignment & (alignment - 1)) == 0);
-  return std::shared_ptr<OffsetAllocator>(new OffsetAllocator(capacity, alignment));
+  // The shared_ptrs together hold one reference (refs_ starts at 1); their deleter drops it.
+  return std::shared_ptr<OffsetAllocator>(new OffsetAllocator(capacity, alignment),
+                                          [](OffsetAllocator* a) { a->Unref(); });
+}
+
+void OffsetAllocator::Unref() {
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
 }
 
 OffsetAllocator::OffsetAllocator(uint64_t capacity, uint64_t alignment)
@@ -49,7 +62,7 @@ std::optional<Allocation> OffsetAllocator::Allocate(uint64_t size) {
   free_by_offset_.erase(offset);
   if (range_size > aligned) InsertFree(offset + aligned, range_size - aligned);
   used_ += aligned;
-  return Allocation(shared_from_this(), offset, aligned);
+  return Allocation(this, offset, aligned);
 }
 
 std::optional<Allocation> OffsetAllocator::AllocateAt(uint64_t offset, uint64_t size) {
@@ -71,7 +84,7 @@ std::optional<Allocation> OffsetAllocator::AllocateAt(uint64_t offset, uint64_t 
     InsertFree(offset + aligned, start + range_size - offset - aligned);
   }
   used_ += aligned;
-  return Allocation(shared_from_this(), offset, aligned);
+  return Allocation(this, offset, aligned);
 }
 
 void OffsetAllocator::SetFence(std::shared_ptr<FreeFence> fence) {

@@ -235,12 +235,20 @@ TEST_F(MasterDemotionTest, AddDiskReplicasRegistersRecoveredRecords) {
       {"r1", DiskLocation{1, 5, 4096, 100}, 11},
       {"kept", DiskLocation{1, 5, 8192, 100}, 12},
       {"", DiskLocation{1, 5, 12288, 100}, 13},
+      {"off-page", DiskLocation{1, 5, 12289, 100}, 14},  // records start on a 4 KiB page
   };
   auto st = master_->AddDiskReplicas(seg_, recs);
-  ASSERT_EQ(st.size(), 3u);
+  ASSERT_EQ(st.size(), 4u);
   EXPECT_TRUE(st[0].ok());
   EXPECT_EQ(st[1].code(), ErrorCode::OBJECT_ALREADY_EXISTS);
   EXPECT_EQ(st[2].code(), ErrorCode::INVALID_KEY);
+  EXPECT_EQ(st[3].code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_NE(st[3].message().find("12289"), std::string::npos) << st[3].message();
+  EXPECT_EQ(master_->Exists({"off-page"})[0], 0);
+  auto kept = master_->GetReplicas({"r1"});
+  ASSERT_TRUE(kept[0].ok());
+  EXPECT_EQ(kept[0]->replicas[0].disk.offset, 4096u);
+  EXPECT_EQ(kept[0]->replicas[0].disk.generation, 5u);
   auto r = master_->GetReplicas({"r1"});
   ASSERT_TRUE(r[0].ok());
   EXPECT_EQ(r[0]->size, 100u);

@@ -446,6 +446,34 @@ TEST_F(MasterRecoveryTest, DiskReplicasComeBackOnlyWhileTheMasterHadThemAttached
   EXPECT_EQ(got[2].code(), ErrorCode::OBJECT_NOT_FOUND);
 }
 
+// A report is input: a disk record off a 4 KiB page (which no tier writes) is not adopted,
+// and the others of the same report are, exactly where they are.
+TEST_F(MasterRecoveryTest, ADiskRecordOffAPageIsNotAdoptedAndTheOthersAre) {
+  FakeStore store("store-a", /*tier=*/true);
+  stores_ = {&store};
+  auto m = NewMaster();
+  MountOptions o;
+  o.index_stream = true;
+  o.has_tier = true;
+  auto mounted = m->MountSegment(store.name, kSegment, o);
+  ASSERT_TRUE(mounted.ok()) << mounted.status().ToString();
+  auto link = m->OpenIndexLink(*mounted);
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  IndexEntry good{"good", 700, 11, 1, "", false, false, 0, DiskLocation{1, 5, 8192, 700}};
+  IndexEntry bad{"bad", 700, 12, 2, "", false, false, 0, DiskLocation{1, 5, 8193, 700}};
+  (*link)->Expect(2);
+  (*link)->Add({}, {good, bad});
+  auto done = (*link)->Finish();
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->disk_replicas, 1u);
+  EXPECT_EQ(done->rejected, 1u);
+  auto got = m->GetReplicas({"good", "bad"});
+  ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
+  EXPECT_EQ(got[0]->replicas.at(0).disk.offset, 8192u);
+  EXPECT_EQ(got[0]->replicas.at(0).disk.generation, 5u);
+  EXPECT_EQ(got[1].code(), ErrorCode::OBJECT_NOT_FOUND);
+}
+
 TEST_F(MasterRecoveryTest, APutStartedOnThePreviousMasterFailsAndCountsAsLost) {
   FakeStore store("store-a");
   stores_ = {&store};

@@ -205,13 +205,14 @@ TEST(ReplicaTest, HoldsTheAllocationOrTheDiskLocationOfItsTierThroughMoves) {
   list.push_back(std::move(memory));
   list.push_back(std::move(disk));  // the inline one moves to the heap with it
   EXPECT_EQ(list[0].memory_offset(), 4096u);
-  EXPECT_EQ(list[1].disk.offset, 8192u);
+  EXPECT_EQ(list[1].disk_location().offset, 8192u);
+  EXPECT_EQ(list[1].disk_location().size, 1000u);
   EXPECT_EQ(allocator->used(), used);  // moved, not freed
   // A disk replica assigned over the memory one frees its range.
   list[0] = std::move(list[1]);
   EXPECT_EQ(allocator->used(), 0u);
   EXPECT_EQ(list[0].tier, ReplicaTier::kDisk);
-  EXPECT_EQ(list[0].disk.generation, 9u);
+  EXPECT_EQ(list[0].disk_location().generation, 9u);
   // And a memory replica assigned over a disk one holds its range.
   auto again = allocator->AllocateAt(0, 500);
   ASSERT_TRUE(again.has_value());
@@ -221,6 +222,25 @@ TEST(ReplicaTest, HoldsTheAllocationOrTheDiskLocationOfItsTierThroughMoves) {
             1u);
   EXPECT_EQ(allocator->used(), 0u);
   EXPECT_EQ(list.size(), 1u);
+}
+
+// A disk location is kept in 24 bytes (its offset in 4 KiB pages): every one that fits comes
+// back exact, and the ones that do not are named so that no path adds them.
+TEST(ReplicaTest, KeepsEveryDiskLocationThatFitsExactlyAndSaysWhichDoNot) {
+  const uint64_t kLastPage = uint64_t{UINT32_MAX} << 12;
+  for (const DiskLocation& d :
+       {DiskLocation{0, 1, 0, 1}, DiskLocation{UINT32_MAX, UINT64_MAX, kLastPage, UINT64_MAX},
+        DiskLocation{5, uint64_t{1} << 40, 123 * 4096, (uint64_t{5} << 32) + 7}}) {
+    ASSERT_TRUE(DiskLocationFits(d));
+    Replica r(1, ReplicaTier::kDisk, Allocation(), d);
+    const DiskLocation back = r.disk_location();
+    EXPECT_EQ(back.region, d.region);
+    EXPECT_EQ(back.generation, d.generation);
+    EXPECT_EQ(back.offset, d.offset);
+    EXPECT_EQ(back.size, d.size);
+  }
+  EXPECT_FALSE(DiskLocationFits(DiskLocation{0, 1, 4097, 10}));              // off a page
+  EXPECT_FALSE(DiskLocationFits(DiskLocation{0, 1, kLastPage + 4096, 10}));  // past 16 TiB
 }
 
 }  // namespace

@@ -162,19 +162,46 @@ TEST(OffsetAllocatorTest, MoveAssignmentFreesTargetOnce) {
   EXPECT_EQ(alloc->free_ranges(), 1u);
 }
 
+// Sees the frees of an allocator, and outlives it only as long as someone else holds it.
+class RecordingFence : public FreeFence {
+ public:
+  uint64_t OnFree(uint64_t offset, uint64_t size) override {
+    freed.emplace_back(offset, size);
+    return 0;
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> freed;
+};
+
 TEST(OffsetAllocatorTest, HandleKeepsAllocatorAlive) {
   auto alloc = OffsetAllocator::Create(16 * kAlign, kAlign);
-  std::weak_ptr<OffsetAllocator> weak = alloc;
+  auto fence = std::make_shared<RecordingFence>();
+  std::weak_ptr<RecordingFence> fence_alive = fence;
+  RecordingFence* seen = fence.get();
+  alloc->SetFence(std::move(fence));  // the allocator owns it now: it lives as long
   Allocation a = MustAllocate(*alloc, kAlign);
-  alloc.reset();  // e.g. the segment was unmounted while a reader still holds a handle
-  EXPECT_FALSE(weak.expired());
-  {
-    auto still = weak.lock();
-    ASSERT_NE(still, nullptr);
-    EXPECT_EQ(still->used(), kAlign);
-  }
-  a.Reset();  // frees into the allocator, then drops the last reference
-  EXPECT_TRUE(weak.expired());
+  Allocation b = MustAllocate(*alloc, kAlign);
+  alloc.reset();  // e.g. the segment was unmounted while readers still hold handles
+  EXPECT_FALSE(fence_alive.expired());
+  EXPECT_EQ(b.owner()->used(), 2 * kAlign);
+  b.Reset();  // frees into the allocator, which stays for `a`
+  EXPECT_FALSE(fence_alive.expired());
+  ASSERT_EQ(seen->freed.size(), 1u);
+  EXPECT_EQ(seen->freed[0].second, kAlign);
+  a.Reset();  // frees into the allocator, then drops its last reference: it is deleted
+  EXPECT_TRUE(fence_alive.expired());
+}
+
+TEST(OffsetAllocatorTest, TheSharedOwnersAloneDeleteAnAllocatorWithoutHandles) {
+  auto alloc = OffsetAllocator::Create(16 * kAlign, kAlign);
+  auto fence = std::make_shared<RecordingFence>();
+  std::weak_ptr<RecordingFence> fence_alive = fence;
+  alloc->SetFence(std::move(fence));
+  { Allocation gone = MustAllocate(*alloc, kAlign); }
+  auto copy = alloc;
+  alloc.reset();
+  EXPECT_FALSE(fence_alive.expired());  // `copy` still holds it
+  copy.reset();
+  EXPECT_TRUE(fence_alive.expired());
 }
 
 TEST(OffsetAllocatorTest, CoalescesNeighbours) {
