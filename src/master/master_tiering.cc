@@ -37,7 +37,8 @@ std::vector<Result<PutStartResult>> MasterService::PromoteStart(
         r = Result<PutStartResult>(ErrorCode::NO_AVAILABLE_HANDLE, "not a promotion candidate");
         return;
       }
-      if (++meta.disk_hits < min_hits) {
+      if (meta.disk_hits < ObjectMeta::kMaxDiskHits) ++meta.disk_hits;
+      if (meta.disk_hits < min_hits) {
         r = Result<PutStartResult>(ErrorCode::NO_AVAILABLE_HANDLE, "below the admission hits");
         return;
       }

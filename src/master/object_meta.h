@@ -149,29 +149,36 @@ struct PendingVersion {
 
 // Field order matters: an entry holds the key and this struct. A lease (exists) reads and
 // writes only the fields up to `group_id`, right after the key, so it touches the entry's first
-// 48 bytes (one or two cache lines; the reuse policy reads the next 16 too); a get reads on
-// up to `replicas` (ObjectMap::EntryReads).
+// 48 bytes (one or two cache lines; the reuse policy reads the next 8 too); a get reads on
+// up to `replicas` (ObjectMap::EntryReads). The state, the flags and the two counters share the
+// first 8 bytes (bit-fields: every access is under the shard's lock).
 struct ObjectMeta {
+  static constexpr unsigned kDiskHitsBits = 21;  // counts past promote_min_hits' 2^20
+  static constexpr unsigned kReuseReferencesBits = 27;
+  static constexpr uint32_t kMaxDiskHits = (uint32_t{1} << kDiskHitsBits) - 1;
+  static constexpr uint32_t kMaxReuseReferences = (uint32_t{1} << kReuseReferencesBits) - 1;
+
   ObjectState state = ObjectState::kPending;
-  bool soft_pin = false;
-  bool hard_pin = false;
-  bool demoting = false;  // a tier move is writing it to disk: not evicted again meanwhile
+  bool soft_pin : 1 = false;
+  bool hard_pin : 1 = false;
+  bool demoting : 1 = false;  // a tier move is writing it to disk: not evicted again meanwhile
   // A pending put an upsert started for a key it did not find: its PutEnd is confirmed by every
   // store's index (MasterService::EndPut).
-  bool confirm_all = false;
+  bool confirm_all : 1 = false;
   // Kept for eviction policies that learn reuse (ReuseTracker, src/master/reuse_policy.h): how
-  // often the object was referenced, whether it is a tail chunk, and until when further
-  // references count as the last one (reuse_references, reuse_until below).
-  bool reuse_tail = false;
+  // often the object was referenced (saturating at kMaxReuseReferences), whether it is a tail
+  // chunk, and until when further references count as the last one (reuse_until below).
+  bool reuse_tail : 1 = false;
   // Rebuilt from a store's index by restart recovery: not removed, even by a forced Remove,
   // within a lease TTL of put_started (readers may still hold leases the previous master
-  // granted; MasterService::HeldUntil). A flag in the entry's spare bytes, not a deadline.
-  bool recovered = false;
+  // granted; MasterService::HeldUntil). A flag, not a deadline.
+  bool recovered : 1 = false;
+  // Reads served from disk since it was last in memory (saturating at kMaxDiskHits).
+  uint64_t disk_hits : kDiskHitsBits = 0;
+  uint64_t reuse_references : kReuseReferencesBits = 0;
   SteadyTime lease_deadline{};  // ungrouped objects; groups lease in GroupMeta
   SteadyTime last_access{};
   GroupName group_id;
-  uint32_t reuse_references = 0;
-  uint32_t disk_hits = 0;  // reads served from disk since it was last in memory
   SteadyTime reuse_until{};
   uint64_t size = 0;
   uint64_t checksum = 0;

@@ -11,7 +11,8 @@ namespace {
 // A shard's counters are halved after this many updates, so the measured probabilities follow
 // a workload that changes (the last few million references of the pool weigh most).
 constexpr uint64_t kHalveEvery = uint64_t{1} << 20;
-constexpr uint32_t kMaxReferences = uint32_t{1} << 30;
+// What ObjectMeta keeps (a lease period each: years of references at any lease TTL).
+constexpr uint32_t kMaxReferences = ObjectMeta::kMaxReuseReferences;
 
 }  // namespace
 
@@ -86,7 +87,8 @@ void ReuseTracker::OnReference(uint32_t shard, ObjectMeta& meta, SteadyTime now)
   if (now < meta.reuse_until) return;
   Slot& s = slots_[shard];
   Bump(s.reused[ReuseClass(meta.reuse_references, meta.reuse_tail)]);
-  meta.reuse_references = std::min(meta.reuse_references + 1, kMaxReferences);
+  meta.reuse_references =
+      std::min(static_cast<uint32_t>(meta.reuse_references) + 1, kMaxReferences);
   Bump(s.reached[ReuseClass(meta.reuse_references, meta.reuse_tail)]);
   meta.reuse_until = now + lease_ttl_;
   ++s.updates;
@@ -96,7 +98,7 @@ void ReuseTracker::OnEvict(uint32_t shard, uint64_t key_hash, const ObjectMeta& 
                            size_t shard_objects) {
   Slot& s = slots_[shard];
   const uint64_t seq = s.next_seq++;
-  s.ghosts[key_hash] = Ghost{meta.reuse_references, meta.reuse_tail, seq};
+  s.ghosts[key_hash] = Ghost{static_cast<uint32_t>(meta.reuse_references), meta.reuse_tail, seq};
   s.fifo.emplace_back(key_hash, seq);
   auto live = [&](const std::pair<uint64_t, uint64_t>& entry) {
     auto it = s.ghosts.find(entry.first);

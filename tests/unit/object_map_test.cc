@@ -148,6 +148,34 @@ TEST(ObjectMapTest, PrefetchesAreHarmlessForPresentAndAbsentKeys) {
 
 // The rare fields (soft-pin deadline, promotion id, pending upsert) read back what was set,
 // through moves of the metadata, and read as their defaults once cleared, in any order.
+// The state, six flags and two counters share 8 bytes: each reads back what was written,
+// whatever the others hold, up to the counters' maxima (what the promotion threshold needs).
+TEST(ObjectMetaTest, FlagsAndCountersInTheFirstWordDoNotOverlap) {
+  static_assert(ObjectMeta::kMaxDiskHits >= (uint32_t{1} << 20), "promote_min_hits' range");
+  for (const bool on : {true, false}) {
+    ObjectMeta m;
+    m.state = on ? ObjectState::kComplete : ObjectState::kPending;
+    m.soft_pin = on;
+    m.hard_pin = !on;
+    m.demoting = on;
+    m.confirm_all = !on;
+    m.reuse_tail = on;
+    m.recovered = !on;
+    m.disk_hits = on ? ObjectMeta::kMaxDiskHits : 1;
+    m.reuse_references = on ? 1 : ObjectMeta::kMaxReuseReferences;
+    EXPECT_EQ(m.state, on ? ObjectState::kComplete : ObjectState::kPending);
+    EXPECT_EQ(m.soft_pin, on);
+    EXPECT_EQ(m.hard_pin, !on);
+    EXPECT_EQ(m.demoting, on);
+    EXPECT_EQ(m.confirm_all, !on);
+    EXPECT_EQ(m.reuse_tail, on);
+    EXPECT_EQ(m.recovered, !on);
+    EXPECT_EQ(m.disk_hits, on ? ObjectMeta::kMaxDiskHits : 1u);
+    EXPECT_EQ(m.reuse_references, on ? 1u : ObjectMeta::kMaxReuseReferences);
+    EXPECT_EQ(m.lease_deadline, SteadyTime{});
+  }
+}
+
 TEST(ObjectMetaTest, RareFieldsReadBackUntilClearedInAnyOrder) {
   ObjectMeta m;
   EXPECT_EQ(m.soft_pin_until(), SteadyTime{});
