@@ -71,7 +71,7 @@ std::vector<Status> MasterService::ClearReplicas(const std::vector<std::string>&
       removed = table_.EraseLocked(s, s.objects.find(key));
       result = Status::Ok();
     });
-    if (removed && !removed->group_id.empty()) table_.CleanupRedirect(key, home);
+    if (removed && !removed->group_id().empty()) table_.CleanupRedirect(key, home);
     if (removed) removes_.fetch_add(1, std::memory_order_relaxed);
     out.push_back(std::move(result));
   }

@@ -65,7 +65,7 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
     std::unordered_set<std::string_view> groups_seen;
     uint64_t found = 0;
     auto visit = [&](const StoredKey& key, const ObjectMeta& meta) {
-      if (meta.group_id.empty()) {
+      if (meta.group_id().empty()) {
         const uint64_t bytes = BytesOnSegment(meta, segment);
         if (bytes == 0 || meta.state != ObjectState::kComplete || meta.hard_pin || meta.demoting ||
             meta.next() || IsLeased(s, meta, now)) {
@@ -77,10 +77,10 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
         found += bytes;
         return;
       }
-      if (!groups_seen.insert(meta.group_id).second) return;
-      auto g = s.groups.find(meta.group_id);
+      if (!groups_seen.insert(meta.group_id()).second) return;
+      auto g = s.groups.find(meta.group_id());
       if (g == s.groups.end() || g->second.lease_deadline > now) return;
-      EvictionCandidate c{i, meta.group_id.str(), true, false, SteadyTime{}, 0, 0};
+      EvictionCandidate c{i, meta.group_id(), true, false, SteadyTime{}, 0, 0};
       uint32_t most_references = 0;
       for (const auto& member : g->second.members) {
         auto it = s.objects.find(member);
@@ -149,7 +149,7 @@ uint64_t MasterService::EvictCandidate(const EvictionCandidate& c, SegmentId seg
       if (it == s.objects.end()) return 0;
       const ObjectMeta& m = it->second;
       // Put again into a group since collection: evicting it alone would split the group.
-      if (!m.group_id.empty()) return 0;
+      if (!m.group_id().empty()) return 0;
       if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting || m.next() ||
           IsLeased(s, m, now)) {
         return 0;
@@ -190,7 +190,7 @@ uint64_t MasterService::EvictCandidate(const EvictionCandidate& c, SegmentId seg
         continue;
       }
       freed += BytesOnSegment(meta, segment);
-      if (!meta.group_id.empty() && table_.ShardOf(key) != c.shard) {
+      if (!meta.group_id().empty() && table_.ShardOf(key) != c.shard) {
         redirects.emplace_back(key, c.shard);
       }
       if (reuse_) reuse_->OnEvict(c.shard, it->first.hash(), meta, s.objects.size());
@@ -275,7 +275,7 @@ uint64_t MasterService::FinishDemotion(uint32_t shard, SegmentId segment,
         auto it = s.objects.find(key);
         if (it == s.objects.end()) continue;
         freed += BytesOnSegment(it->second, segment);
-        if (!it->second.group_id.empty() && table_.ShardOf(key) != shard) {
+        if (!it->second.group_id().empty() && table_.ShardOf(key) != shard) {
           redirects.emplace_back(key, shard);
         }
         dropped.push_back(table_.EraseLocked(s, it));

@@ -409,7 +409,7 @@ bool MasterService::AdoptLocked(const Segment& segment, const IndexEntry& e, con
     auto it = ws.objects.find(hk);
     ObjectMeta& m = it->second;
     if (m.state == ObjectState::kComplete && m.put_id == e.put_id && m.size == e.size &&
-        m.checksum == e.checksum && m.group_id == e.group_id) {
+        m.checksum == e.checksum && m.group_id() == e.group_id) {
       // Another replica of the same put (another store's, or this segment's other tier).
       for (const Replica& r : m.replicas) {
         if (r.segment == segment.id && r.tier == tier) return false;
@@ -436,7 +436,7 @@ bool MasterService::AdoptLocked(const Segment& segment, const IndexEntry& e, con
   meta.state = ObjectState::kComplete;
   meta.soft_pin = e.soft_pin;
   meta.hard_pin = e.hard_pin;
-  meta.group_id = e.group_id;
+  meta.set_group_id(e.group_id);
   meta.put_started = now;
   meta.last_access = now;
   meta.lease_deadline = hold;

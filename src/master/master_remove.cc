@@ -34,7 +34,9 @@ Status MasterService::RemoveOne(const std::string& key, bool force,
                                 std::vector<SegmentId>* touched) {
   if (Status st = ValidateKey(key); !st.ok()) return st;
   Status result(ErrorCode::OBJECT_NOT_FOUND, key);
-  std::optional<ObjectMeta> removed;
+  // Not a std::optional: GCC 12 sees a maybe-uninitialized read in its inlined destructor.
+  ObjectMeta removed;
+  bool erased = false;
   uint32_t home = 0;
   const SteadyTime now = options_.clock->Now();
   table_.WithObject(key, [&](uint32_t idx, Shard& s, ObjectMeta& meta) {
@@ -51,14 +53,15 @@ Status MasterService::RemoveOne(const std::string& key, bool force,
     } else {
       home = idx;
       removed = table_.EraseLocked(s, s.objects.find(key));
+      erased = true;
       result = Status::Ok();
     }
   });
-  if (removed && !removed->group_id.empty()) table_.CleanupRedirect(key, home);
-  if (removed) {
+  if (erased && !removed.group_id().empty()) table_.CleanupRedirect(key, home);
+  if (erased) {
     removes_.fetch_add(1, std::memory_order_relaxed);
-    for (const Replica& r : removed->replicas) touched->push_back(r.segment);
-    removed.reset();  // the frees (and disk drops) enter the stores' feeds now
+    for (const Replica& r : removed.replicas) touched->push_back(r.segment);
+    removed = ObjectMeta();  // the frees (and disk drops) enter the stores' feeds now
   }
   return result;
 }

@@ -128,8 +128,8 @@ Status MasterService::UnmountSegment(SegmentId id) {
         ++it;
         continue;
       }
-      if (!it->second.group_id.empty()) dead_groups.insert(it->second.group_id.str());
-      if (!it->second.group_id.empty() && table_.ShardOf(it->first.view()) != i) {
+      if (!it->second.group_id().empty()) dead_groups.insert(it->second.group_id());
+      if (!it->second.group_id().empty() && table_.ShardOf(it->first.view()) != i) {
         redirects.emplace_back(it->first.view(), i);
       }
       auto next = std::next(it);
@@ -319,7 +319,7 @@ Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64
     meta.soft_pin = config.with_soft_pin;
     meta.set_soft_pin_until(SoftPinDeadline(config, now));
     meta.hard_pin = config.with_hard_pin;
-    meta.group_id = group;
+    meta.set_group_id(group);
     meta.put_started = now;
     meta.last_access = now;
     if (reuse_) reuse_->OnPut(home, HashKey(key), tail, meta, now);
@@ -341,8 +341,8 @@ Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64
 
 SteadyTime MasterService::LeaseDeadline(Shard& shard, const ObjectMeta& meta) const {
   SteadyTime deadline = meta.lease_deadline;
-  if (!meta.group_id.empty()) {
-    auto g = shard.groups.find(meta.group_id);
+  if (!meta.group_id().empty()) {
+    auto g = shard.groups.find(meta.group_id());
     if (g != shard.groups.end()) deadline = std::max(deadline, g->second.lease_deadline);
   }
   return deadline;
@@ -360,10 +360,10 @@ Result<PutStartResult> MasterService::UpsertStartOne(const std::string& key, uin
                         "a put or upsert of " + key + " is in progress");
         return;
       }
-      if (meta.group_id != group) {
+      if (meta.group_id() != group) {
         result = Status(ErrorCode::INVALID_PARAMS,
                         "upsert of " + key + " names group '" + group + "' but the object is in '" +
-                            meta.group_id.str() + "' (an upsert keeps the object's group)");
+                            meta.group_id() + "' (an upsert keeps the object's group)");
         return;
       }
       // shard -> registry -> allocator: the lock order of a put.
@@ -548,7 +548,7 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
       result = Status::Ok();
     }
   });
-  if (revoked && !revoked->group_id.empty()) table_.CleanupRedirect(key, home);
+  if (revoked && !revoked->group_id().empty()) table_.CleanupRedirect(key, home);
   if (kind == EndKind::kEnd && put_id < first_put_id_ &&
       result.code() == ErrorCode::OBJECT_NOT_FOUND) {
     // Started on a previous master and not recovered (its put had not ended there): lost.
@@ -594,19 +594,19 @@ void MasterService::GrantLease(uint32_t shard_index, Shard& shard, ObjectMeta& m
   const SteadyTime deadline = now + options_.lease_ttl;
   meta.last_access = now;
   if (reuse_) reuse_->OnReference(shard_index, meta, now);
-  if (meta.group_id.empty()) {
+  if (meta.group_id().empty()) {
     meta.lease_deadline = std::max(meta.lease_deadline, deadline);
     return;
   }
-  auto g = shard.groups.find(meta.group_id);
+  auto g = shard.groups.find(meta.group_id());
   if (g != shard.groups.end())
     g->second.lease_deadline = std::max(g->second.lease_deadline, deadline);
 }
 
 bool MasterService::IsLeased(Shard& shard, const ObjectMeta& meta, SteadyTime now) const {
   if (meta.lease_deadline > now) return true;
-  if (meta.group_id.empty()) return false;
-  auto g = shard.groups.find(meta.group_id);
+  if (meta.group_id().empty()) return false;
+  auto g = shard.groups.find(meta.group_id());
   return g != shard.groups.end() && g->second.lease_deadline > now;
 }
 
@@ -734,7 +734,7 @@ uint64_t MasterService::ReclaimAbandonedPuts() {
           continue;
         }
         spdlog::warn("reclaiming abandoned put of {} ({} bytes)", key, meta.size);
-        if (!meta.group_id.empty() && table_.ShardOf(key) != i) redirects.emplace_back(key, i);
+        if (!meta.group_id().empty() && table_.ShardOf(key) != i) redirects.emplace_back(key, i);
         table_.EraseLocked(s, it);
         ++count;
         continue;

@@ -178,14 +178,14 @@ uint64_t MasterService::DropDiskReplicas(SegmentId segment, uint32_t region, uin
       if (!meta.replicas.empty()) return;
       // Gone from every tier: remove it, and the rest of its group (no partial groups).
       std::vector<std::string> victims{key};
-      if (!meta.group_id.empty()) {
-        auto g = s.groups.find(meta.group_id);
+      if (!meta.group_id().empty()) {
+        auto g = s.groups.find(meta.group_id());
         if (g != s.groups.end()) victims.assign(g->second.members.begin(), g->second.members.end());
       }
       for (const auto& v : victims) {
         auto it = s.objects.find(v);
         if (it == s.objects.end()) continue;
-        if (!it->second.group_id.empty() && table_.ShardOf(v) != idx)
+        if (!it->second.group_id().empty() && table_.ShardOf(v) != idx)
           redirects.emplace_back(v, idx);
         dropped.push_back(table_.EraseLocked(s, it));
       }

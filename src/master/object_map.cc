@@ -105,7 +105,7 @@ void ObjectMap::PrefetchEntry(uint64_t hash, EntryReads reads) const {
   const ObjectEntry& e = entry(*i);
   const char* p = reinterpret_cast<const char*>(&e);
   const char* end = reads == EntryReads::kLease
-                        ? reinterpret_cast<const char*>(&e.second.group_id + 1)
+                        ? e.second.lease_fields_end()
                         : reinterpret_cast<const char*>(&e.second.replicas + 1);
   for (; p < end; p += 64) __builtin_prefetch(p, 1);
   __builtin_prefetch(end - 1, 1);

@@ -113,28 +113,6 @@ size_t EraseReplicasIf(ReplicaList& replicas, Pred&& pred) {
   return n;
 }
 
-// The group an object belongs to: most objects have none, so the name sits in a heap block and
-// the entry holds 8 bytes instead of a std::string's 32.
-class GroupName {
- public:
-  GroupName() = default;
-  GroupName(GroupName&&) noexcept = default;
-  GroupName& operator=(GroupName&&) noexcept = default;
-  GroupName& operator=(std::string_view name) {
-    name_ = name.empty() ? nullptr : std::make_unique<std::string>(name);
-    return *this;
-  }
-
-  bool empty() const { return name_ == nullptr; }
-  const std::string& str() const { return name_ ? *name_ : kNone; }
-  operator std::string_view() const { return str(); }  // NOLINT: a name reads as its bytes
-  friend bool operator==(const GroupName& a, std::string_view b) { return a.str() == b; }
-
- private:
-  static inline const std::string kNone;
-  std::unique_ptr<std::string> name_;
-};
-
 // The next version of an object an upsert is writing (MasterService::UpsertStart): invisible to
 // readers until its PutEnd swaps it in.
 struct PendingVersion {
@@ -148,10 +126,10 @@ struct PendingVersion {
 };
 
 // Field order matters: an entry holds the key and this struct. A lease (exists) reads and
-// writes only the fields up to `group_id`, right after the key, so it touches the entry's first
-// 48 bytes (one or two cache lines; the reuse policy reads the next 8 too); a get reads on
-// up to `replicas` (ObjectMap::EntryReads). The state, the flags and the two counters share the
-// first 8 bytes (bit-fields: every access is under the shard's lock).
+// writes only the fields up to `extras_` (the group), right after the key, so it touches the
+// entry's first 48 bytes (one or two cache lines; the reuse policy reads the next 8 too); a get
+// reads on up to `replicas` (ObjectMap::EntryReads). The state, the flags and the two counters
+// share the first 8 bytes (bit-fields: every access is under the shard's lock).
 struct ObjectMeta {
   static constexpr unsigned kDiskHitsBits = 21;  // counts past promote_min_hits' 2^20
   static constexpr unsigned kReuseReferencesBits = 27;
@@ -178,7 +156,20 @@ struct ObjectMeta {
   uint64_t reuse_references : kReuseReferencesBits = 0;
   SteadyTime lease_deadline{};  // ungrouped objects; groups lease in GroupMeta
   SteadyTime last_access{};
-  GroupName group_id;
+
+ private:
+  // The group (most objects have none) and the rare state, out of line: one pointer in the
+  // entry, null for almost every object. Read and set through group_id() and the accessors
+  // below.
+  struct ObjectExtras {
+    std::string group_id;
+    SteadyTime soft_pin_until{};
+    uint64_t promotion_id = 0;
+    std::unique_ptr<PendingVersion> next;
+  };
+  std::unique_ptr<ObjectExtras> extras_;
+
+ public:
   SteadyTime reuse_until{};
   uint64_t size = 0;
   uint64_t checksum = 0;
@@ -187,6 +178,16 @@ struct ObjectMeta {
   uint64_t put_id = 0;  // PutEnd/PutRevoke must name the put that created it
   // When its put started (or, for a recovered object, when a store last reported it).
   SteadyTime put_started{};
+
+  // The group it belongs to ("" = none).
+  const std::string& group_id() const { return extras_ ? extras_->group_id : kNoGroup; }
+  void set_group_id(std::string_view group) {
+    if (group.empty() && !extras_) return;
+    Extras().group_id = group;
+    Trim();
+  }
+  // Where the fields a lease reads end (ObjectMap::PrefetchEntry).
+  const char* lease_fields_end() const { return reinterpret_cast<const char*>(&extras_ + 1); }
 
   // The rare state, kept out of line (ObjectExtras): read and set through these.
   // When soft_pin lapses (SteadyTime{}: never; SoftPinned below reads both).
@@ -222,23 +223,18 @@ struct ObjectMeta {
   }
 
  private:
-  // Fields almost every object leaves at their defaults: 8 bytes in the entry instead of 24.
-  struct ObjectExtras {
-    SteadyTime soft_pin_until{};
-    uint64_t promotion_id = 0;
-    std::unique_ptr<PendingVersion> next;
-  };
+  static inline const std::string kNoGroup;
   ObjectExtras& Extras() {
     if (!extras_) extras_ = std::make_unique<ObjectExtras>();
     return *extras_;
   }
   // Frees the block once every field is back at its default.
   void Trim() {
-    if (extras_->soft_pin_until == SteadyTime{} && extras_->promotion_id == 0 && !extras_->next) {
+    if (extras_->group_id.empty() && extras_->soft_pin_until == SteadyTime{} &&
+        extras_->promotion_id == 0 && !extras_->next) {
       extras_.reset();
     }
   }
-  std::unique_ptr<ObjectExtras> extras_;
 };
 
 // Whether `meta`'s soft pin still holds at `now` (its TTL, if any, not yet run out).

@@ -18,7 +18,7 @@ IndexEntry IndexEntryOf(std::string_view key, const ObjectMeta& meta) {
   e.size = meta.size;
   e.checksum = meta.checksum;
   e.put_id = meta.put_id;
-  e.group_id = meta.group_id;
+  e.group_id = meta.group_id();
   e.soft_pin = meta.soft_pin;
   e.hard_pin = meta.hard_pin;
   return e;
@@ -42,8 +42,8 @@ std::vector<std::unique_lock<std::mutex>> ObjectTable::LockShards(std::vector<ui
 
 ObjectMeta ObjectTable::EraseLocked(Shard& shard, ObjectMap::iterator it) {
   ObjectMeta meta = std::move(it->second);
-  if (!meta.group_id.empty()) {
-    auto g = shard.groups.find(meta.group_id);
+  if (!meta.group_id().empty()) {
+    auto g = shard.groups.find(meta.group_id());
     if (g != shard.groups.end()) {
       // By view: the member set is transparent, no string is built to erase it.
       auto m = g->second.members.find(it->first.view());

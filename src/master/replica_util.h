@@ -75,7 +75,7 @@ uint64_t EraseWhere(ObjectTable& table, Pred&& pred) {
         ++it;
         continue;
       }
-      if (!it->second.group_id.empty() && table.ShardOf(it->first.view()) != i) {
+      if (!it->second.group_id().empty() && table.ShardOf(it->first.view()) != i) {
         redirects.emplace_back(it->first.view(), i);
       }
       auto next = std::next(it);

@@ -211,6 +211,28 @@ TEST(ObjectMetaTest, RareFieldsReadBackUntilClearedInAnyOrder) {
   EXPECT_EQ(moved.soft_pin_until(), SteadyTime{});
 }
 
+// The group shares the out-of-line block with the rare fields: it outlives their clearing,
+// and they outlive its.
+TEST(ObjectMetaTest, TheGroupReadsBackWhateverTheRareFieldsDo) {
+  ObjectMeta m;
+  EXPECT_EQ(m.group_id(), "");
+  m.set_group_id("");  // ungrouped: nothing allocated, still ""
+  EXPECT_EQ(m.group_id(), "");
+  m.set_group_id("group-a");
+  m.set_promotion_id(3);
+  m.set_promotion_id(0);
+  EXPECT_EQ(m.group_id(), "group-a");
+  m.set_next(std::make_unique<PendingVersion>());
+  m.set_group_id("");
+  EXPECT_EQ(m.group_id(), "");
+  EXPECT_NE(m.next(), nullptr);
+  m.set_group_id(std::string(300, 'g'));  // a long name, as a key may be
+  auto taken = m.take_next();
+  ObjectMeta moved = std::move(m);
+  EXPECT_EQ(moved.group_id(), std::string(300, 'g'));
+  EXPECT_EQ(moved.next(), nullptr);
+}
+
 // A Replica holds its allocation or its disk location in one place, by tier: moves between
 // tiers free what was there and keep what comes.
 TEST(ReplicaTest, HoldsTheAllocationOrTheDiskLocationOfItsTierThroughMoves) {
