@@ -87,7 +87,7 @@ std::vector<EvictionCandidate> MasterService::CollectCandidates(SegmentId segmen
         if (it == s.objects.end()) continue;
         const ObjectMeta& m = it->second;
         if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting || m.next() ||
-            m.lease_deadline > now) {
+            OwnLeaseDeadline(m) > now) {
           return;
         }
         c.soft_pinned = c.soft_pinned || SoftPinned(m, now);
@@ -163,7 +163,7 @@ uint64_t MasterService::EvictCandidate(const EvictionCandidate& c, SegmentId seg
         if (it == s.objects.end()) continue;
         const ObjectMeta& m = it->second;
         if (m.state != ObjectState::kComplete || m.hard_pin || m.demoting || m.next() ||
-            m.lease_deadline > now) {
+            OwnLeaseDeadline(m) > now) {
           return 0;
         }
         victims.push_back(member);

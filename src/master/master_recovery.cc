@@ -415,7 +415,9 @@ bool MasterService::AdoptLocked(const Segment& segment, const IndexEntry& e, con
         if (r.segment == segment.id && r.tier == tier) return false;
       }
       m.replicas.push_back(std::move(replica));
-      m.lease_deadline = std::max(m.lease_deadline, hold);
+      // Leased until `hold` at least (the own lease runs until last_access + TTL).
+      m.last_access = std::max(m.last_access, now);
+      m.leased = true;
       m.recovered = true;  // held until a lease TTL after this report (HeldUntil)
       m.put_started = std::max(m.put_started, now);
       return true;
@@ -439,7 +441,7 @@ bool MasterService::AdoptLocked(const Segment& segment, const IndexEntry& e, con
   meta.set_group_id(e.group_id);
   meta.put_started = now;
   meta.last_access = now;
-  meta.lease_deadline = hold;
+  meta.leased = true;     // until `hold` (last_access + lease TTL)
   meta.recovered = true;  // held until `hold` (HeldUntil: put_started + lease TTL)
   // To a policy that learns reuse it is a new object of this master (the previous master's
   // counts are gone): referenced once, not known to be a tail chunk (no parent hint survives).

@@ -70,7 +70,7 @@ MasterService::MasterService(MasterOptions options)
       policy_(options_.policy ? options_.policy
                               : std::shared_ptr<const EvictionPolicy>(MakeDefaultEvictionPolicy())),
       segments_(options_.first_segment_id),
-      table_(options_.shards),
+      table_(options_.shards, options_.lease_ttl),
       next_put_id_(options_.first_put_id == 0 ? 1 : options_.first_put_id),
       first_put_id_(options_.first_put_id == 0 ? 1 : options_.first_put_id) {
   if (policy_->learns_reuse()) {
@@ -340,7 +340,7 @@ Result<PutStartResult> MasterService::PutStartOne(const std::string& key, uint64
 }
 
 SteadyTime MasterService::LeaseDeadline(Shard& shard, const ObjectMeta& meta) const {
-  SteadyTime deadline = meta.lease_deadline;
+  SteadyTime deadline = OwnLeaseDeadline(meta);
   if (!meta.group_id().empty()) {
     auto g = shard.groups.find(meta.group_id());
     if (g != shard.groups.end()) deadline = std::max(deadline, g->second.lease_deadline);
@@ -497,7 +497,7 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
       meta.hard_pin = next->hard_pin;
       meta.disk_hits = 0;
       meta.set_promotion_id(0);  // a promotion of the old version no longer applies
-      meta.last_access = now;
+      TouchWithoutLease(meta, now);
       // Under the shard lock, before the old version's free (Retire, or the end of its last
       // lease): the owners' indexes learn the new version first, so a restart in between finds
       // both and keeps the newer put.
@@ -512,11 +512,7 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
       if (meta.demoting) {
         // A tier move is reading the old memory: park it under the old put id, for
         // FinishDemotion to retire once the move is done.
-        ObjectMeta parked;
-        parked.put_id = old_put_id;
-        parked.replicas = std::move(old);
-        parked.lease_deadline = old_lease;
-        s.parked.insert_or_assign(old_put_id, std::move(parked));
+        s.parked.insert_or_assign(old_put_id, ParkedVersion{std::move(old), old_lease});
         meta.demoting = false;
       } else {
         Retire(s, std::move(old), old_lease, now, dropped);
@@ -530,7 +526,7 @@ Status MasterService::EndPut(const std::string& key, uint64_t put_id, uint64_t c
     } else if (kind == EndKind::kEnd) {
       meta.state = ObjectState::kComplete;
       meta.checksum = checksum;
-      meta.last_access = now;
+      TouchWithoutLease(meta, now);
       // Under the shard lock: the commit reaches the owners' indexes before any free of it.
       PublishCommit(key, meta, meta.replicas);
       if (meta.confirm_all && published != nullptr) {
@@ -592,10 +588,11 @@ void MasterService::UnpublishReplaced(ReplicaList& replaced, std::vector<Segment
 void MasterService::GrantLease(uint32_t shard_index, Shard& shard, ObjectMeta& meta,
                                SteadyTime now) {
   const SteadyTime deadline = now + options_.lease_ttl;
-  meta.last_access = now;
+  // The clock only moves forward: the object's own lease (last_access + TTL) never shortens.
+  meta.last_access = std::max(meta.last_access, now);
   if (reuse_) reuse_->OnReference(shard_index, meta, now);
   if (meta.group_id().empty()) {
-    meta.lease_deadline = std::max(meta.lease_deadline, deadline);
+    meta.leased = true;
     return;
   }
   auto g = shard.groups.find(meta.group_id());
@@ -604,7 +601,7 @@ void MasterService::GrantLease(uint32_t shard_index, Shard& shard, ObjectMeta& m
 }
 
 bool MasterService::IsLeased(Shard& shard, const ObjectMeta& meta, SteadyTime now) const {
-  if (meta.lease_deadline > now) return true;
+  if (OwnLeaseDeadline(meta) > now) return true;
   if (meta.group_id().empty()) return false;
   auto g = shard.groups.find(meta.group_id());
   return g != shard.groups.end() && g->second.lease_deadline > now;

@@ -313,6 +313,17 @@ class MasterService final : public MasterApi {
   bool IsLeased(Shard& shard, const ObjectMeta& meta, SteadyTime now) const;
   // Until when a recovered object may not be removed, even by force (ObjectMeta::recovered);
   // SteadyTime{} for any other.
+  // Until when the object's own lease runs (ObjectMeta::leased); SteadyTime{} if it has none.
+  SteadyTime OwnLeaseDeadline(const ObjectMeta& meta) const {
+    return meta.leased ? meta.last_access + options_.lease_ttl : SteadyTime{};
+  }
+  // An access that grants no lease (a put's end, an upsert's swap): the LRU clock moves,
+  // unless a lease is running — its deadline (last_access + TTL) stays as granted.
+  void TouchWithoutLease(ObjectMeta& meta, SteadyTime now) const {
+    if (OwnLeaseDeadline(meta) > now) return;
+    meta.leased = false;
+    meta.last_access = now;
+  }
   SteadyTime HeldUntil(const ObjectMeta& meta) const {
     return meta.recovered ? meta.put_started + options_.lease_ttl : SteadyTime{};
   }

@@ -2,10 +2,7 @@
 // version an upsert is writing.
 #pragma once
 
-#include <absl/container/inlined_vector.h>
-
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <memory>
 #include <new>
@@ -14,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/disk_location.h"
+#include "master/replica.h"
 #include "master/segment_index_types.h"
 #include "master/segment_registry.h"
 #include "tierkv/types.h"
@@ -21,97 +19,6 @@
 namespace tierkv {
 
 enum class ObjectState : uint8_t { kPending, kComplete };
-
-// A memory replica owns its allocation in the segment; a disk replica names a record in the
-// SSD tier of the segment's owner (and has no allocation). On a segment whose owner keeps an
-// index, a disk replica also holds a claim that tells the owner when the replica is dropped.
-// The allocation and the disk location share storage: `tier` says which one is there (read
-// only that one). 40 bytes instead of 80 in every object's entry.
-//
-// The disk location is kept in 24 bytes, its record offset in 4 KiB pages (records start on a
-// page: docs/disk-format.md); DiskLocationFits says whether a location can be kept, and every
-// path that adds a disk replica checks it first (a store's report is input).
-struct PackedDiskLocation {
-  explicit PackedDiskLocation(const DiskLocation& d)
-      : generation(d.generation),
-        size(d.size),
-        region(d.region),
-        offset_pages(static_cast<uint32_t>(d.offset >> kPageShift)) {}
-  DiskLocation Unpack() const {
-    return DiskLocation{region, generation, uint64_t{offset_pages} << kPageShift, size};
-  }
-  static constexpr unsigned kPageShift = 12;
-
-  uint64_t generation;
-  uint64_t size;
-  uint32_t region;
-  uint32_t offset_pages;
-};
-
-// Whether a Replica can keep `d` exactly (its offset on a 4 KiB page, below 16 TiB).
-inline bool DiskLocationFits(const DiskLocation& d) {
-  constexpr uint64_t kPage = uint64_t{1} << PackedDiskLocation::kPageShift;
-  return d.offset % kPage == 0 && (d.offset >> PackedDiskLocation::kPageShift) <= UINT32_MAX;
-}
-
-struct Replica {
-  // A disk replica's `d` must fit (DiskLocationFits).
-  Replica(SegmentId s, ReplicaTier t, Allocation a = Allocation(), DiskLocation d = {})
-      : segment(s), tier(t) {
-    if (tier == ReplicaTier::kMemory) {
-      new (&allocation) Allocation(std::move(a));
-    } else {
-      new (&disk) PackedDiskLocation(d);
-    }
-  }
-  Replica(Replica&& other) noexcept : segment(other.segment), tier(other.tier) {
-    if (tier == ReplicaTier::kMemory) {
-      new (&allocation) Allocation(std::move(other.allocation));
-    } else {
-      new (&disk) PackedDiskLocation(other.disk);
-    }
-    claim = std::move(other.claim);
-  }
-  Replica& operator=(Replica&& other) noexcept {
-    if (this == &other) return *this;
-    this->~Replica();
-    new (this) Replica(std::move(other));
-    return *this;
-  }
-  Replica(const Replica&) = delete;
-  Replica& operator=(const Replica&) = delete;
-  ~Replica() {
-    if (tier == ReplicaTier::kMemory) allocation.~Allocation();
-  }
-
-  // Where a reader finds it, as ReplicaLocation carries them: the offset of a memory replica,
-  // the record of a disk replica (the other one zero).
-  uint64_t memory_offset() const { return tier == ReplicaTier::kMemory ? allocation.offset() : 0; }
-  DiskLocation disk_location() const {
-    return tier == ReplicaTier::kMemory ? DiskLocation{} : disk.Unpack();
-  }
-
-  SegmentId segment;
-  ReplicaTier tier;
-  union {
-    Allocation allocation;    // tier == kMemory
-    PackedDiskLocation disk;  // tier == kDisk (disk_location() unpacks it)
-  };
-  std::unique_ptr<DiskClaim> claim{};
-};
-
-// An object's replicas: most objects have one, kept inside the object's entry (no heap block
-// per object, no cache miss to reach it).
-using ReplicaList = absl::InlinedVector<Replica, 1>;
-
-// std::erase_if for a ReplicaList (which the standard's overloads do not cover).
-template <typename Pred>
-size_t EraseReplicasIf(ReplicaList& replicas, Pred&& pred) {
-  auto keep = std::remove_if(replicas.begin(), replicas.end(), pred);
-  const auto n = static_cast<size_t>(replicas.end() - keep);
-  replicas.erase(keep, replicas.end());
-  return n;
-}
 
 // The next version of an object an upsert is writing (MasterService::UpsertStart): invisible to
 // readers until its PutEnd swaps it in.
@@ -127,7 +34,7 @@ struct PendingVersion {
 
 // Field order matters: an entry holds the key and this struct. A lease (exists) reads and
 // writes only the fields up to `extras_` (the group), right after the key, so it touches the
-// entry's first 48 bytes (one or two cache lines; the reuse policy reads the next 8 too); a get
+// entry's first 40 bytes (one or two cache lines; the reuse policy reads the next 8 too); a get
 // reads on up to `replicas` (ObjectMap::EntryReads). The state, the flags and the two counters
 // share the first 8 bytes (bit-fields: every access is under the shard's lock).
 struct ObjectMeta {
@@ -151,11 +58,14 @@ struct ObjectMeta {
   // within a lease TTL of put_started (readers may still hold leases the previous master
   // granted; MasterService::HeldUntil). A flag, not a deadline.
   bool recovered : 1 = false;
+  // A reader's lease on the object itself (ungrouped objects; groups lease in GroupMeta) runs
+  // until last_access + the master's lease TTL while this is set: every lease is granted at
+  // an access, for one TTL (MasterService::OwnLeaseDeadline), so the deadline needs no field.
+  bool leased : 1 = false;
   // Reads served from disk since it was last in memory (saturating at kMaxDiskHits).
   uint64_t disk_hits : kDiskHitsBits = 0;
   uint64_t reuse_references : kReuseReferencesBits = 0;
-  SteadyTime lease_deadline{};  // ungrouped objects; groups lease in GroupMeta
-  SteadyTime last_access{};
+  SteadyTime last_access{};  // also when the lease (above) was granted
 
  private:
   // The group (most objects have none) and the rare state, out of line: one pointer in the

@@ -24,7 +24,8 @@ IndexEntry IndexEntryOf(std::string_view key, const ObjectMeta& meta) {
   return e;
 }
 
-ObjectTable::ObjectTable(uint32_t num_shards) {
+ObjectTable::ObjectTable(uint32_t num_shards, SteadyTime::duration lease_ttl)
+    : lease_ttl_(lease_ttl) {
   shards_.reserve(std::max<uint32_t>(num_shards, 1));
   for (uint32_t i = 0; i < std::max<uint32_t>(num_shards, 1); ++i) {
     shards_.push_back(std::make_unique<Shard>());
@@ -54,7 +55,8 @@ ObjectMeta ObjectTable::EraseLocked(Shard& shard, ObjectMap::iterator it) {
   shard.objects.erase(it);
   if (meta.demoting) {
     const uint64_t put_id = meta.put_id;
-    shard.parked.insert_or_assign(put_id, std::move(meta));
+    const SteadyTime lease = meta.leased ? meta.last_access + lease_ttl_ : SteadyTime{};
+    shard.parked.insert_or_assign(put_id, ParkedVersion{std::move(meta.replicas), lease});
     return ObjectMeta();
   }
   return meta;

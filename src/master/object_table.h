@@ -44,6 +44,13 @@ struct RetiredVersion {
   SteadyTime free_after{};
 };
 
+// The replicas of an object removed or replaced while a tier move read them (Shard::parked),
+// and the end of the last lease on them.
+struct ParkedVersion {
+  ReplicaList replicas;
+  SteadyTime lease_deadline{};
+};
+
 struct GroupMeta {
   std::unordered_set<std::string, KeyHash, KeyEq> members;
   SteadyTime lease_deadline{};
@@ -65,7 +72,7 @@ struct Shard {
   // Objects removed while a tier move was reading their memory, by put id: they keep their
   // ranges allocated (so no new put is written there under the mover's reads) until the move
   // finishes (MasterService::FinishDemotion). Guarded by mu.
-  std::unordered_map<uint64_t, ObjectMeta> parked;
+  std::unordered_map<uint64_t, ParkedVersion> parked;
   std::vector<RetiredVersion> retired;  // guarded by mu
   // Keys stored here that began a put or an upsert since maintenance last looked at them
   // (their put may have ended since; a key may be listed twice): what
@@ -81,7 +88,8 @@ struct Shard {
 
 class ObjectTable {
  public:
-  explicit ObjectTable(uint32_t num_shards);
+  // `lease_ttl`: the master's, for the lease of a parked object (EraseLocked).
+  explicit ObjectTable(uint32_t num_shards, SteadyTime::duration lease_ttl = {});
 
   uint32_t num_shards() const { return static_cast<uint32_t>(shards_.size()); }
   Shard& shard(uint32_t index) { return *shards_[index]; }
@@ -128,6 +136,7 @@ class ObjectTable {
 
  private:
   std::vector<std::unique_ptr<Shard>> shards_;
+  const SteadyTime::duration lease_ttl_;
 };
 
 template <typename Fn>

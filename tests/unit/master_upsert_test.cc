@@ -83,6 +83,32 @@ TEST_F(MasterUpsertTest, MissingKeyIsAPlainPutAndExistingKeyGetsANewVersion) {
   EXPECT_EQ(End("k", started->put_id, 222).code(), ErrorCode::INVALID_WRITE);
 }
 
+// The object's own lease is not a field but its last access + the TTL (ObjectMeta::leased): a
+// put's end grants none, and an upsert's swap during a lease neither ends nor extends it.
+TEST_F(MasterUpsertTest, APutEndGrantsNoLeaseAndAnUpsertKeepsTheLeaseItFinds) {
+  Put("fresh", 4 * kKiB, 1, PutMode::kPut);
+  EXPECT_TRUE(master_->Remove("fresh", /*force=*/false).ok());  // not leased by its own put
+
+  Put("k", 4 * kKiB, 1, PutMode::kPut);
+  ASSERT_TRUE(master_->GetReplicas({"k"})[0].ok());  // leased until now + 1 s
+  clock_.Advance(Millis(600));
+  Put("k", 4 * kKiB, 2, PutMode::kUpsert);  // swapped while leased
+  clock_.Advance(Millis(300));              // 0.9 s after the lease: still held
+  EXPECT_EQ(master_->Remove("k", false).code(), ErrorCode::OBJECT_HAS_LEASE);
+  clock_.Advance(Millis(150));  // 1.05 s: the lease ended when it was granted to
+  EXPECT_TRUE(master_->Remove("k", false).ok());
+
+  // A lease taken again renews it from that access.
+  Put("k", 4 * kKiB, 3, PutMode::kPut);
+  ASSERT_EQ(master_->Exists({"k"})[0], 1);
+  clock_.Advance(Millis(900));
+  ASSERT_EQ(master_->Exists({"k"})[0], 1);
+  clock_.Advance(Millis(900));  // 1.8 s after the first, 0.9 s after the second
+  EXPECT_EQ(master_->Remove("k", false).code(), ErrorCode::OBJECT_HAS_LEASE);
+  clock_.Advance(Millis(200));
+  EXPECT_TRUE(master_->Remove("k", false).ok());
+}
+
 TEST_F(MasterUpsertTest, OldSpaceIsHeldWhileLeasedAndFreedWhenTheLeaseEnds) {
   Put("k", 4 * kKiB, 1, PutMode::kPut);
   const uint64_t one = Used();

@@ -148,7 +148,7 @@ TEST(ObjectMapTest, PrefetchesAreHarmlessForPresentAndAbsentKeys) {
 
 // The rare fields (soft-pin deadline, promotion id, pending upsert) read back what was set,
 // through moves of the metadata, and read as their defaults once cleared, in any order.
-// The state, six flags and two counters share 8 bytes: each reads back what was written,
+// The state, seven flags and two counters share 8 bytes: each reads back what was written,
 // whatever the others hold, up to the counters' maxima (what the promotion threshold needs).
 TEST(ObjectMetaTest, FlagsAndCountersInTheFirstWordDoNotOverlap) {
   static_assert(ObjectMeta::kMaxDiskHits >= (uint32_t{1} << 20), "promote_min_hits' range");
@@ -161,6 +161,7 @@ TEST(ObjectMetaTest, FlagsAndCountersInTheFirstWordDoNotOverlap) {
     m.confirm_all = !on;
     m.reuse_tail = on;
     m.recovered = !on;
+    m.leased = on;
     m.disk_hits = on ? ObjectMeta::kMaxDiskHits : 1;
     m.reuse_references = on ? 1 : ObjectMeta::kMaxReuseReferences;
     EXPECT_EQ(m.state, on ? ObjectState::kComplete : ObjectState::kPending);
@@ -170,9 +171,10 @@ TEST(ObjectMetaTest, FlagsAndCountersInTheFirstWordDoNotOverlap) {
     EXPECT_EQ(m.confirm_all, !on);
     EXPECT_EQ(m.reuse_tail, on);
     EXPECT_EQ(m.recovered, !on);
+    EXPECT_EQ(m.leased, on);
     EXPECT_EQ(m.disk_hits, on ? ObjectMeta::kMaxDiskHits : 1u);
     EXPECT_EQ(m.reuse_references, on ? 1u : ObjectMeta::kMaxReuseReferences);
-    EXPECT_EQ(m.lease_deadline, SteadyTime{});
+    EXPECT_EQ(m.last_access, SteadyTime{});
   }
 }
 
