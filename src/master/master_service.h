@@ -311,11 +311,9 @@ class MasterService final : public MasterApi {
   SteadyTime LeaseDeadline(Shard& shard, const ObjectMeta& meta) const;
   void GrantLease(uint32_t shard_index, Shard& shard, ObjectMeta& meta, SteadyTime now);
   bool IsLeased(Shard& shard, const ObjectMeta& meta, SteadyTime now) const;
-  // Until when a recovered object may not be removed, even by force (ObjectMeta::recovered);
-  // SteadyTime{} for any other.
   // Until when the object's own lease runs (ObjectMeta::leased); SteadyTime{} if it has none.
   SteadyTime OwnLeaseDeadline(const ObjectMeta& meta) const {
-    return meta.leased ? meta.last_access + options_.lease_ttl : SteadyTime{};
+    return meta.own_lease_deadline(options_.lease_ttl);
   }
   // An access that grants no lease (a put's end, an upsert's swap): the LRU clock moves,
   // unless a lease is running — its deadline (last_access + TTL) stays as granted.
@@ -324,6 +322,8 @@ class MasterService final : public MasterApi {
     meta.leased = false;
     meta.last_access = now;
   }
+  // Until when a recovered object may not be removed, even by force (ObjectMeta::recovered);
+  // SteadyTime{} for any other.
   SteadyTime HeldUntil(const ObjectMeta& meta) const {
     return meta.recovered ? meta.put_started + options_.lease_ttl : SteadyTime{};
   }

@@ -5,12 +5,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <string>
 #include <string_view>
 
 #include "common/clock.h"
-#include "common/disk_location.h"
 #include "master/replica.h"
 #include "master/segment_index_types.h"
 #include "master/segment_registry.h"
@@ -88,6 +86,12 @@ struct ObjectMeta {
   uint64_t put_id = 0;  // PutEnd/PutRevoke must name the put that created it
   // When its put started (or, for a recovered object, when a store last reported it).
   SteadyTime put_started{};
+
+  // Until when its own lease runs, under a master whose lease TTL is `lease_ttl` (`leased`);
+  // SteadyTime{} if it has none.
+  SteadyTime own_lease_deadline(SteadyTime::duration lease_ttl) const {
+    return leased ? last_access + lease_ttl : SteadyTime{};
+  }
 
   // The group it belongs to ("" = none).
   const std::string& group_id() const { return extras_ ? extras_->group_id : kNoGroup; }

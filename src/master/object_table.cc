@@ -55,7 +55,7 @@ ObjectMeta ObjectTable::EraseLocked(Shard& shard, ObjectMap::iterator it) {
   shard.objects.erase(it);
   if (meta.demoting) {
     const uint64_t put_id = meta.put_id;
-    const SteadyTime lease = meta.leased ? meta.last_access + lease_ttl_ : SteadyTime{};
+    const SteadyTime lease = meta.own_lease_deadline(lease_ttl_);
     shard.parked.insert_or_assign(put_id, ParkedVersion{std::move(meta.replicas), lease});
     return ObjectMeta();
   }

@@ -48,7 +48,7 @@ class Allocation {
 
  private:
   friend class OffsetAllocator;
-  // Takes one of `owner`'s references (OffsetAllocator::handles_).
+  // Takes one of `owner`'s references (OffsetAllocator::refs_).
   Allocation(OffsetAllocator* owner, uint64_t offset, uint64_t size);
 
   OffsetAllocator* owner_ = nullptr;
