@@ -34,6 +34,7 @@ namespace {
 struct MasterFlags {
   std::string host = "127.0.0.1";
   int port = 50051;
+  int meta_port = 0;  // the metadata channel's; 0 = a free one, -1 = none
   uint64_t lease_ttl_ms = Config{}.default_kv_lease_ttl_ms;
   uint64_t soft_pin_ttl_ms = Config{}.default_kv_soft_pin_ttl_ms;
   double high_watermark = Config{}.eviction_high_watermark_ratio;
@@ -223,6 +224,7 @@ int RunMaster(const MasterFlags& flags) {
   MasterServerOptions options;
   options.host = flags.host;
   options.port = flags.port;
+  options.meta_port = flags.meta_port;
   options.master = MasterOptionsFrom(as_config);
   options.client_ttl = Millis(flags.client_ttl_ms);
   // A segment a writer could not reach is avoided as long as a dead owner would stay listed.
@@ -330,6 +332,9 @@ int RunMaster(const MasterFlags& flags) {
   }
   // The first line is what scripts and MasterProcess wait for; the metrics line follows it.
   std::cout << "tierkv master listening on " << server->address() << std::endl;
+  if (server->meta_port() != 0) {
+    spdlog::info("tierkv master: metadata channel on port {}", server->meta_port());
+  }
   if (metrics != nullptr)
     std::cout << "tierkv master metrics on " << metrics->address() << std::endl;
   spdlog::info(
@@ -388,6 +393,14 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   master->add_option("--port", flags->port, "gRPC port; 0 = a free port chosen by the kernel")
       ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  master
+      ->add_option("--meta-port", flags->meta_port,
+                   "Port of the metadata channel on --host (the data path's batch calls in "
+                   "length-prefixed frames beside gRPC; clients learn it when they register): 0 "
+                   "= a free port chosen by the kernel, -1 = none (every call over gRPC). Not "
+                   "started with TLS, which it does not have")
+      ->check(CLI::Range(-1, 65535))
       ->capture_default_str();
   master
       ->add_option("--lease-ttl-ms", flags->lease_ttl_ms,

@@ -21,6 +21,9 @@ struct Config {
   Mode mode = Mode::kEmbedded;
   // "" = run the master in-process (embedded mode only).
   std::string master_server_address;
+  // Send the data path's batch calls over the master's metadata channel when it offers one
+  // (docs/wire-format.md); false = every call over gRPC.
+  bool master_meta_channel = true;
   std::string metadata_server = "P2PHANDSHAKE";
   std::string local_hostname;  // "" = this host's name
   // Segment a put tries first when its ReplicateConfig names none ("" = the freest); a

@@ -312,6 +312,7 @@ const KeySpec kKeys[] = {
     {"put_start_discard_timeout_ms", &UintKey<&Config::put_start_discard_timeout_ms>},
     {"metadata_shards", &Uint32Key<&Config::metadata_shards, kMaxMetadataShards>},
     {"verify_checksum", &BoolKey<&Config::verify_checksum>},
+    {"master_meta_channel", &BoolKey<&Config::master_meta_channel>},
     {"require_registered_buffers", &BoolKey<&Config::require_registered_buffers>},
     {"transfer_threads", &Uint32Key<&Config::transfer_threads, kMaxTransferThreads>},
     {"use_huge_pages", &BoolKey<&Config::use_huge_pages>},

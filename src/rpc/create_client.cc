@@ -26,9 +26,9 @@ Result<std::shared_ptr<RemoteBackend>> ConnectRemoteBackend(const Config& config
   // One TokenSet for both planes: a reload (SIGHUP) reaches both.
   auto security = ControlPlaneSecurityFrom(config, ucx->tokens);
   if (!security.ok()) return security.status();
-  auto backend =
-      RemoteBackend::Connect(config.master_server_address, Millis(5000), config.local_hostname,
-                             config.protocol, *ucx, std::move(security).value());
+  auto backend = RemoteBackend::Connect(config.master_server_address, Millis(5000),
+                                        config.local_hostname, config.protocol, *ucx,
+                                        std::move(security).value(), config.master_meta_channel);
   if (backend.ok()) (*backend)->set_segment_tenant(config.segment_tenant);
   return backend;
 }

@@ -1,12 +1,5 @@
 // The master as a gRPC service (`tierkv master`).
 //
-// MasterRpcHandler turns each request of proto/tierkv/master.proto into calls on a
-// MasterService and a ClientRegistry and fills the response. It validates every request first
-// (repeated fields of mismatched lengths, batches over wire::kMaxBatchKeys, over-long names,
-// unknown client ids, segments the caller does not own) and answers a bad one with an error —
-// whole-call or per key — never a crash. It holds no gRPC state, so the fuzz targets drive it
-// directly with parsed messages.
-//
 // MasterServer owns the gRPC server (synchronous API) and the current *term*: a MasterService, a
 // ClientRegistry, their handler and two background threads — maintenance (abandoned puts,
 // watermark eviction) and the client reaper, which every client_ttl/4 unmounts the segments of
@@ -32,10 +25,10 @@
 
 #include "common/cluster_token.h"
 #include "common/periodic_thread.h"
-#include "master/client_registry.h"
 #include "master/master_service.h"
 #include "metrics/metrics_registry.h"
-#include "rpc/tier_moves.h"
+#include "rpc/master_auth.h"
+#include "rpc/master_rpc_handler.h"
 #include "tierkv/master.pb.h"
 #include "tierkv/status.h"
 
@@ -46,80 +39,8 @@ class Server;
 namespace tierkv {
 
 class AuthCollector;
+class MetaServer;
 class LatencyHistograms;
-
-class MasterRpcHandler {
- public:
-  MasterRpcHandler(MasterService& master, ClientRegistry& clients, uint64_t incarnation);
-
-  void RegisterClient(const rpc::RegisterClientRequest& request,
-                      rpc::RegisterClientResponse* response);
-  void Heartbeat(const rpc::HeartbeatRequest& request, rpc::HeartbeatResponse* response);
-  void UnregisterClient(const rpc::UnregisterClientRequest& request, rpc::StatusResponse* response);
-  void MountSegment(const rpc::MountSegmentRequest& request, rpc::MountSegmentResponse* response);
-  void UnmountSegment(const rpc::UnmountSegmentRequest& request, rpc::StatusResponse* response);
-
-  void PutStart(const rpc::PutStartRequest& request, rpc::PlacementResponse* response);
-  void PutEnd(const rpc::PutEndRequest& request, rpc::BatchResponse* response);
-  void PutRevoke(const rpc::PutRevokeRequest& request, rpc::BatchResponse* response);
-  void Exists(const rpc::ExistsRequest& request, rpc::ExistsResponse* response);
-  void GetReplicas(const rpc::GetReplicasRequest& request, rpc::GetReplicasResponse* response);
-  void Remove(const rpc::RemoveRequest& request, rpc::BatchResponse* response);
-  void RemoveAll(const rpc::RemoveAllRequest& request, rpc::CountResponse* response);
-  void RemoveByRegex(const rpc::RemoveByRegexRequest& request, rpc::CountResponse* response);
-  void ClearReplicas(const rpc::ClearReplicasRequest& request, rpc::BatchResponse* response);
-
-  void DropDiskReplicas(const rpc::DropDiskReplicasRequest& request, rpc::CountResponse* response);
-  void AddDiskReplicas(const rpc::AddDiskReplicasRequest& request, rpc::BatchResponse* response);
-  void CopyToDisk(const rpc::CopyToDiskRequest& request, rpc::BatchResponse* response);
-  void PromoteStart(const rpc::PromoteStartRequest& request, rpc::PlacementResponse* response);
-  void PromoteEnd(const rpc::PromoteEndRequest& request, rpc::BatchResponse* response);
-
-  void Stats(const rpc::StatsRequest& request, rpc::StatsResponse* response);
-
-  // TierMoves, the stream's start: checks the owner's first message (a registered client that
-  // owns the segment) and attaches to the segment a RemoteTierMover that sends with `write`
-  // (none — a null mover — for an index stream without a tier: hello.has_index, !has_tier).
-  // Errors: the CallStatus's (unknown client, SEGMENT_NOT_FOUND), INVALID_PARAMS for a first
-  // message that carries results.
-  Result<std::shared_ptr<RemoteTierMover>> OpenTierMoves(
-      const rpc::TierMoveReply& hello, std::function<bool(const rpc::TierMoveRequest&)> write);
-  // The stream ended: fails what waits on `mover` and detaches it (if still attached).
-  void CloseTierMoves(uint32_t segment, const std::shared_ptr<RemoteTierMover>& mover,
-                      const std::string& why);
-  // How long a tier move waits for the owner's answer (default 30 s).
-  void set_tier_move_timeout(Millis timeout) { tier_move_timeout_ = timeout; }
-  void set_client_defaults(ClientDefaults defaults) { client_defaults_ = std::move(defaults); }
-
-  // Expires silent clients and unmounts their segments (the reaper calls this). Returns the
-  // number of clients expired.
-  size_t ReapSilentClients();
-
-  uint64_t incarnation() const { return incarnation_; }
-
-  // While alive, the calls this thread handles may act in the key namespace `scope` only (a
-  // tenant's prefix; "" = keys outside every namespace); null = anywhere. Keys outside it are
-  // refused with UNAUTHENTICATED; RemoveAll, RemoveByRegex and Stats reach that namespace only.
-  class CallScope {
-   public:
-    explicit CallScope(const std::string* scope);
-    ~CallScope();
-    CallScope(const CallScope&) = delete;
-    CallScope& operator=(const CallScope&) = delete;
-  };
-
- private:
-  // Whole-call checks shared by the handlers; false (and `status` set) to refuse the call.
-  bool Keys(const rpc::KeyBatch& batch, std::vector<std::string>* keys,
-            rpc::CallStatus* status) const;
-  bool CheckOwner(uint64_t client, uint32_t segment, rpc::CallStatus* status) const;
-
-  MasterService& master_;
-  ClientRegistry& clients_;
-  const uint64_t incarnation_;
-  Millis tier_move_timeout_{30000};
-  ClientDefaults client_defaults_;
-};
 
 // What fences a leader's term (tierkv master --ha; rpc/leader_election.h): Valid() turns false
 // the moment the leader's etcd lease may have run out, so a deposed leader stops answering
@@ -130,17 +51,12 @@ class TermLease {
   virtual bool Valid() const = 0;
 };
 
-// A tenant's credential (tierkv master --tenants-file): calls carrying its token act in its key
-// namespace only.
-struct TenantCredential {
-  std::string name;
-  std::string prefix;  // kKeyNamespaceMark + name + kKeyNamespaceMark
-  std::shared_ptr<const TokenSet> tokens;
-};
-
 struct MasterServerOptions {
   std::string host = "127.0.0.1";  // address to bind ("0.0.0.0" = every interface)
   int port = 50051;                // 0 = a free port, chosen by the kernel
+  // The metadata channel (rpc/meta_protocol.h) on `host`: 0 = a free port chosen by the
+  // kernel, -1 = none. Told to clients at registration. Not started with TLS (it has none).
+  int meta_port = 0;
   MasterOptions master;
   Millis client_ttl{10000};  // a client silent this long is expired
   // How long a demotion waits for a store to write to its SSD tier before the objects count as
@@ -207,6 +123,9 @@ class MasterServer {
   uint64_t epoch() const;  // of the current term (0 without `standby`, or between terms)
   // Calls refused for a missing or wrong cluster token, since Start.
   uint64_t unauthenticated() const { return unauthenticated_.load(std::memory_order_relaxed); }
+  // The metadata channel's port (0: none) and the calls it served since Start.
+  int meta_port() const;
+  uint64_t meta_calls() const;
 
   const std::string& host() const { return options_.host; }
   int port() const { return port_; }
@@ -221,6 +140,7 @@ class MasterServer {
 
  private:
   class Service;
+  class MetaService;
   struct Term;
   explicit MasterServer(MasterServerOptions options);
   std::shared_ptr<Term> NewTerm(uint64_t epoch, std::shared_ptr<const TermLease> lease);
@@ -228,12 +148,18 @@ class MasterServer {
   void LeaderHint(std::string* address, uint64_t* epoch) const;
 
   MasterServerOptions options_;
+  const MasterAuth auth_;  // from options_' credentials
   const uint64_t incarnation_;
   std::shared_ptr<LatencyHistograms> rpc_latency_;  // in options_.metrics, if any
   std::shared_ptr<AuthCollector> auth_collector_;   // in options_.metrics, if any
   std::atomic<uint64_t> unauthenticated_{0};
+  std::atomic<int64_t> last_auth_log_s_{0};  // the second of the last refusal logged
+  // Counts a refused call or connection; logs at most once a second (the peer, never a token).
+  void CountUnauthenticated(const std::string& peer);
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetaService> meta_service_;
+  std::unique_ptr<MetaServer> meta_server_;
   int port_ = 0;
   mutable std::mutex term_mu_;      // a leaf lock: guards the pointer and the leader hint
   std::shared_ptr<Term> term_;      // guarded by term_mu_; null between terms

@@ -62,8 +62,9 @@ class UcxAccess final : public SegmentAccess {
 Result<std::shared_ptr<RemoteBackend>> RemoteBackend::Connect(
     const std::string& address, Millis timeout, const std::string& host,
     const std::string& protocol, const transport::UcxTransportOptions& ucx,
-    ControlPlaneSecurity security) {
+    ControlPlaneSecurity security, bool meta_channel) {
   RemoteMasterOptions options;
+  options.meta_channel = meta_channel;
   options.security = std::move(security);
   options.host = HostName(host);
   // Every heartbeat reports this client's transfer bytes (the master's metrics sum them).

@@ -48,12 +48,14 @@ class RemoteBackend final : public ClientBackend {
   // Connects to the master at `address` within `timeout` and registers this process as
   // `host` ("" = HostName()). `protocol`: "shm" (same-host segments only), "tcp" or "rdma"
   // (every segment through the UCX transport, `ucx` says how), "auto" (shm on this host, the
-  // network otherwise). Errors: as RemoteMaster::Connect.
+  // network otherwise). `meta_channel`: RemoteMasterOptions::meta_channel. Errors: as
+  // RemoteMaster::Connect.
   static Result<std::shared_ptr<RemoteBackend>> Connect(const std::string& address, Millis timeout,
                                                         const std::string& host,
                                                         const std::string& protocol,
                                                         const transport::UcxTransportOptions& ucx,
-                                                        ControlPlaneSecurity security = {});
+                                                        ControlPlaneSecurity security = {},
+                                                        bool meta_channel = true);
   ~RemoteBackend() override;
 
   MasterApi& master() override { return *master_; }

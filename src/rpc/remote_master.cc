@@ -11,8 +11,10 @@
 #include <utility>
 
 #include "common/host_name.h"
+#include "rpc/meta_client.h"
 #include "rpc/wire.h"
 #include "tierkv/master.grpc.pb.h"
+#include "transport/ucx_worker.h"
 
 namespace tierkv {
 namespace {
@@ -93,6 +95,7 @@ MasterProcessStats DecodeProcessStats(const rpc::StatsResponse& response) {
     out.transfers.push_back({count.transport(), count.read_bytes(), count.written_bytes()});
   }
   out.quarantined_bytes = response.quarantined_bytes();
+  out.meta_port = response.meta_port();
   for (const rpc::SegmentRecovery& r : response.recoveries()) {
     out.recoveries.push_back(SegmentRecovery{r.segment(), r.name(), r.links(), r.reported(),
                                              r.memory_replicas(), r.disk_replicas(), r.bytes(),
@@ -137,9 +140,44 @@ struct RemoteMaster::Endpoint {
     return retired;
   }
   void Retire() const {
+    std::shared_ptr<MetaChannel> open;
+    {
+      std::lock_guard lock(mu);
+      retired = true;
+      for (grpc::ClientContext* context : calls) context->TryCancel();
+      open = meta;
+    }
+    if (open) open->Close();
+  }
+  // The master's metadata channel, as its last registration answer offered it (null: none).
+  mutable std::shared_ptr<MetaChannel> meta;  // guarded by mu
+  std::shared_ptr<MetaChannel> Meta() const {
     std::lock_guard lock(mu);
-    retired = true;
-    for (grpc::ClientContext* context : calls) context->TryCancel();
+    return meta;
+  }
+  void UseMeta(std::shared_ptr<MetaChannel> offered) const {
+    std::shared_ptr<MetaChannel> old;
+    {
+      std::lock_guard lock(mu);
+      if (retired) {
+        old = std::move(offered);
+      } else {
+        old = std::exchange(meta, std::move(offered));
+      }
+    }
+    if (old) old->Close();
+  }
+  // A data-path call: over the metadata channel when the master offers one, else over gRPC.
+  template <typename Request, typename Response>
+  grpc::Status Unary(MetaMethod method,
+                     grpc::Status (rpc::Master::Stub::*grpc_call)(grpc::ClientContext*,
+                                                                  const Request&, Response*),
+                     grpc::ClientContext* context, const Request& request,
+                     Response* response) const {
+    if (std::shared_ptr<MetaChannel> fast = Meta()) {
+      return fast->Call(method, request, response, context->deadline());
+    }
+    return (stub.get()->*grpc_call)(context, request, response);
   }
 };
 
@@ -257,7 +295,7 @@ grpc::Status RemoteMaster::Call(const char* name, bool idempotent, Response* res
     response->Clear();
     grpc::Status status;
     if (ep->Enter(&context)) {
-      status = rpc(*ep->stub, &context);
+      status = rpc(*ep, &context);
       ep->Leave(&context);
     } else {
       status = grpc::Status(grpc::StatusCode::CANCELLED, "moved to another leader");
@@ -399,6 +437,7 @@ Status RemoteMaster::Register(Millis timeout) {
         client_defaults_.promote_on_hit = response.defaults().promote_on_hit();
         client_defaults_.promote_min_hits = response.defaults().promote_min_hits();
       }
+      UseMetaChannel(*ep, response.meta_port());
       registrations_.fetch_add(1);
       connected_.store(true);
       spdlog::debug("registered with the tierkv master at {} as client {}", ep->address,
@@ -432,6 +471,38 @@ Status RemoteMaster::Register(Millis timeout) {
                                          std::to_string(waited) + " ms): " + last);
 }
 
+void RemoteMaster::UseMetaChannel(const Endpoint& ep, uint32_t port) {
+  // Not over TLS: the channel has none, and a client configured for TLS must not send its
+  // calls in the clear.
+  if (!options_.meta_channel || port == 0 || !options_.security.tls_ca_pem.empty()) {
+    ep.UseMeta(nullptr);
+    return;
+  }
+  auto host_port = transport::ParseHostPort(ep.address, /*allow_zero=*/false);
+  if (!host_port.ok()) {
+    spdlog::warn("tierkv master at {}: not using its metadata channel: {}", ep.address,
+                 host_port.status().ToString());
+    ep.UseMeta(nullptr);
+    return;
+  }
+  const std::string address = transport::FormatHostPort(host_port->host, static_cast<int>(port));
+  std::shared_ptr<MetaChannel> current = ep.Meta();
+  if (current && current->address() == address) return;  // the same master's: keep its pool
+  ep.UseMeta(std::make_shared<MetaChannel>(address, options_.security.tokens));
+}
+
+uint64_t RemoteMaster::meta_calls() const {
+  auto ep = endpoint();
+  auto channel = ep ? ep->Meta() : nullptr;
+  return channel ? channel->calls() : 0;
+}
+
+std::string RemoteMaster::meta_address() const {
+  auto ep = endpoint();
+  auto channel = ep ? ep->Meta() : nullptr;
+  return channel ? channel->address() : std::string();
+}
+
 Status RemoteMaster::ReregisterLocked(const char* why) {
   const uint64_t old_id = client_id_.load();
   if (Status st = Register(options_.rpc_timeout); !st.ok()) return st;
@@ -456,10 +527,10 @@ Status RemoteMaster::MountOne(OwnedSegment& segment) {
   request.set_has_tier(segment.options.has_tier);
   request.set_tenant(segment.options.tenant);
   rpc::MountSegmentResponse response;
-  grpc::Status status = Call("MountSegment", false, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.MountSegment(context, request, &response);
-                             });
+  grpc::Status status =
+      Call("MountSegment", false, &response, [&](const Endpoint& ep, grpc::ClientContext* context) {
+        return ep.stub->MountSegment(context, request, &response);
+      });
   if (!status.ok()) return RpcFailure("MountSegment", status);
   if (Status call = wire::CallStatusOf(response.status()); !call.ok()) return call;
   if (response.segment_id() == 0) {
@@ -596,8 +667,8 @@ Result<SegmentId> RemoteMaster::MountSegment(const std::string& name, uint64_t c
     request.set_tenant(options.tenant);
     rpc::MountSegmentResponse response;
     grpc::Status status = Call("MountSegment", false, &response,
-                               [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                                 return stub.MountSegment(context, request, &response);
+                               [&](const Endpoint& ep, grpc::ClientContext* context) {
+                                 return ep.stub->MountSegment(context, request, &response);
                                });
     if (!status.ok()) return RpcFailure("MountSegment", status);
     if (response.status().unknown_client() && attempt == 0) {
@@ -635,8 +706,8 @@ Status RemoteMaster::UnmountSegment(SegmentId id) {
   request.set_segment_id(current);
   rpc::StatusResponse response;
   grpc::Status status = Call("UnmountSegment", false, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.UnmountSegment(context, request, &response);
+                             [&](const Endpoint& ep, grpc::ClientContext* context) {
+                               return ep.stub->UnmountSegment(context, request, &response);
                              });
   if (!status.ok()) return RpcFailure("UnmountSegment", status);
   // An unknown client had its segments unmounted already (expiry, restart).
@@ -675,8 +746,8 @@ uint64_t RemoteMaster::DropDiskReplicas(SegmentId segment, uint32_t region, uint
   wire::EncodeKeys(keys, request.mutable_keys());
   rpc::CountResponse response;
   grpc::Status status = Call("DropDiskReplicas", false, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.DropDiskReplicas(context, request, &response);
+                             [&](const Endpoint& ep, grpc::ClientContext* context) {
+                               return ep.stub->DropDiskReplicas(context, request, &response);
                              });
   Status st =
       status.ok() ? wire::CallStatusOf(response.status()) : RpcFailure("DropDiskReplicas", status);
@@ -716,8 +787,8 @@ std::vector<Status> RemoteMaster::AddDiskReplicas(SegmentId segment,
   }
   rpc::BatchResponse response;
   grpc::Status status = Call("AddDiskReplicas", false, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.AddDiskReplicas(context, request, &response);
+                             [&](const Endpoint& ep, grpc::ClientContext* context) {
+                               return ep.stub->AddDiskReplicas(context, request, &response);
                              });
   if (!status.ok()) return std::vector<Status>(n, RpcFailure("AddDiskReplicas", status));
   return wire::DecodeResults(response.status(), response.results(), n, "AddDiskReplicas");
@@ -728,10 +799,10 @@ std::vector<Status> RemoteMaster::CopyToDisk(const std::vector<std::string>& key
   rpc::CopyToDiskRequest request;
   wire::EncodeKeys(keys, request.mutable_keys());
   rpc::BatchResponse response;
-  grpc::Status status = Call("CopyToDisk", false, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.CopyToDisk(context, request, &response);
-                             });
+  grpc::Status status =
+      Call("CopyToDisk", false, &response, [&](const Endpoint& ep, grpc::ClientContext* context) {
+        return ep.stub->CopyToDisk(context, request, &response);
+      });
   if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("CopyToDisk", status));
   return wire::DecodeResults(response.status(), response.results(), keys.size(), "CopyToDisk");
 }
@@ -743,10 +814,10 @@ std::vector<Result<PutStartResult>> RemoteMaster::PromoteStart(const std::vector
   wire::EncodeKeys(keys, request.mutable_keys());
   request.set_min_hits(min_hits);
   rpc::PlacementResponse response;
-  grpc::Status status = Call("PromoteStart", false, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.PromoteStart(context, request, &response);
-                             });
+  grpc::Status status =
+      Call("PromoteStart", false, &response, [&](const Endpoint& ep, grpc::ClientContext* context) {
+        return ep.stub->PromoteStart(context, request, &response);
+      });
   if (!status.ok()) {
     return std::vector<Result<PutStartResult>>(keys.size(), RpcFailure("PromoteStart", status));
   }
@@ -762,10 +833,10 @@ std::vector<Status> RemoteMaster::PromoteEnd(const std::vector<std::string>& key
   request.mutable_promotion_ids()->Add(promotion_ids.begin(), promotion_ids.end());
   for (bool b : ok) request.add_ok(b);
   rpc::BatchResponse response;
-  grpc::Status status = Call("PromoteEnd", false, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.PromoteEnd(context, request, &response);
-                             });
+  grpc::Status status =
+      Call("PromoteEnd", false, &response, [&](const Endpoint& ep, grpc::ClientContext* context) {
+        return ep.stub->PromoteEnd(context, request, &response);
+      });
   if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("PromoteEnd", status));
   return wire::DecodeResults(response.status(), response.results(), keys.size(), "PromoteEnd");
 }
@@ -795,10 +866,11 @@ std::vector<Result<PutStartResult>> RemoteMaster::StartPuts(const std::vector<st
   request.mutable_sizes()->Add(sizes.begin(), sizes.end());
   wire::EncodeConfig(config, request.mutable_config());
   rpc::PlacementResponse response;
-  grpc::Status status = Call("PutStart", false, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.PutStart(context, request, &response);
-                             });
+  grpc::Status status =
+      Call("PutStart", false, &response, [&](const Endpoint& ep, grpc::ClientContext* context) {
+        return ep.Unary(MetaMethod::kPutStart, &rpc::Master::Stub::PutStart, context, request,
+                        &response);
+      });
   if (!status.ok()) {
     return std::vector<Result<PutStartResult>>(keys.size(), RpcFailure("PutStart", status));
   }
@@ -815,8 +887,9 @@ std::vector<Status> RemoteMaster::PutEnd(const std::vector<std::string>& keys,
   request.mutable_checksums()->Add(checksums.begin(), checksums.end());
   rpc::BatchResponse response;
   grpc::Status status =
-      Call("PutEnd", false, &response, [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-        return stub.PutEnd(context, request, &response);
+      Call("PutEnd", false, &response, [&](const Endpoint& ep, grpc::ClientContext* context) {
+        return ep.Unary(MetaMethod::kPutEnd, &rpc::Master::Stub::PutEnd, context, request,
+                        &response);
       });
   if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("PutEnd", status));
   return wire::DecodeResults(response.status(), response.results(), keys.size(), "PutEnd");
@@ -831,10 +904,11 @@ std::vector<Status> RemoteMaster::PutRevoke(const std::vector<std::string>& keys
   request.mutable_put_ids()->Add(put_ids.begin(), put_ids.end());
   request.mutable_unreachable_segments()->Add(unreachable.begin(), unreachable.end());
   rpc::BatchResponse response;
-  grpc::Status status = Call("PutRevoke", false, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.PutRevoke(context, request, &response);
-                             });
+  grpc::Status status =
+      Call("PutRevoke", false, &response, [&](const Endpoint& ep, grpc::ClientContext* context) {
+        return ep.Unary(MetaMethod::kPutRevoke, &rpc::Master::Stub::PutRevoke, context, request,
+                        &response);
+      });
   if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("PutRevoke", status));
   return wire::DecodeResults(response.status(), response.results(), keys.size(), "PutRevoke");
 }
@@ -847,8 +921,9 @@ std::vector<int> RemoteMaster::Exists(const std::vector<std::string>& keys) {
   wire::EncodeKeys(keys, request.mutable_keys());
   rpc::ExistsResponse response;
   grpc::Status status =
-      Call("Exists", true, &response, [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-        return stub.Exists(context, request, &response);
+      Call("Exists", true, &response, [&](const Endpoint& ep, grpc::ClientContext* context) {
+        return ep.Unary(MetaMethod::kExists, &rpc::Master::Stub::Exists, context, request,
+                        &response);
       });
   if (!status.ok()) {
     Status failure = RpcFailure("Exists", status);
@@ -865,11 +940,12 @@ std::vector<Result<ObjectReplicas>> RemoteMaster::GetReplicas(
   wire::EncodeKeys(keys, request.mutable_keys());
   rpc::GetReplicasResponse response;
   SteadyTime sent{};
-  grpc::Status status = Call("GetReplicas", true, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               sent = std::chrono::steady_clock::now();
-                               return stub.GetReplicas(context, request, &response);
-                             });
+  grpc::Status status =
+      Call("GetReplicas", true, &response, [&](const Endpoint& ep, grpc::ClientContext* context) {
+        sent = std::chrono::steady_clock::now();
+        return ep.Unary(MetaMethod::kGetReplicas, &rpc::Master::Stub::GetReplicas, context, request,
+                        &response);
+      });
   if (!status.ok()) {
     return std::vector<Result<ObjectReplicas>>(keys.size(), RpcFailure("GetReplicas", status));
   }
@@ -890,8 +966,9 @@ std::vector<Status> RemoteMaster::BatchRemove(const std::vector<std::string>& ke
   request.set_force(force);
   rpc::BatchResponse response;
   grpc::Status status =
-      Call("Remove", false, &response, [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-        return stub.Remove(context, request, &response);
+      Call("Remove", false, &response, [&](const Endpoint& ep, grpc::ClientContext* context) {
+        return ep.Unary(MetaMethod::kRemove, &rpc::Master::Stub::Remove, context, request,
+                        &response);
       });
   if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("Remove", status));
   return wire::DecodeResults(response.status(), response.results(), keys.size(), "Remove");
@@ -901,10 +978,10 @@ uint64_t RemoteMaster::RemoveAll(bool force) {
   rpc::RemoveAllRequest request;
   request.set_force(force);
   rpc::CountResponse response;
-  grpc::Status status = Call("RemoveAll", false, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.RemoveAll(context, request, &response);
-                             });
+  grpc::Status status =
+      Call("RemoveAll", false, &response, [&](const Endpoint& ep, grpc::ClientContext* context) {
+        return ep.stub->RemoveAll(context, request, &response);
+      });
   Status st = status.ok() ? wire::CallStatusOf(response.status()) : RpcFailure("RemoveAll", status);
   if (!st.ok()) {
     spdlog::warn("RemoveAll: {}", st.ToString());
@@ -933,8 +1010,8 @@ Result<uint64_t> RemoteMaster::RemoveInNamespace(const std::string& key_namespac
 Result<uint64_t> RemoteMaster::RemoveByRegexCall(const rpc::RemoveByRegexRequest& request) {
   rpc::CountResponse response;
   grpc::Status status = Call("RemoveByRegex", false, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.RemoveByRegex(context, request, &response);
+                             [&](const Endpoint& ep, grpc::ClientContext* context) {
+                               return ep.stub->RemoveByRegex(context, request, &response);
                              });
   Status st =
       status.ok() ? wire::CallStatusOf(response.status()) : RpcFailure("RemoveByRegex", status);
@@ -950,8 +1027,8 @@ std::vector<Status> RemoteMaster::ClearReplicas(const std::vector<std::string>& 
   request.set_segment_name(segment_name);
   rpc::BatchResponse response;
   grpc::Status status = Call("ClearReplicas", false, &response,
-                             [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-                               return stub.ClearReplicas(context, request, &response);
+                             [&](const Endpoint& ep, grpc::ClientContext* context) {
+                               return ep.stub->ClearReplicas(context, request, &response);
                              });
   if (!status.ok()) return std::vector<Status>(keys.size(), RpcFailure("ClearReplicas", status));
   return wire::DecodeResults(response.status(), response.results(), keys.size(), "ClearReplicas");
@@ -963,8 +1040,8 @@ Result<MasterProcessStats> RemoteMaster::ProcessStats() {
   rpc::StatsRequest request;
   rpc::StatsResponse response;
   grpc::Status status =
-      Call("Stats", true, &response, [&](rpc::Master::Stub& stub, grpc::ClientContext* context) {
-        return stub.Stats(context, request, &response);
+      Call("Stats", true, &response, [&](const Endpoint& ep, grpc::ClientContext* context) {
+        return ep.stub->Stats(context, request, &response);
       });
   if (!status.ok()) return RpcFailure("Stats", status);
   if (Status call = wire::CallStatusOf(response.status()); !call.ok()) return call;

@@ -69,6 +69,10 @@ struct RemoteMasterOptions {
   std::function<std::vector<TransferCount>()> transfer_counts;
   // The cluster token and TLS (rpc/channel_security.h); default: plaintext, no token.
   ControlPlaneSecurity security;
+  // Send the data path's batch calls (PutStart, PutEnd, PutRevoke, Exists, GetReplicas,
+  // Remove) over the master's metadata channel when it offers one (rpc/meta_client.h); never
+  // with TLS. false = every call over gRPC (config key master_meta_channel).
+  bool meta_channel = true;
 };
 
 // What the master process reports beyond MasterStats.
@@ -87,6 +91,7 @@ struct MasterProcessStats {
   uint64_t lease_ttl_ms = 0;
   std::vector<SegmentRecovery> recoveries;  // per segment with an index (restart recovery)
   uint64_t quarantined_bytes = 0;           // freed, waiting for the stores' acknowledgments
+  uint32_t meta_port = 0;                   // the metadata channel's port (0: none)
   // High availability (tierkv master --ha): whether the master runs with it, whether the one
   // that answered leads (a standby answers only this part), and the leader it knows.
   bool ha = false;
@@ -197,6 +202,10 @@ class RemoteMaster final : public MasterApi {
   }
   // Times this client registered (1 after Connect; +1 per re-registration).
   uint64_t registrations() const { return registrations_.load(); }
+  // The master's metadata channel this client uses ("" = none: every call over gRPC), and the
+  // calls it answered on the current one.
+  std::string meta_address() const;
+  uint64_t meta_calls() const;
   // False after a failed heartbeat, until one succeeds.
   bool connected() const { return connected_.load(); }
 
@@ -231,6 +240,8 @@ class RemoteMaster final : public MasterApi {
   // Waits (up to `deadline`) for another master to try: true when it is worth trying again.
   bool AwaitMaster(const std::shared_ptr<const Endpoint>& tried,
                    std::chrono::system_clock::time_point deadline);
+  // Uses the metadata channel `port` of the master at `ep` offers (0: none) for `ep`'s calls.
+  void UseMetaChannel(const Endpoint& ep, uint32_t port);
   Status MountOne(OwnedSegment& segment);  // one MountSegment RPC; requires owner_mu_
   Status Register(Millis timeout);
   // Registers again and re-mounts every owned segment. Requires owner_mu_.

@@ -32,6 +32,7 @@
 
 #include "distributed_test_util.h"
 #include "process_test_util.h"
+#include "rpc/remote_master.h"
 
 namespace tierkv {
 namespace {
@@ -405,8 +406,12 @@ TEST(HardeningTest, EveryListenerIsWhereItIsConfiguredAndNowhereElse) {
   ASSERT_EQ(PutKey(*requester, "k", 1), 0);  // connects to the store over the network
   ASSERT_EQ(GetKey(*requester, "k", 1), static_cast<int64_t>(dist_test::kObject));
 
+  auto stats = RemoteMaster::QueryStats(master->address(), Millis(5000));
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  ASSERT_NE(stats->meta_port, 0u);  // the metadata channel is on by default
   EXPECT_EQ(ListeningSockets(master->pid()),
             (std::set<std::string>{"127.0.0.1:" + std::to_string(master->port()),
+                                   "127.0.0.1:" + std::to_string(stats->meta_port),
                                    "127.0.0.1:" + std::to_string(master->metrics_port())}))
       << Join(ListeningSockets(master->pid()));
   EXPECT_EQ(ListeningSockets(store->pid()),

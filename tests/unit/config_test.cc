@@ -428,12 +428,14 @@ TEST(ParseBoolTest, EverythingElseFails) {
 // ---------------------------------------------------------------- bools in JSON
 
 const std::vector<std::string> kBoolKeys = {"enable_offload", "verify_checksum",
-                                            "require_registered_buffers", "use_huge_pages"};
+                                            "require_registered_buffers", "use_huge_pages",
+                                            "master_meta_channel"};
 
 bool GetBoolField(const Config& c, const std::string& key) {
   if (key == "enable_offload") return c.enable_offload;
   if (key == "verify_checksum") return c.verify_checksum;
   if (key == "require_registered_buffers") return c.require_registered_buffers;
+  if (key == "master_meta_channel") return c.master_meta_channel;
   return c.use_huge_pages;
 }
 
