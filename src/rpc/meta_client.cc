@@ -17,15 +17,6 @@ namespace {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
-std::string_view View(const TokenDigest& digest) {
-  return {reinterpret_cast<const char*>(digest.data()), digest.size()};
-}
-
-template <size_t N>
-std::string_view View(const std::array<uint8_t, N>& bytes) {
-  return {reinterpret_cast<const char*>(bytes.data()), N};
-}
-
 grpc::StatusCode CodeOfIo(MetaIo io) {
   return io == MetaIo::kTimeout ? grpc::StatusCode::DEADLINE_EXCEEDED
                                 : grpc::StatusCode::UNAVAILABLE;

@@ -71,6 +71,12 @@ enum class MetaMethod : uint16_t {
 inline constexpr uint16_t kMetaMaxMethod = 6;
 const char* MetaMethodName(MetaMethod method);
 
+// A frame's or digest's bytes, to send.
+template <size_t N>
+std::string_view View(const std::array<uint8_t, N>& bytes) {
+  return {reinterpret_cast<const char*>(bytes.data()), N};
+}
+
 struct MetaChallenge {
   bool token_required = false;
   uint32_t idle_timeout_ms = 0;

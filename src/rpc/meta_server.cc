@@ -15,15 +15,6 @@
 namespace tierkv {
 namespace {
 
-std::string_view View(const TokenDigest& digest) {
-  return {reinterpret_cast<const char*>(digest.data()), digest.size()};
-}
-
-template <size_t N>
-std::string_view View(const std::array<uint8_t, N>& bytes) {
-  return {reinterpret_cast<const char*>(bytes.data()), N};
-}
-
 MetaDeadline In(Millis timeout) { return std::chrono::steady_clock::now() + timeout; }
 
 }  // namespace
