@@ -17,6 +17,8 @@ namespace {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
+constexpr char kClosed[] = "closed (moved to another master)";
+
 grpc::StatusCode CodeOfIo(MetaIo io) {
   return io == MetaIo::kTimeout ? grpc::StatusCode::DEADLINE_EXCEEDED
                                 : grpc::StatusCode::UNAVAILABLE;
@@ -57,8 +59,7 @@ grpc::Status MetaChannel::Take(SteadyTime deadline, std::unique_ptr<Connection>*
   {
     std::lock_guard lock(mu_);
     if (closed_) {
-      return grpc::Status(grpc::StatusCode::CANCELLED,
-                          "metadata channel to " + address_ + ": closed (moved to another master)");
+      return Failure(grpc::StatusCode::CANCELLED, kClosed);
     }
     while (!idle_.empty()) {
       std::unique_ptr<Connection> c = std::move(idle_.back());
@@ -77,8 +78,7 @@ grpc::Status MetaChannel::Take(SteadyTime deadline, std::unique_ptr<Connection>*
   std::lock_guard lock(mu_);
   if (closed_) {
     out->reset();
-    return grpc::Status(grpc::StatusCode::CANCELLED,
-                        "metadata channel to " + address_ + ": closed (moved to another master)");
+    return Failure(grpc::StatusCode::CANCELLED, kClosed);
   }
   busy_.insert((*out)->fd.get());
   return grpc::Status::OK;
@@ -171,7 +171,6 @@ grpc::Status MetaChannel::Dial(SteadyTime deadline, std::unique_ptr<Connection>*
                    "the listener did not prove the cluster token: not this cluster's master");
   }
   c->keep = std::chrono::milliseconds(challenge->idle_timeout_ms / 2);
-  dials_.fetch_add(1, std::memory_order_relaxed);
   *out = std::move(c);
   return grpc::Status::OK;
 }

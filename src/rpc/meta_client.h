@@ -50,7 +50,6 @@ class MetaChannel {
 
   const std::string& address() const { return address_; }
   uint64_t calls() const { return calls_.load(std::memory_order_relaxed); }  // answered
-  uint64_t dials() const { return dials_.load(std::memory_order_relaxed); }  // connections made
 
  private:
   struct Connection {
@@ -70,7 +69,6 @@ class MetaChannel {
   const std::string address_;
   const std::shared_ptr<const TokenSet> tokens_;
   std::atomic<uint64_t> calls_{0};
-  std::atomic<uint64_t> dials_{0};
   std::mutex mu_;
   std::vector<std::unique_ptr<Connection>> idle_;  // guarded by mu_
   std::set<int> busy_;                             // descriptors in use; guarded by mu_

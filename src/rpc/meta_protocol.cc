@@ -5,11 +5,14 @@
 #include <string>
 
 #include "common/byte_io.h"
+#include "rpc/wire.h"
 
 namespace tierkv {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "the wire format is little-endian");
+static_assert(kMetaMaxMessageBytes == static_cast<uint32_t>(wire::kMaxMessageBytes),
+              "the metadata channel carries the messages gRPC carries");
 
 template <size_t N>
 void PutPrologue(std::array<uint8_t, N>& out) {
@@ -21,7 +24,7 @@ Status Bad(std::string what) {
   return Status(ErrorCode::INVALID_PARAMS, "metadata channel: " + std::move(what));
 }
 
-// Magic, version and the u16 at 6, which is reserved unless `flags_at_6`.
+// Magic and version; each decoder checks the rest.
 template <size_t N>
 Status CheckPrologue(const std::array<uint8_t, N>& in, const char* frame) {
   if (std::memcmp(in.data(), kMetaMagic, 4) != 0) {

@@ -55,7 +55,8 @@ inline constexpr size_t kMetaHelloSize = 40;
 inline constexpr size_t kMetaWelcomeSize = 48;
 inline constexpr size_t kMetaCallHeaderSize = 8;
 inline constexpr size_t kMetaAnswerHeaderSize = 12;
-inline constexpr uint32_t kMetaMaxMessageBytes = uint32_t{64} << 20;  // wire::kMaxMessageBytes
+// The same limit as gRPC's messages to and from the master (checked in meta_protocol.cc).
+inline constexpr uint32_t kMetaMaxMessageBytes = uint32_t{64} << 20;
 inline constexpr std::string_view kMetaHelloLabel = "tierkv meta hello";
 inline constexpr std::string_view kMetaServerLabel = "tierkv meta server";
 

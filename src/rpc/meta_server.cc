@@ -76,13 +76,6 @@ void MetaServer::Shutdown() {
   });
 }
 
-uint64_t MetaServer::connections() const {
-  std::lock_guard lock(mu_);
-  uint64_t open = 0;
-  for (const auto& c : connections_) open += c->done.load() ? 0 : 1;
-  return open;
-}
-
 void MetaServer::ReapLocked() {
   for (auto it = connections_.begin(); it != connections_.end();) {
     if ((*it)->done.load()) {
@@ -173,7 +166,6 @@ void MetaServer::Serve(Connection* c) {
   if (challenge.token_required) {
     secret = handler_->MatchMac(*proof, {kMetaHelloLabel, View(challenge.nonce)});
     if (secret.empty()) {
-      refused_.fetch_add(1);
       handler_->Refused(c->peer);
       welcome.status = ToInt(ErrorCode::UNAUTHENTICATED);
       (void)SendAll(fd, {View(EncodeMetaWelcome(welcome))}, handshake, &why);

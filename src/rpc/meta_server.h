@@ -17,7 +17,6 @@
 #include <string>
 #include <string_view>
 #include <thread>
-#include <vector>
 
 #include "common/clock.h"
 #include "common/cluster_token.h"
@@ -66,8 +65,6 @@ class MetaServer {
 
   int port() const { return port_; }
   uint64_t calls() const { return calls_.load(std::memory_order_relaxed); }
-  uint64_t connections() const;  // open now
-  uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
 
  private:
   struct Connection {
@@ -89,8 +86,7 @@ class MetaServer {
   std::thread acceptor_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> calls_{0};
-  std::atomic<uint64_t> refused_{0};
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::list<std::unique_ptr<Connection>> connections_;  // guarded by mu_
   std::once_flag shutdown_once_;
 };
