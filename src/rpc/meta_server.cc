@@ -10,7 +10,7 @@
 #include "common/byte_io.h"
 #include "common/errno_text.h"
 #include "rpc/meta_io.h"
-#include "transport/ucx_worker.h"
+#include "transport/socket_address.h"
 
 namespace tierkv {
 namespace {

@@ -14,7 +14,7 @@
 #include "rpc/meta_client.h"
 #include "rpc/wire.h"
 #include "tierkv/master.grpc.pb.h"
-#include "transport/ucx_worker.h"
+#include "transport/socket_address.h"
 
 namespace tierkv {
 namespace {

@@ -1,6 +1,6 @@
 // What the UCX server and client share: one UCP context with one worker (UcxWorker), request
-// bookkeeping, and "host:port" addresses. Private to src/transport/ucx_*.cc; the only header that
-// includes UCX's.
+// bookkeeping; the address helpers come from transport/socket_address.h. Private to
+// src/transport/ucx_*.cc and the TCP transport; the only header that includes UCX's.
 //
 // Thread-safety: a UcxWorker is created in UCS_THREAD_MODE_SERIALIZED: any thread may use it, one
 // at a time (the server's progress thread; a client's calls under its mutex). The free functions
@@ -14,35 +14,13 @@
 #include <string>
 
 #include "tierkv/status.h"
+#include "transport/socket_address.h"
 #include "transport/ucx_options.h"
 
 namespace tierkv::transport {
 
 // "<UCX's status string> (UCS status <n>)".
 std::string UcsReason(ucs_status_t status);
-
-// An address "host:port"; an IPv6 host is written in brackets ("[::1]:5000").
-struct HostPort {
-  std::string host;
-  int port = 0;
-};
-// INVALID_PARAMS naming `address` when it has no ":port", an empty host, or a port outside
-// 0..65535 (`allow_zero`: port 0 means "any free port", for listeners only).
-Result<HostPort> ParseHostPort(const std::string& address, bool allow_zero);
-std::string FormatHostPort(const std::string& host, int port);
-
-struct SocketAddress {
-  sockaddr_storage storage{};
-  socklen_t length = 0;
-  const sockaddr* get() const { return reinterpret_cast<const sockaddr*>(&storage); }
-};
-// The first address getaddrinfo gives for `host` (`passive`: to listen on). Errors: `code`,
-// naming the host and getaddrinfo's reason.
-Result<SocketAddress> ResolveHost(const std::string& host, int port, bool passive, ErrorCode code);
-// The port of an AF_INET/AF_INET6 address; -1 for other families.
-int PortOf(const sockaddr_storage& address);
-// The numeric "host:port" of an AF_INET/AF_INET6 address, "?" otherwise.
-std::string DescribeAddress(const sockaddr_storage& address);
 
 // One UCP context (features: active messages and wakeup; transports from the options) and one
 // worker on it, with its event descriptor for blocking waits.
