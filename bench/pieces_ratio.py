@@ -14,8 +14,9 @@ summary line per path ({"op":"summary","ratio":...,"ratio_min":...,"ratio_max":.
 import argparse
 import json
 import statistics
-import subprocess
 import sys
+
+from bench_runs import BenchFailed, run_rows
 
 TARGET = 0.9
 
@@ -26,15 +27,8 @@ def run_bench(args, bench, pieces):
            "--pieces", str(pieces)]
     if bench == "remote":
         cmd += ["--working-set", args.working_set]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()[-500:]}")
-    out = {}
-    for line in p.stdout.splitlines():
-        d = json.loads(line)
-        if d.get("op") in ("put", "get") and "rep" not in d and d.get("gbps") is not None:
-            out[f"{d.get('transport', 'embedded')}-{d['op']}"] = d["gbps"]
-    return out
+    rows = run_rows(cmd)
+    return {f"{path}-{op}": d["gbps"] for (path, op, _), d in rows.items()}
 
 
 def main():
@@ -60,7 +54,7 @@ def main():
                                       "gbps_one_piece": one[path],
                                       "gbps_pieces": many[path], "ratio": round(ratio, 3)}),
                           flush=True)
-    except RuntimeError as e:
+    except BenchFailed as e:
         print(f"pieces_ratio: {e}", file=sys.stderr)
         return 1
     print(f"{args.size} objects in {args.pieces} pieces vs 1 piece, {args.rounds} paired rounds",

@@ -1,0 +1,38 @@
+"""Running `tierkv bench ...` from the paired-run scripts (pieces_ratio.py, paired_ab.py): one
+run's per-row results, keyed by path, operation and object size."""
+
+import json
+import os
+import subprocess
+
+
+class BenchFailed(RuntimeError):
+    pass
+
+
+def run_rows(cmd, env=None):
+    """{(path, op, object_bytes): result line} of one run of `cmd` (a `tierkv bench ... --json`
+    command line). path is the row's transport, or "embedded" for the embedded bench. Rows are
+    the per-size result lines (put and get, with a measured gbps), not the per-rep ones or the
+    summary. Raises BenchFailed with the command's stderr tail when it fails."""
+    full_env = None
+    if env:
+        full_env = dict(os.environ)
+        full_env.update(env)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=full_env)
+    if p.returncode != 0:
+        raise BenchFailed(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()[-500:]}")
+    rows = {}
+    for line in p.stdout.splitlines():
+        d = json.loads(line)
+        if d.get("op") in ("put", "get") and "rep" not in d and d.get("gbps") is not None:
+            rows[(d.get("transport", "embedded"), d["op"], d.get("object_bytes", 0))] = d
+    return rows
+
+
+def size_text(n):
+    """65536 -> "64KiB", 2097152 -> "2MiB"."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return f"{n}B"
