@@ -49,6 +49,7 @@ struct MasterFlags {
   int64_t ha_lease_ttl_s = 2;
   std::string advertise;  // the address published in etcd; "" = host:port bound
   int64_t free_ack_wait_ms = 1000;
+  int64_t index_linger_us = 1000;
   std::string root_fs_dir;        // told to clients (ClientDefaults)
   bool promote_on_hit = false;    // told to clients
   uint32_t promote_min_hits = 0;  // told to clients; 0 = theirs
@@ -238,6 +239,7 @@ int RunMaster(const MasterFlags& flags) {
   if (flags.metrics_port >= 0) options.metrics = std::make_shared<MetricsRegistry>();
 
   options.master.free_ack_wait = Millis(flags.free_ack_wait_ms);
+  options.master.index_linger = std::chrono::microseconds(flags.index_linger_us);
   options.master.confirm_index_updates = true;
   LeaderElectionOptions election_options;
   if (flags.ha.empty() &&
@@ -506,6 +508,14 @@ void AddMasterCommand(CLI::App& app, int* exit_code) {
                    "its eviction (a freed range is reused only once its store knows) before "
                    "NO_AVAILABLE_HANDLE")
       ->check(CLI::Range(int64_t{0}, int64_t{60'000}))
+      ->capture_default_str();
+  master
+      ->add_option("--index-linger-us", flags->index_linger_us,
+                   "How long a store's index feed gathers commits and frees before sending "
+                   "them (one stream message per linger instead of one per PutEnd under load; "
+                   "0 = at once). Removes, upserts and puts waiting for freed space do not wait "
+                   "for it")
+      ->check(CLI::Range(int64_t{0}, int64_t{100'000}))
       ->capture_default_str();
   master
       ->add_option("--token-file", flags->token_file,

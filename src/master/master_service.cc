@@ -69,7 +69,7 @@ MasterService::MasterService(MasterOptions options)
     : options_(std::move(options)),
       policy_(options_.policy ? options_.policy
                               : std::shared_ptr<const EvictionPolicy>(MakeDefaultEvictionPolicy())),
-      segments_(options_.first_segment_id),
+      segments_(options_.first_segment_id, options_.index_linger),
       table_(options_.shards, options_.lease_ttl),
       next_put_id_(options_.first_put_id == 0 ? 1 : options_.first_put_id),
       first_put_id_(options_.first_put_id == 0 ? 1 : options_.first_put_id) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -55,6 +56,10 @@ struct MasterOptions {
   // How long a PutStart batch may wait, in total, for owners to acknowledge the frees of its
   // eviction (fenced segments quarantine freed ranges until then) before NO_AVAILABLE_HANDLE.
   Millis free_ack_wait{1000};
+  // How long each store's index feed gathers events before it sends them (SegmentFeed): one
+  // message per linger instead of one per PutEnd under load. 0 = at once (in-process masters,
+  // whose tests pump the feeds by hand); `tierkv master` uses --index-linger-us.
+  std::chrono::microseconds index_linger{0};
   // How long placement avoids a segment a client reported it could not write to (PutRevoke's
   // `unreachable`); its owner's heartbeats do not clear it.
   Millis unreachable_hold{10000};

@@ -7,43 +7,52 @@
 namespace tierkv {
 
 void SegmentFeed::Committed(IndexEntry entry) {
+  bool wake = false;
   {
     std::lock_guard lock(mu_);
     if (!attached_) return;
     open_.commits.push_back(std::move(entry));
+    wake = NoteEvent();
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
 }
 
 void SegmentFeed::DiskAttached(IndexEntry entry) {
+  bool wake = false;
   {
     std::lock_guard lock(mu_);
     if (!attached_) return;
     open_.disk_attached.push_back(std::move(entry));
+    wake = NoteEvent();
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
 }
 
 void SegmentFeed::DiskDropped(std::string key, const DiskLocation& location) {
+  bool wake = false;
   {
     std::lock_guard lock(mu_);
     if (!attached_) return;
     open_.disk_dropped.push_back(DiskDrop{std::move(key), location});
+    wake = NoteEvent();
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
 }
 
 void SegmentFeed::Forgotten(uint64_t offset) {
+  bool wake = false;
   {
     std::lock_guard lock(mu_);
     if (!attached_) return;  // the next stream's reconciliation forgets it (not in the table)
     open_.frees.push_back(offset);
+    wake = NoteEvent();
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
 }
 
 uint64_t SegmentFeed::OnFree(uint64_t offset, uint64_t /*size*/) {
   uint64_t ticket;
+  bool wake = false;
   {
     std::lock_guard lock(mu_);
     if (closed_) return 0;  // unmounted: nobody will read the segment through this allocator
@@ -54,8 +63,9 @@ uint64_t SegmentFeed::OnFree(uint64_t offset, uint64_t /*size*/) {
     ticket = open_.seq;
     if (!attached_) return ticket;
     open_.frees.push_back(offset);
+    wake = NoteEvent();
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
   return ticket;
 }
 
@@ -68,6 +78,8 @@ uint64_t SegmentFeed::Attach() {
     const uint64_t seq = open_.seq;
     open_ = IndexBatch();
     open_.seq = seq;
+    pending_since_.reset();
+    flush_ = false;
     attached_ = !closed_;
     generation = ++generation_;
   }
@@ -91,23 +103,49 @@ void SegmentFeed::Prepend(uint64_t generation, IndexBatch delta) {
     // Even an empty reconciliation is sent: its acknowledgment releases what was quarantined
     // while no stream was attached.
     if (open_.seq == 0) open_.seq = sent_ + 1;
+    flush_ = true;  // the reconciliation goes at once
   }
   cv_.notify_all();
+}
+
+bool SegmentFeed::NoteEvent() {
+  const bool first = !pending_since_.has_value();
+  if (first) pending_since_ = std::chrono::steady_clock::now();
+  return linger_.count() == 0 || first || open_.events() == kMaxEventsPerPart;
+}
+
+bool SegmentFeed::Ripe(SteadyTime now) const {
+  if ((open_.empty() && open_.seq <= sent_) || sent_ - acked_ >= kWindow) return false;
+  if (linger_.count() == 0 || flush_ || !pending_since_ || open_.events() >= kMaxEventsPerPart) {
+    return true;
+  }
+  return now - *pending_since_ >= linger_;
 }
 
 std::optional<IndexBatch> SegmentFeed::Next(uint64_t generation, Millis timeout) {
   std::unique_lock lock(mu_);
   auto gone = [&] { return !attached_ || closed_ || generation != generation_; };
-  const bool ready = cv_.wait_for(lock, timeout, [&] {
-    return gone() || ((!open_.empty() || open_.seq > sent_) && sent_ - acked_ < kWindow);
-  });
-  if (!ready || gone()) return std::nullopt;
+  const SteadyTime deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (gone()) return std::nullopt;
+    const SteadyTime now = std::chrono::steady_clock::now();
+    if (Ripe(now)) break;
+    if (now >= deadline) return std::nullopt;
+    SteadyTime wake = deadline;
+    // Lingering: wake when the batch comes of age (events, acks and flushes notify).
+    if (pending_since_ && sent_ - acked_ < kWindow) {
+      wake = std::min(wake, *pending_since_ + linger_);
+    }
+    cv_.wait_until(lock, wake);
+  }
   if (open_.seq <= sent_) open_.seq = sent_ + 1;
   IndexBatch out;
   if (open_.events() <= kMaxEventsPerPart) {
     out = std::move(open_);
     open_ = IndexBatch();
     sent_ = out.seq;
+    pending_since_.reset();
+    flush_ = false;
   } else {
     // A prefix in application order: commits, disk attaches, frees, disk drops.
     out.seq = open_.seq;
@@ -155,6 +193,8 @@ void SegmentFeed::Detach(uint64_t generation) {
     const uint64_t seq = open_.seq;
     open_ = IndexBatch();
     open_.seq = seq;
+    pending_since_.reset();
+    flush_ = false;
   }
   cv_.notify_all();
 }
@@ -165,6 +205,8 @@ void SegmentFeed::Close() {
     closed_ = true;
     attached_ = false;
     open_ = IndexBatch();
+    pending_since_.reset();
+    flush_ = false;
   }
   cv_.notify_all();
 }
@@ -184,7 +226,18 @@ uint64_t SegmentFeed::Barrier() {
   if (!attached_ || closed_) return 0;
   if (open_.empty()) return sent_;
   if (open_.seq <= sent_) open_.seq = sent_ + 1;
+  flush_ = true;  // the caller waits for this batch: no lingering
+  cv_.notify_all();
   return open_.seq;
+}
+
+void SegmentFeed::Flush() {
+  {
+    std::lock_guard lock(mu_);
+    if (open_.empty() && open_.seq <= sent_) return;
+    flush_ = true;
+  }
+  cv_.notify_all();
 }
 
 bool SegmentFeed::WaitAckedThrough(uint64_t seq, Millis timeout) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -38,8 +39,14 @@ class SegmentFeed final : public FreeFence {
   // Most events in one part of a batch (keeps each stream message well under gRPC's limit).
   static constexpr size_t kMaxEventsPerPart = 8192;
 
-  explicit SegmentFeed(std::weak_ptr<OffsetAllocator> allocator)
-      : allocator_(std::move(allocator)) {}
+  // `linger`: how long Next lets the open batch gather events after its first one before it
+  // sends it (0: at once). Under load one message then carries many PutEnds' commits instead of
+  // one each: fewer stream messages, acknowledgments and wake-ups on both ends. It delays only
+  // the store's learning of a commit (a plain put lost in a failover meanwhile is a miss, as
+  // before) and the reuse of freed ranges; whoever waits on the feed (Barrier, Flush) cuts it.
+  explicit SegmentFeed(std::weak_ptr<OffsetAllocator> allocator,
+                       std::chrono::microseconds linger = std::chrono::microseconds(0))
+      : allocator_(std::move(allocator)), linger_(linger) {}
 
   // --- Events (no-ops while no stream is attached, except that frees get their ticket) ---
   void Committed(IndexEntry entry);
@@ -59,8 +66,9 @@ class SegmentFeed final : public FreeFence {
   // Puts `delta` (the reconciliation) ahead of the events already in the open batch.
   void Prepend(uint64_t generation, IndexBatch delta);
   // The next batch to send (sealed, with its seq; or its next part, `more` set when others
-  // follow), waiting up to `timeout` for events and for the window; nullopt on timeout, or once
-  // this generation is detached or superseded, or the feed closed.
+  // follow), waiting up to `timeout` for events, for the window and for the linger (unless a
+  // flush was asked for, or the batch holds a part's worth of events); nullopt on timeout, or
+  // once this generation is detached or superseded, or the feed closed.
   std::optional<IndexBatch> Next(uint64_t generation, Millis timeout);
   // The owner applied batches up to `seq`: their frees become reusable.
   void Acked(uint64_t generation, uint64_t seq);
@@ -78,13 +86,23 @@ class SegmentFeed final : public FreeFence {
   // stream's reconciliation covers what an ended one left unacknowledged): true once it has,
   // false on timeout or once the feed is closed.
   uint64_t Barrier();
+  // The open batch goes without waiting for the linger (a put waiting for quarantined frees).
+  void Flush();
   bool WaitAckedThrough(uint64_t seq, Millis timeout);
   uint64_t batches_sent() const { return batches_sent_.load(std::memory_order_relaxed); }
   uint64_t events_sent() const { return events_sent_.load(std::memory_order_relaxed); }
   uint64_t acked_seq() const;
 
  private:
+  // An event was added to the open batch (under mu_): starts the linger at the batch's first
+  // one. True when the sender must be woken (it waits for a first event, or the batch is full).
+  bool NoteEvent();
+  // The open batch may go now (under mu_): something to send, room in the window, and the
+  // linger over, or cut.
+  bool Ripe(SteadyTime now) const;
+
   const std::weak_ptr<OffsetAllocator> allocator_;
+  const std::chrono::microseconds linger_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   IndexBatch open_;     // the batch events go into; open_.seq is its number; mu_
@@ -96,6 +114,9 @@ class SegmentFeed final : public FreeFence {
   bool attached_ = false;    // mu_
   bool closed_ = false;      // mu_
   uint64_t generation_ = 0;  // of the attached (or last) stream; mu_
+  // When the open batch got its first event since the last send (unset: none yet); mu_
+  std::optional<SteadyTime> pending_since_;
+  bool flush_ = false;  // Barrier or Flush: the open batch goes without lingering; mu_
   std::atomic<uint64_t> batches_sent_{0};
   std::atomic<uint64_t> events_sent_{0};
 };

@@ -17,13 +17,14 @@ bool IsPreferred(const std::string& name, const std::string& preferred) {
 }
 
 Segment::Segment(SegmentId id_in, std::string name_in, uint64_t capacity_in,
-                 MountOptions options_in)
+                 MountOptions options_in, std::chrono::microseconds index_linger)
     : id(id_in),
       name(std::move(name_in)),
       capacity(capacity_in),
       allocator(OffsetAllocator::Create(capacity_in)),
       options(options_in),
-      feed(options_in.index_stream ? std::make_shared<SegmentFeed>(allocator) : nullptr),
+      feed(options_in.index_stream ? std::make_shared<SegmentFeed>(allocator, index_linger)
+                                   : nullptr),
       held(options_in.index_stream) {
   if (feed) allocator->SetFence(feed);
 }
@@ -38,7 +39,7 @@ Result<SegmentId> SegmentRegistry::Mount(const std::string& name, uint64_t capac
       return Status(ErrorCode::SEGMENT_ALREADY_EXISTS, "segment '" + name + "' already mounted");
     }
   }
-  auto seg = std::make_shared<Segment>(next_id_++, name, capacity, options);
+  auto seg = std::make_shared<Segment>(next_id_++, name, capacity, options, index_linger_);
   segments_.emplace(seg->id, seg);
   return seg->id;
 }
@@ -192,6 +193,8 @@ bool SegmentRegistry::WaitForQuarantine(std::chrono::milliseconds timeout) const
     }
   }
   if (waiting.empty()) return false;
+  // A put is waiting: what the feeds gathered goes now, not after their linger.
+  for (const auto& seg : waiting) seg->feed->Flush();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   bool released = false;
   for (const auto& seg : waiting) {

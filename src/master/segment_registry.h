@@ -40,7 +40,9 @@ struct MountOptions {
 };
 
 struct Segment {
-  Segment(SegmentId id, std::string name, uint64_t capacity, MountOptions options);
+  // `index_linger`: its feed's (SegmentFeed's constructor).
+  Segment(SegmentId id, std::string name, uint64_t capacity, MountOptions options,
+          std::chrono::microseconds index_linger = std::chrono::microseconds(0));
   const SegmentId id;
   const std::string name;
   const uint64_t capacity;
@@ -82,7 +84,11 @@ class SegmentRegistry {
  public:
   // Ids are handed out from `first_id` on (a master process starts from a random one, so the
   // ids of two master incarnations practically never collide in a requester's caches).
-  explicit SegmentRegistry(SegmentId first_id = 1) : next_id_(first_id == 0 ? 1 : first_id) {}
+  // `index_linger`: how long each indexed segment's feed gathers events before it sends them
+  // (SegmentFeed).
+  explicit SegmentRegistry(SegmentId first_id = 1,
+                           std::chrono::microseconds index_linger = std::chrono::microseconds(0))
+      : index_linger_(index_linger), next_id_(first_id == 0 ? 1 : first_id) {}
   // SEGMENT_ALREADY_EXISTS for a name already mounted; INVALID_PARAMS for an
   // empty name or zero capacity.
   Result<SegmentId> Mount(const std::string& name, uint64_t capacity, MountOptions options = {});
@@ -124,6 +130,7 @@ class SegmentRegistry {
 
  private:
   std::string PlacementPoolLocked(std::string_view tenant) const;  // requires mu_
+  const std::chrono::microseconds index_linger_;
   mutable std::shared_mutex mu_;
   SegmentId next_id_ = 1;                                         // guarded by mu_
   std::map<SegmentId, std::shared_ptr<const Segment>> segments_;  // guarded by mu_
