@@ -97,6 +97,10 @@ void PrintText(const std::string& address, const MasterProcessStats& p) {
   std::cout << "\n";
   PrintHaText(p);
   if (!p.leading) return;  // a standby holds nothing
+  std::cout << "metadata channel: "
+            << (p.meta_port == 0 ? std::string("none (every call over gRPC)")
+                                 : "port " + std::to_string(p.meta_port))
+            << "\n";
   std::cout << "segments: " << p.segments << "\n";
   uint64_t used = 0;
   uint64_t capacity = 0;
@@ -198,6 +202,7 @@ void PrintJson(const std::string& address, const MasterProcessStats& p) {
       {"quarantined_bytes", p.quarantined_bytes},
       {"recoveries", recoveries},
       {"incarnation", p.incarnation},
+      {"meta_port", p.meta_port},
       {"segments", segments},
       {"objects", s.objects},
       {"pending_objects", s.pending_objects},

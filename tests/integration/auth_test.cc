@@ -124,6 +124,10 @@ TEST_F(AuthTest, WithoutTheTokenNothingGetsIn) {
   proc_test::Exit stat_ok =
       RunToExit({"stat", "--master", master->address(), "--token-file", token_, "--json"});
   EXPECT_EQ(stat_ok.code, 0) << stat_ok.output;
+  // The metadata channel's port (a token-holding master opens it; 0 would be none).
+  const size_t meta = stat_ok.output.find("\"meta_port\":");
+  ASSERT_NE(meta, std::string::npos) << stat_ok.output;
+  EXPECT_NE(stat_ok.output.compare(meta + 12, 1, "0"), 0) << stat_ok.output;
   proc_test::Exit stat_bad =
       RunToExit({"stat", "--master", master->address(), "--token-file", wrong_});
   EXPECT_EQ(stat_bad.code, 1);
