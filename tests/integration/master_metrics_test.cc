@@ -87,6 +87,7 @@ struct RunResult {
   std::string out;
   std::string err;
   Millis took{0};
+  bool killed = false;  // at the timeout
 };
 
 // Runs `tierkv <args...>`, capturing stdout and stderr; SIGKILL after `timeout`. Always reaps.
@@ -144,7 +145,15 @@ RunResult RunTierkv(const std::vector<std::string>& args, Millis timeout = Milli
   close(out_pipe[0]);
   close(err_pipe[0]);
   if (!killed && WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+  run.killed = killed;
   return run;
+}
+
+// For failure messages: how the run ended, and all it printed (a run killed at the timeout may
+// have printed its answer and hung on the way out, or never got that far).
+std::string Describe(const RunResult& run) {
+  return (run.killed ? "killed after " : "exited after ") + std::to_string(run.took.count()) +
+         " ms\nstdout: " + run.out + "\nstderr: " + run.err;
 }
 
 // A TCP listener on 127.0.0.1 that accepts nothing and never answers.
@@ -250,7 +259,7 @@ TEST(MasterMetricsTest, StatShowsTheNumbers) {
 
   // Before any get: the hit rate is n/a (text) and null (JSON).
   RunResult run = RunTierkv({"stat", "--master", master->address()});
-  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
   EXPECT_NE(run.out.find("hit rate n/a"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("clients: 1 "), std::string::npos) << run.out;  // stat is no client
 
@@ -261,7 +270,7 @@ TEST(MasterMetricsTest, StatShowsTheNumbers) {
   ASSERT_TRUE(got[0].ok() && got[1].ok());
 
   run = RunTierkv({"stat", "--master", master->address()});
-  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
   std::cerr << run.out;
   EXPECT_NE(run.out.find("tierkv master " + master->address()), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("segments: 1"), std::string::npos) << run.out;
@@ -280,7 +289,7 @@ TEST(MasterMetricsTest, StatShowsTheNumbers) {
   EXPECT_NE(run.out.find("transfers (as clients report them): none"), std::string::npos) << run.out;
 
   run = RunTierkv({"stat", "--master", master->address(), "--json"});
-  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
   nlohmann::json json = nlohmann::json::parse(run.out, nullptr, false);
   ASSERT_FALSE(json.is_discarded()) << run.out;
   ASSERT_TRUE(json.is_object());
@@ -359,7 +368,7 @@ TEST(MasterMetricsTest, MetricsPortMinusOneServesNone) {
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
   EXPECT_EQ(stats->clients, 1u);
   RunResult run = RunTierkv({"stat", "--master", master->address()});
-  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.exit_code, 0) << Describe(run);
 }
 
 }  // namespace
