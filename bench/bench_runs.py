@@ -14,7 +14,7 @@ def run_rows(cmd, env=None):
     """{(path, op, object_bytes): result line} of one run of `cmd` (a `tierkv bench ... --json`
     command line). path is the row's transport, or "embedded" for the embedded bench. Rows are
     the per-size result lines (put and get, with a measured gbps), not the per-rep ones or the
-    summary. Raises BenchFailed with the command's stderr tail when it fails."""
+    summary; for `bench disk-remote`, its load ("tcp", "load", size) with remote_load_ratio. Raises BenchFailed with the command's stderr tail when it fails."""
     full_env = None
     if env:
         full_env = dict(os.environ)
@@ -27,6 +27,11 @@ def run_rows(cmd, env=None):
         d = json.loads(line)
         if d.get("op") in ("put", "get") and "rep" not in d and d.get("gbps") is not None:
             rows[(d.get("transport", "embedded"), d["op"], d.get("object_bytes", 0))] = d
+        elif d.get("bench") == "disk_remote" and d.get("load_gbps") is not None:
+            # bench disk-remote's one line: its load from the store's SSD tier, with the ratio
+            # against min(fio read, raw TCP) of the same reps.
+            rows[("tcp", "load", d.get("object_bytes", 0))] = {
+                "gbps": d["load_gbps"], "ratio": d.get("remote_load_ratio")}
     return rows
 
 

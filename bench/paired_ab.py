@@ -8,6 +8,8 @@ the machine during a round does not favour one side.
 Usage: /usr/bin/python3 bench/paired_ab.py [--tierkv ./build/tierkv] [--rounds 5]
            [--a-args "..."] [--b-args "..."] [--a-env K=V ...] [--b-env K=V ...]
            [--a-name off] [--b-name on] -- remote --sizes 64KiB,256KiB --working-set 256MiB
+(A value that is one --flag alone is written --b-args=--flag: argparse reads a bare "--flag"
+as an option of its own.)
 e.g. the master's metadata channel off against on:
        --a-args "--config off.json" --b-args "--config on.json"   (master_meta_channel false/true)
 Output: one JSON line per row and round ({"bench":"paired_ab","path":"shm","op":"put",
