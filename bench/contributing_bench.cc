@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/exec_args.h"
 #include "rpc/master_process.h"
 #include "tcp_stream.h"
 #include "tierkv/client.h"
@@ -123,9 +125,10 @@ class EngineProcess {
     }
     std::vector<std::string> storage = {self, "bench", "contributing-worker"};
     storage.insert(storage.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : storage) argv.push_back(a.data());
-    argv.push_back(nullptr);
+    // Built before fork (the child may not allocate); the log level unless the user set one.
+    const char* level = std::getenv("TIERKV_LOG_LEVEL");
+    const ExecArgs exec(std::move(storage),
+                        {{"TIERKV_LOG_LEVEL", level != nullptr ? level : "warn"}});
     const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid < 0) return Failed(std::string("fork: ") + std::strerror(errno));
@@ -135,8 +138,7 @@ class EngineProcess {
       if (dup2(to_child[0], STDIN_FILENO) < 0 || dup2(from_child[1], STDOUT_FILENO) < 0) {
         _exit(127);
       }
-      setenv("TIERKV_LOG_LEVEL", "warn", 0);
-      execv(argv[0], argv.data());
+      exec.Exec();
       _exit(127);
     }
     close(to_child[0]);

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/exec_args.h"
 #include "distributed_test_util.h"
 
 namespace tierkv::proc_test {
@@ -39,16 +40,12 @@ inline Exit RunCommand(const std::vector<std::string>& command,
   char path[] = "/tmp/tierkv-hardening-out-XXXXXX";
   const int out_fd = mkstemp(path);
   EXPECT_GE(out_fd, 0);
+  const ExecArgs exec(command, env);  // before fork: the child may not allocate
   const pid_t pid = fork();
   if (pid == 0) {
     dup2(out_fd, 1);
     dup2(out_fd, 2);
-    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
-    std::vector<std::string> argv_strings = command;
-    std::vector<char*> argv;
-    for (std::string& s : argv_strings) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
+    exec.Exec();
     _exit(127);
   }
   close(out_fd);

@@ -16,8 +16,7 @@
 #include <thread>
 
 #include "common/errno_text.h"
-
-extern char** environ;
+#include "common/exec_args.h"
 
 namespace tierkv {
 namespace {
@@ -56,28 +55,9 @@ std::string SelfExecutable() {
 Result<std::unique_ptr<MasterProcess>> MasterProcess::Start(const MasterProcessOptions& options) {
   if (options.binary.empty()) return Status(ErrorCode::INVALID_PARAMS, "no tierkv binary given");
   // Everything the child needs is built before fork: after it, only async-signal-safe calls.
-  std::vector<std::string> argv_storage = {options.binary, options.command};
-  argv_storage.insert(argv_storage.end(), options.args.begin(), options.args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  std::vector<std::string> env_storage;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string_view entry(*e);
-    bool overridden = false;
-    for (const auto& [name, value] : options.env) {
-      if (entry.size() > name.size() && entry.substr(0, name.size()) == name &&
-          entry[name.size()] == '=') {
-        overridden = true;
-      }
-    }
-    if (!overridden) env_storage.emplace_back(entry);
-  }
-  for (const auto& [name, value] : options.env) env_storage.push_back(name + "=" + value);
-  std::vector<char*> envp;
-  for (std::string& e : env_storage) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  std::vector<std::string> args = {options.binary, options.command};
+  args.insert(args.end(), options.args.begin(), options.args.end());
+  const ExecArgs exec(std::move(args), options.env);
 
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus("pipe2");
@@ -103,7 +83,7 @@ Result<std::unique_ptr<MasterProcess>> MasterProcess::Start(const MasterProcessO
           open(options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
       if (err < 0 || dup2(err, STDERR_FILENO) < 0) _exit(127);
     }
-    execve(argv[0], argv.data(), envp.data());
+    exec.Exec();
     _exit(127);
   }
   close(fds[1]);

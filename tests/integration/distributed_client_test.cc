@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/exec_args.h"
 #include "distributed_test_util.h"
 #include "http_test_util.h"
 #include "rpc/create_client.h"
@@ -83,14 +84,14 @@ TEST_P(DistributedTransportTest, PutOnOneRequesterGetOnAnotherProcess) {
   // Another requester process (this test binary again, running ReaderChild: a fresh
   // process, since a child forked after gRPC started here could not use gRPC) reads every
   // object byte-exact.
+  // Its argv and environment are built before fork: the child may not allocate.
+  const ExecArgs exec({SelfExecutable(), "--gtest_filter=DistributedClientChild.ReaderChild"},
+                      {{"TIERKV_TEST_READER_MASTER", master->address()},
+                       {"TIERKV_TEST_READER_PROTOCOL", GetParam()}});
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    setenv("TIERKV_TEST_READER_MASTER", master->address().c_str(), 1);
-    setenv("TIERKV_TEST_READER_PROTOCOL", GetParam().c_str(), 1);
-    const std::string self = SelfExecutable();
-    execl(self.c_str(), self.c_str(), "--gtest_filter=DistributedClientChild.ReaderChild",
-          static_cast<char*>(nullptr));
+    exec.Exec();
     _exit(127);
   }
   int status = 0;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/exec_args.h"
 #include "http_test_util.h"
 #include "net_test_util.h"
 #include "rpc/master_process.h"
@@ -93,11 +94,11 @@ struct RunResult {
 // Runs `tierkv <args...>`, capturing stdout and stderr; SIGKILL after `timeout`. Always reaps.
 RunResult RunTierkv(const std::vector<std::string>& args, Millis timeout = Millis(20000)) {
   RunResult run;
-  std::vector<std::string> storage = {TIERKV_BINARY};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  std::vector<std::string> command = {TIERKV_BINARY};
+  command.insert(command.end(), args.begin(), args.end());
+  // Built before fork: this process has gRPC threads, and a child that allocated (setenv) could
+  // hang on a lock one of them held (it did, under ASan: a stat killed with nothing printed).
+  const ExecArgs exec(std::move(command), {{"TIERKV_LOG_LEVEL", "warn"}});
   int out_pipe[2];
   int err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return run;
@@ -107,8 +108,7 @@ RunResult RunTierkv(const std::vector<std::string>& args, Millis timeout = Milli
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_pipe[1], STDERR_FILENO);
-    setenv("TIERKV_LOG_LEVEL", "warn", 1);
-    execv(argv[0], argv.data());
+    exec.Exec();
     _exit(127);
   }
   close(out_pipe[1]);
