@@ -75,11 +75,7 @@ uint64_t SegmentFeed::Attach() {
     std::lock_guard lock(mu_);
     // A stream still attached was superseded: its batches in flight settle like a detach's.
     acked_ = sent_;
-    const uint64_t seq = open_.seq;
-    open_ = IndexBatch();
-    open_.seq = seq;
-    pending_since_.reset();
-    flush_ = false;
+    ClearOpen(open_.seq);
     attached_ = !closed_;
     generation = ++generation_;
   }
@@ -106,6 +102,13 @@ void SegmentFeed::Prepend(uint64_t generation, IndexBatch delta) {
     flush_ = true;  // the reconciliation goes at once
   }
   cv_.notify_all();
+}
+
+void SegmentFeed::ClearOpen(uint64_t seq) {
+  open_ = IndexBatch();
+  open_.seq = seq;
+  pending_since_.reset();
+  flush_ = false;
 }
 
 bool SegmentFeed::NoteEvent() {
@@ -142,10 +145,8 @@ std::optional<IndexBatch> SegmentFeed::Next(uint64_t generation, Millis timeout)
   IndexBatch out;
   if (open_.events() <= kMaxEventsPerPart) {
     out = std::move(open_);
-    open_ = IndexBatch();
     sent_ = out.seq;
-    pending_since_.reset();
-    flush_ = false;
+    ClearOpen(0);
   } else {
     // A prefix in application order: commits, disk attaches, frees, disk drops.
     out.seq = open_.seq;
@@ -190,11 +191,7 @@ void SegmentFeed::Detach(uint64_t generation) {
     // What was sealed but not acknowledged may or may not have been applied: the next stream's
     // reconciliation settles it. Its frees stay quarantined until then.
     acked_ = sent_;
-    const uint64_t seq = open_.seq;
-    open_ = IndexBatch();
-    open_.seq = seq;
-    pending_since_.reset();
-    flush_ = false;
+    ClearOpen(open_.seq);
   }
   cv_.notify_all();
 }
@@ -204,9 +201,7 @@ void SegmentFeed::Close() {
     std::lock_guard lock(mu_);
     closed_ = true;
     attached_ = false;
-    open_ = IndexBatch();
-    pending_since_.reset();
-    flush_ = false;
+    ClearOpen(0);
   }
   cv_.notify_all();
 }

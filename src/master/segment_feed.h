@@ -100,6 +100,9 @@ class SegmentFeed final : public FreeFence {
   // The open batch may go now (under mu_): something to send, room in the window, and the
   // linger over, or cut.
   bool Ripe(SteadyTime now) const;
+  // Empties the open batch (under mu_), numbered `seq` (0: the next Next numbers it), and ends
+  // its linger.
+  void ClearOpen(uint64_t seq);
 
   const std::weak_ptr<OffsetAllocator> allocator_;
   const std::chrono::microseconds linger_;
