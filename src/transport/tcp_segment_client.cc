@@ -31,6 +31,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxIov = 64;
+// Read-ahead past the frame being received: many small replies in one recv, and the next
+// reply's header read with the data of a read of at most kReadAheadMaxFrame bytes. Measured
+// (paired, 2026-12-05): 64 KiB gets 1.06x with it, 256 KiB the same, 2 MiB gets 0.94x when it is
+// on for them too (not explained; a syscall saved per 2 MiB is nothing to gain).
+constexpr size_t kReadAheadBytes = 4096;
+constexpr uint64_t kReadAheadMaxFrame = uint64_t{256} << 10;
 
 // Fills `iov` with the pieces from byte `skip` on (at most `max` entries); returns the count.
 template <typename Piece>
@@ -47,6 +53,23 @@ int IovFrom(const std::vector<Piece>& pieces, uint64_t skip, iovec* iov, int max
     skip = 0;
   }
   return count;
+}
+
+// Copies `length` bytes from `src` into the pieces, from byte `skip` of them on.
+void CopyIntoPieces(const std::vector<MutPiece>& pieces, uint64_t skip, const uint8_t* src,
+                    uint64_t length) {
+  for (const MutPiece& piece : pieces) {
+    if (length == 0) break;
+    if (skip >= piece.size) {
+      skip -= piece.size;
+      continue;
+    }
+    const uint64_t n = std::min<uint64_t>(piece.size - skip, length);
+    std::memcpy(static_cast<uint8_t*>(piece.ptr) + skip, src, n);
+    src += n;
+    length -= n;
+    skip = 0;
+  }
 }
 
 // Reads the server's first frame, its challenge (tcp_protocol.h), by `deadline`; over TLS
@@ -116,6 +139,8 @@ struct TcpSegmentClient::Impl {
     std::vector<ConstPiece> src;
     const std::string* name = nullptr;                 // hello
     const std::vector<uint8_t>* descriptor = nullptr;  // stage
+    TcpHeader header{};                                // encoded when the request is started
+    uint64_t send_total = 0;                           // header + data bytes
     bool header_sent = false;
     bool replied = false;
     bool completed = false;
@@ -205,65 +230,78 @@ void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
     if (--op_left[p.op_index] == 0 && op_failed[p.op_index] == 0) on_done(p.op_index);
   };
 
-  // Sending: the request at `send_index`, `send_pos` bytes of its header + data written.
-  size_t send_index = 0;
-  while (send_index < pendings.size() && pendings[send_index].completed) ++send_index;
-  bool sending = false;
-  TcpHeader send_header{};
+  // Sending: requests [send_index, started_end) are started (in flight, headers encoded);
+  // `send_pos` bytes of the first of them are written. One sendmsg carries as many of them as
+  // fit in kMaxIov pieces: a syscall per batch of small requests, not per request.
+  auto skip_completed = [&](size_t i) {
+    while (i < pendings.size() && pendings[i].completed) ++i;
+    return i;
+  };
+  size_t send_index = skip_completed(0);
+  size_t started_end = send_index;
   uint64_t send_pos = 0;
-  uint64_t send_total = 0;
-  // Receiving: a reply header, then (reads, stages) its data into the request's pieces.
+  // Receiving: a reply header, then (reads, stages) its data into the request's pieces. `rx`
+  // holds bytes read past the frame at hand (the next replies): one recv takes many small
+  // replies, and a read's data is read together with the next reply's header.
   uint8_t reply_header[kTcpHeaderSize];
   size_t reply_have = 0;
   Pending* receiving = nullptr;
   uint64_t data_have = 0;
+  uint8_t rx[kReadAheadBytes];
+  size_t rx_begin = 0;
+  size_t rx_end = 0;
 
   auto last_event = Clock::now();
   auto start_next = [&]() {
-    if (sending || send_index >= pendings.size()) return;
-    Pending& p = pendings[send_index];
-    if (in_flight != 0 &&
-        (in_flight >= kMaxInFlight || in_flight_bytes + p.total > kMaxInFlightBytes)) {
-      return;
+    while (started_end < pendings.size()) {
+      Pending& p = pendings[started_end];
+      if (in_flight != 0 &&
+          (in_flight >= kMaxInFlight || in_flight_bytes + p.total > kMaxInFlightBytes)) {
+        return;
+      }
+      TcpRequest request;
+      request.op = p.op;
+      request.id = p.id;
+      request.offset = p.offset;
+      request.length = p.op == UcxOp::kHello ? 0 : p.total;
+      uint64_t data = 0;
+      if (p.op == UcxOp::kHello) data = p.name->size();
+      if (p.op == UcxOp::kWrite) data = p.total;
+      if (p.op == UcxOp::kStage) data = p.descriptor->size();
+      request.data_length = static_cast<uint32_t>(data);
+      p.header = EncodeTcpRequest(request);
+      p.send_total = kTcpHeaderSize + data;
+      ++in_flight;
+      in_flight_bytes += p.total;
+      started_end = skip_completed(started_end + 1);
     }
-    TcpRequest request;
-    request.op = p.op;
-    request.id = p.id;
-    request.offset = p.offset;
-    request.length = p.op == UcxOp::kHello ? 0 : p.total;
-    uint64_t data = 0;
-    if (p.op == UcxOp::kHello) data = p.name->size();
-    if (p.op == UcxOp::kWrite) data = p.total;
-    if (p.op == UcxOp::kStage) data = p.descriptor->size();
-    request.data_length = static_cast<uint32_t>(data);
-    send_header = EncodeTcpRequest(request);
-    send_pos = 0;
-    send_total = kTcpHeaderSize + data;
-    sending = true;
-    ++in_flight;
-    in_flight_bytes += p.total;
   };
+  auto sending = [&]() { return send_index < started_end; };
   auto outstanding = [&]() { return remaining != 0; };
 
   // One attempt to send; false when the socket would block (or the connection failed).
   auto try_send = [&]() -> bool {
     start_next();
-    if (!sending) return false;
-    Pending& p = pendings[send_index];
+    if (!sending()) return false;
     iovec iov[kMaxIov];
     int count = 0;
-    if (send_pos < kTcpHeaderSize) {
-      iov[count++] = {send_header.data() + send_pos,
-                      static_cast<size_t>(kTcpHeaderSize - send_pos)};
-    }
-    const uint64_t data_pos = send_pos > kTcpHeaderSize ? send_pos - kTcpHeaderSize : 0;
-    if (p.op == UcxOp::kHello) {
-      iov[count++] = {const_cast<char*>(p.name->data()) + data_pos, p.name->size() - data_pos};
-    } else if (p.op == UcxOp::kStage) {
-      iov[count++] = {const_cast<uint8_t*>(p.descriptor->data()) + data_pos,
-                      p.descriptor->size() - data_pos};
-    } else if (p.op == UcxOp::kWrite) {
-      count += IovFrom(p.src, data_pos, iov + count, kMaxIov - count);
+    uint64_t pos = send_pos;
+    for (size_t i = send_index; i < started_end && count < kMaxIov; ++i, pos = 0) {
+      Pending& p = pendings[i];
+      if (p.completed) continue;
+      if (pos < kTcpHeaderSize) {
+        iov[count++] = {p.header.data() + pos, static_cast<size_t>(kTcpHeaderSize - pos)};
+        if (count == kMaxIov) break;
+      }
+      const uint64_t data_pos = pos > kTcpHeaderSize ? pos - kTcpHeaderSize : 0;
+      if (p.op == UcxOp::kHello) {
+        iov[count++] = {const_cast<char*>(p.name->data()) + data_pos, p.name->size() - data_pos};
+      } else if (p.op == UcxOp::kStage) {
+        iov[count++] = {const_cast<uint8_t*>(p.descriptor->data()) + data_pos,
+                        p.descriptor->size() - data_pos};
+      } else if (p.op == UcxOp::kWrite) {
+        count += IovFrom(p.src, data_pos, iov + count, kMaxIov - count);
+      }
     }
     msghdr msg{};
     msg.msg_iov = iov;
@@ -276,13 +314,18 @@ void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
       Fail(tls ? tls->error() : "sending a request failed: " + ErrnoText(errno));
       return false;
     }
-    send_pos += static_cast<uint64_t>(n);
     last_event = Clock::now();
-    if (send_pos >= kTcpHeaderSize) p.header_sent = true;
-    if (send_pos == send_total) {
-      sending = false;
-      ++send_index;
-      while (send_index < pendings.size() && pendings[send_index].completed) ++send_index;
+    // The bytes written cover the requests in order, as the pieces were laid out.
+    uint64_t left = static_cast<uint64_t>(n);
+    while (sending()) {
+      Pending& p = pendings[send_index];
+      const uint64_t take = std::min(left, p.send_total - send_pos);
+      send_pos += take;
+      left -= take;
+      if (send_pos >= kTcpHeaderSize) p.header_sent = true;
+      if (send_pos < p.send_total) break;
+      send_pos = 0;
+      send_index = skip_completed(send_index + 1);
     }
     return true;
   };
@@ -296,7 +339,7 @@ void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
       Fail("protocol error: a reply to no request in flight (id " + std::to_string(reply.id) + ")");
       return;
     }
-    const bool fully_sent = !(sending && &pendings[send_index] == p);
+    const bool fully_sent = static_cast<size_t>(p - pendings.data()) < send_index;
     if (!fully_sent) {
       Fail("protocol error: a reply to a request still being sent (id " + std::to_string(reply.id) +
            ")");
@@ -347,20 +390,65 @@ void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
     complete(*p);
   };
 
+  // Acts on `rx`'s bytes: the rest of the data being received, then reply headers.
+  auto take_buffered = [&]() {
+    while (rx_begin < rx_end && failure.empty()) {
+      if (receiving != nullptr) {
+        const uint64_t take = std::min<uint64_t>(rx_end - rx_begin, receiving->total - data_have);
+        CopyIntoPieces(receiving->dst, data_have, rx + rx_begin, take);
+        rx_begin += take;
+        data_have += take;
+        if (data_have == receiving->total) {
+          complete(*receiving);
+          receiving = nullptr;
+        }
+        continue;
+      }
+      const size_t take = std::min(rx_end - rx_begin, kTcpHeaderSize - reply_have);
+      std::memcpy(reply_header + reply_have, rx + rx_begin, take);
+      rx_begin += take;
+      reply_have += take;
+      if (reply_have < kTcpHeaderSize) break;
+      reply_have = 0;
+      Result<TcpReply> reply = DecodeTcpReply(reply_header);
+      if (!reply.ok()) {
+        Fail("protocol error: " + reply.status().message());
+        return;
+      }
+      on_reply(*reply);
+    }
+  };
+
   // One attempt to receive; false when nothing is there (or the connection failed).
   auto try_receive = [&]() -> bool {
+    if (rx_begin < rx_end) {
+      take_buffered();
+      return failure.empty();
+    }
+    rx_begin = rx_end = 0;
     ssize_t n;
-    if (receiving != nullptr) {
-      iovec iov[kMaxIov];
-      const int count = IovFrom(receiving->dst, data_have, iov, kMaxIov);
+    uint64_t to_data = 0;  // of n, the bytes that went straight into `receiving`'s pieces
+    if (receiving != nullptr && tls == nullptr) {
+      iovec iov[kMaxIov + 1];
+      int count = IovFrom(receiving->dst, data_have, iov, kMaxIov);
+      uint64_t covered = 0;
+      for (int i = 0; i < count; ++i) covered += iov[i].iov_len;
+      // The next reply may follow in the same call only once the pieces take the whole rest.
+      if (receiving->total <= kReadAheadMaxFrame && covered == receiving->total - data_have) {
+        iov[count++] = {rx, sizeof(rx)};
+      }
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = static_cast<size_t>(count);
-      n = tls ? tls->Read(iov[0].iov_base, iov[0].iov_len) : recvmsg(fd.get(), &msg, MSG_DONTWAIT);
+      n = recvmsg(fd.get(), &msg, MSG_DONTWAIT);
+      if (n > 0) to_data = std::min<uint64_t>(static_cast<uint64_t>(n), covered);
+    } else if (receiving != nullptr) {
+      iovec iov[1] = {{rx, 0}};
+      IovFrom(receiving->dst, data_have, iov, 1);
+      n = tls->Read(iov[0].iov_base, iov[0].iov_len);
+      if (n > 0) to_data = static_cast<uint64_t>(n);
     } else {
-      n = tls ? tls->Read(reply_header + reply_have, kTcpHeaderSize - reply_have)
-              : recv(fd.get(), reply_header + reply_have, kTcpHeaderSize - reply_have,
-                     MSG_DONTWAIT);
+      n = tls ? tls->Read(rx, sizeof(rx)) : recv(fd.get(), rx, sizeof(rx), MSG_DONTWAIT);
     }
     if (n == 0) {
       Fail("the server closed the connection");
@@ -373,23 +461,15 @@ void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
       return false;
     }
     last_event = Clock::now();
+    rx_end = static_cast<size_t>(static_cast<uint64_t>(n) - to_data);
     if (receiving != nullptr) {
-      data_have += static_cast<uint64_t>(n);
+      data_have += to_data;
       if (data_have == receiving->total) {
         complete(*receiving);
         receiving = nullptr;
       }
-      return true;
     }
-    reply_have += static_cast<size_t>(n);
-    if (reply_have < kTcpHeaderSize) return true;
-    reply_have = 0;
-    Result<TcpReply> reply = DecodeTcpReply(reply_header);
-    if (!reply.ok()) {
-      Fail("protocol error: " + reply.status().message());
-      return false;
-    }
-    on_reply(*reply);
+    take_buffered();
     return failure.empty();
   };
 
@@ -410,7 +490,7 @@ void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
     }
     start_next();
     if (tls && tls->Pending()) continue;  // decrypted bytes the socket no longer shows
-    const bool out = sending || (tls && tls->wants_write());
+    const bool out = sending() || (tls && tls->wants_write());
     pollfd p{fd.get(), static_cast<short>(POLLIN | (out ? POLLOUT : 0)), 0};
     const int rc = ::poll(&p, 1, std::min(MillisUntil(deadline), 100));
     (void)rc;  // EINTR and timeouts: loop, the deadline decides

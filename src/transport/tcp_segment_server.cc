@@ -38,6 +38,9 @@ constexpr int kTcpHousekeepingMs = 50;
 constexpr size_t kMaxQueuedReplies = 512;
 // Bytes read from one connection per event before the loop turns to the others.
 constexpr size_t kReadBudget = size_t{4} << 20;
+// Read-ahead past a frame: a batch of requests (40-byte headers) in one recv, and the next
+// header read with a write's data.
+constexpr size_t kReadAheadBytes = 4096;
 // After accept fails for lack of descriptors, the listener rests this long.
 constexpr std::chrono::milliseconds kTcpAcceptBackoff{100};
 // Connections dropped to make room for new ones per wake-up of the listener, at most.
@@ -89,6 +92,9 @@ struct TcpSegmentServer::Loop {
     std::vector<uint8_t> small;  // hello name, stage descriptor
     uint8_t* target = nullptr;   // write: where its data goes
     std::deque<Out> out;
+    uint8_t rx[kReadAheadBytes];  // bytes read past the frame at hand: [rx_begin, rx_end)
+    size_t rx_begin = 0;
+    size_t rx_end = 0;
     bool want_out = false;      // EPOLLOUT registered
     bool input_paused = false;  // EPOLLIN dropped (too many replies queued)
   };
@@ -424,10 +430,33 @@ struct TcpSegmentServer::Loop {
     return true;
   }
 
-  // Reads what the peer sent (up to kReadBudget) and acts on whole frames.
+  // Receives the rest of a frame, [dst, dst + want), and what follows it into `c.rx` (one
+  // recvmsg); the bytes that went to `dst`, 0 for "nothing now", -1 closed.
+  ssize_t ReceiveWithReadAhead(Connection& c, void* dst, size_t want) {
+    if (c.tls) return Receive(c, dst, want);
+    iovec iov[2] = {{dst, want}, {c.rx, sizeof(c.rx)}};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    while (true) {
+      const ssize_t n = recvmsg(c.fd.get(), &msg, MSG_DONTWAIT);
+      if (n > 0) {
+        const size_t to_dst = std::min(static_cast<size_t>(n), want);
+        c.rx_begin = 0;
+        c.rx_end = static_cast<size_t>(n) - to_dst;
+        return static_cast<ssize_t>(to_dst);
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+      return Receive(c, dst, want);  // closed or failed: Receive says so and closes
+    }
+  }
+
+  // Reads what the peer sent (up to kReadBudget from the socket; bytes read ahead before are
+  // taken first) and acts on whole frames.
   void OnReadable(Connection& c) {
     size_t budget = kReadBudget;
-    while (budget > 0) {
+    while (true) {
       if (c.phase == Phase::kHeader && c.out.size() >= kMaxQueuedReplies) {
         if (!c.input_paused) {
           c.input_paused = true;
@@ -457,9 +486,27 @@ struct TcpSegmentServer::Loop {
           want = std::min<size_t>(discard.size(), c.request.length - c.have);
           break;
       }
-      const ssize_t n = Receive(c, dst, std::min(want, budget));
-      if (n <= 0) return;  // nothing now, or closed
-      budget -= static_cast<size_t>(n);
+      ssize_t n;
+      if (c.rx_begin < c.rx_end) {
+        n = static_cast<ssize_t>(std::min(want, c.rx_end - c.rx_begin));
+        std::memcpy(dst, c.rx + c.rx_begin, static_cast<size_t>(n));
+        c.rx_begin += static_cast<size_t>(n);
+      } else if (budget == 0) {
+        return;  // the socket's bytes wait for the next event
+      } else if (c.phase == Phase::kHeader) {
+        // A header, and the requests or data behind it.
+        n = Receive(c, c.rx, std::min(sizeof(c.rx), budget));
+        if (n <= 0) return;  // nothing now, or closed
+        budget -= static_cast<size_t>(n);
+        c.rx_begin = 0;
+        c.rx_end = static_cast<size_t>(n);
+        continue;
+      } else {
+        const bool whole = want <= budget;
+        n = whole ? ReceiveWithReadAhead(c, dst, want) : Receive(c, dst, std::min(want, budget));
+        if (n <= 0) return;  // nothing now, or closed
+        budget -= std::min(budget, static_cast<size_t>(n) + (c.rx_end - c.rx_begin));
+      }
       c.have += static_cast<size_t>(n);
       if (c.phase == Phase::kHeader) {
         // A wrong magic is refused as soon as its bytes are in, not after 40 bytes.
@@ -624,20 +671,24 @@ struct TcpSegmentServer::Loop {
     }
     std::sort(touched.begin(), touched.end());
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-    for (Connection* c : touched) Flush(*c);  // each once: a close here frees only itself
-  }
-
-  // TLS connections with decrypted bytes waiting inside their stream: epoll does not see those.
-  std::vector<uint64_t> tls_ready;
-  void NoteTlsPending(uint64_t serial) {
-    auto it = by_serial.find(serial);
-    if (it != by_serial.end() && it->second->tls && it->second->tls->Pending() &&
-        !it->second->input_paused) {
-      tls_ready.push_back(serial);
+    for (Connection* c : touched) {  // each once: a close here frees only itself
+      const uint64_t serial = c->serial;
+      Flush(*c);
+      NoteBuffered(serial);  // input resumed with requests read ahead
     }
   }
-  void ServeTlsPending() {
-    std::vector<uint64_t> ready = std::exchange(tls_ready, {});
+
+  // Connections with bytes already read that epoll does not see: read ahead (`rx`), or
+  // decrypted inside a TLS stream. Served on the next turn of the loop unless input is paused.
+  std::vector<uint64_t> buffered_ready;
+  void NoteBuffered(uint64_t serial) {
+    auto it = by_serial.find(serial);
+    if (it == by_serial.end() || it->second->input_paused) return;
+    const Connection& c = *it->second;
+    if ((c.tls && c.tls->Pending()) || c.rx_begin < c.rx_end) buffered_ready.push_back(serial);
+  }
+  void ServeBuffered() {
+    std::vector<uint64_t> ready = std::exchange(buffered_ready, {});
     for (uint64_t serial : ready) {
       auto it = by_serial.find(serial);
       if (it == by_serial.end()) continue;
@@ -645,15 +696,15 @@ struct TcpSegmentServer::Loop {
       OnReadable(c);
       if (by_serial.count(serial) == 0) continue;
       Flush(c);
-      NoteTlsPending(serial);
+      NoteBuffered(serial);
     }
   }
 
   void Run() {
     std::vector<epoll_event> events(64);
     while (!stopping.load(std::memory_order_acquire)) {
-      ServeTlsPending();
-      const int timeout = !tls_ready.empty() ? 0
+      ServeBuffered();
+      const int timeout = !buffered_ready.empty() ? 0
                           : Handshaking() || accept_paused_until != Clock::time_point{}
                               ? kTcpHousekeepingMs
                               : -1;
@@ -690,7 +741,7 @@ struct TcpSegmentServer::Loop {
           continue;
         }
         Flush(c);  // replies the reads queued, or room to send more
-        NoteTlsPending(serial);
+        NoteBuffered(serial);
       }
       CheckHandshakes();
       MaybeResumeAccepts();
