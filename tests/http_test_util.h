@@ -14,6 +14,8 @@
 #include <sstream>
 #include <string>
 
+#include "net_test_util.h"
+
 namespace tierkv::http_test {
 
 struct HttpResponse {
@@ -28,16 +30,8 @@ inline HttpResponse HttpRequest(int port, const std::string& method, const std::
                                 std::chrono::milliseconds timeout = std::chrono::seconds(5),
                                 const std::string& extra_headers = "") {
   HttpResponse out;
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = test_util::ConnectLoopback(port);
   if (fd < 0) return out;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return out;
-  }
   const std::string request =
       method + " " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n" + extra_headers + "\r\n";
   if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=

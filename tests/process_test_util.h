@@ -22,6 +22,7 @@
 
 #include "common/exec_args.h"
 #include "distributed_test_util.h"
+#include "net_test_util.h"
 
 namespace tierkv::proc_test {
 
@@ -90,18 +91,7 @@ inline int DataPort(const MasterProcess& store) {
   return std::atoi(name.c_str() + colon + 1);
 }
 
-inline int RawConnect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+inline int RawConnect(int port) { return test_util::ConnectLoopback(port); }
 
 inline void SendAndClose(int port, const std::string& bytes, bool wait_for_close = false) {
   const int fd = RawConnect(port);

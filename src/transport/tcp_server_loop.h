@@ -24,6 +24,7 @@
 
 #include "common/errno_text.h"
 #include "common/unique_fd.h"
+#include "transport/stage_inbox.h"
 #include "transport/stage_source.h"
 #include "transport/tcp_protocol.h"
 #include "transport/tcp_segment_server.h"
@@ -105,36 +106,12 @@ struct TcpSegmentServer::Loop {
     uint64_t length = 0;
     StagedRange staged;
   };
-  // Shared with every callback of the source: one that comes after the server stopped (closed)
-  // drops its range, releasing the staging space, and touches nothing else.
-  struct StageInbox {
-    std::mutex mu;
-    std::vector<StageJob> staged;  // guarded by mu
-    int wake_fd = -1;              // guarded by mu; the loop's eventfd until closed
-    bool closed = false;           // guarded by mu
-    void Push(StageJob job) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (closed) return;
-      staged.push_back(std::move(job));
-      const uint64_t one = 1;
-      while (::write(wake_fd, &one, sizeof(one)) < 0 && errno == EINTR) {
-      }
-    }
-    std::vector<StageJob> Take() {
-      std::lock_guard<std::mutex> lock(mu);
-      return std::exchange(staged, {});
-    }
-    void Close() {
-      std::lock_guard<std::mutex> lock(mu);
-      closed = true;
-      staged.clear();
-    }
-  };
+  using Inbox = StageInbox<StageJob>;  // stage_inbox.h
 
   TcpSegmentServer* owner = nullptr;
   std::shared_ptr<MemorySegment> segment;
   std::shared_ptr<StageSource> stages;  // null: stage requests are refused
-  std::shared_ptr<StageInbox> inbox = std::make_shared<StageInbox>();
+  std::shared_ptr<Inbox> inbox = std::make_shared<Inbox>();
   UcxTransportOptions options;
   std::string address;
   UniqueFd listener;

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "transport/stage_inbox.h"
 #include "transport/ucx_protocol.h"
 #include "transport/ucx_worker.h"
 
@@ -72,32 +73,7 @@ struct UcxSegmentServer::Loop {
     std::string key;  // for the log
     transport::StagedRange staged;
   };
-  // Where the source's callbacks (on its threads) leave staged ranges for the progress thread.
-  // Shared with every callback: a callback that comes after the server stopped (closed) drops
-  // its range, releasing the staging space, and touches nothing else.
-  struct StageInbox {
-    std::mutex mu;
-    std::vector<StageJob> staged;  // guarded by mu
-    int wake_fd = -1;              // guarded by mu; the server's eventfd until closed
-    bool closed = false;           // guarded by mu
-    void Push(StageJob job) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (closed) return;
-      staged.push_back(std::move(job));
-      const uint64_t one = 1;
-      while (::write(wake_fd, &one, sizeof(one)) < 0 && errno == EINTR) {
-      }
-    }
-    std::vector<StageJob> Take() {
-      std::lock_guard<std::mutex> lock(mu);
-      return std::exchange(staged, {});
-    }
-    void Close() {
-      std::lock_guard<std::mutex> lock(mu);
-      closed = true;
-      staged.clear();
-    }
-  };
+  using Inbox = StageInbox<StageJob>;  // stage_inbox.h
 
   std::shared_ptr<MemorySegment> segment;
   std::shared_ptr<StageSource> stages;  // null: stage requests are refused
@@ -121,7 +97,7 @@ struct UcxSegmentServer::Loop {
 
   // Stage requests go to the source, which stages them off the progress thread and hands them
   // back through the inbox and the wake fd.
-  std::shared_ptr<StageInbox> inbox = std::make_shared<StageInbox>();
+  std::shared_ptr<Inbox> inbox = std::make_shared<Inbox>();
 
   ~Loop() {
     inbox->Close();

@@ -102,15 +102,8 @@ void PutObjects(RemoteMaster& master, const std::vector<std::string>& keys, uint
 // Sends `bytes` to 127.0.0.1:port on a raw TCP connection and reads until the peer closes or
 // 2 s pass. Returns true if the connection could be made.
 bool SendRaw(int port, const std::string& bytes) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return false;
-  }
+  const int fd = test_util::ConnectLoopback(port);
+  if (fd < 0) return false;
   (void)send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   const auto deadline = SteadyClock::now() + Millis(2000);
   char buf[4096];

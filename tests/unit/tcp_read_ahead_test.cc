@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "memory/memory_segment.h"
+#include "net_test_util.h"
 #include "pattern_test_util.h"
 #include "size_units.h"
 #include "transport/socket_address.h"
@@ -118,22 +119,6 @@ TEST(TcpReadAheadTest, ManySmallAndOddFramesInOneBatchAreByteExact) {
   EXPECT_EQ(s.server->rejected(), 0u);
 }
 
-// A connection with a small receive buffer (so that the peer's replies back up quickly).
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int small = 16 * 1024;
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Reads exactly `n` bytes within `timeout`; false if they did not come.
 bool ReadExactly(int fd, void* out, size_t n, std::chrono::milliseconds timeout) {
   auto* at = static_cast<uint8_t*>(out);
@@ -150,16 +135,6 @@ bool ReadExactly(int fd, void* out, size_t n, std::chrono::milliseconds timeout)
   return true;
 }
 
-TcpHeader RequestHeader(UcxOp op, uint64_t id, uint64_t offset, uint64_t length, uint32_t data) {
-  TcpRequest r;
-  r.op = op;
-  r.id = id;
-  r.offset = offset;
-  r.length = length;
-  r.data_length = data;
-  return EncodeTcpRequest(r);
-}
-
 // More reads than the store queues replies for (512), sent at once and not read for a while:
 // A write of 20 bytes and 600 reads of 1 MiB are 24,060 bytes of requests: five full 4 KiB
 // read-aheads and 3,580 bytes more. The store reads them all in one turn of its loop, queueing
@@ -174,7 +149,7 @@ TEST(TcpReadAheadTest, RequestsReadAheadWhileInputIsPausedAreAllAnswered) {
   ASSERT_NE(s.server, nullptr);
   const std::string bytes = Pattern(kRead, 77);
   std::memcpy(s.segment->base() + 4096, bytes.data(), kRead);
-  const int fd = Connect(s.port);
+  const int fd = test_util::ConnectLoopback(s.port, /*receive_buffer=*/16 * 1024);
   ASSERT_GE(fd, 0);
   // The challenge, then a hello without a token.
   uint8_t challenge[kTcpHeaderSize + kTcpProofBytes];
@@ -182,8 +157,8 @@ TEST(TcpReadAheadTest, RequestsReadAheadWhileInputIsPausedAreAllAnswered) {
   const std::string name = kSegmentName;
   std::string hello(kTcpProofBytes, '\0');
   hello += name;
-  const TcpHeader hello_header =
-      RequestHeader(UcxOp::kHello, 1, 0, 0, static_cast<uint32_t>(hello.size()));
+  const TcpHeader hello_header = EncodeTcpRequest(
+      {.op = UcxOp::kHello, .id = 1, .data_length = static_cast<uint32_t>(hello.size())});
   std::string frame(reinterpret_cast<const char*>(hello_header.data()), hello_header.size());
   frame += hello;
   ASSERT_EQ(send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
@@ -194,11 +169,15 @@ TEST(TcpReadAheadTest, RequestsReadAheadWhileInputIsPausedAreAllAnswered) {
   // All the requests in one go: a 20-byte write first (60 bytes with its header, so that the
   // 512th reply's request ends inside the sixth read-ahead, not at its edge), then the reads.
   std::string requests;
-  const TcpHeader write = RequestHeader(UcxOp::kWrite, 99, 0, 20, 20);
+  const TcpHeader write =
+      EncodeTcpRequest({.op = UcxOp::kWrite, .id = 99, .length = 20, .data_length = 20});
   requests.append(reinterpret_cast<const char*>(write.data()), write.size());
   requests.append(20, 'w');
   for (int i = 0; i < kRequests; ++i) {
-    const TcpHeader h = RequestHeader(UcxOp::kRead, 100 + i, 4096, kRead, 0);
+    const TcpHeader h = EncodeTcpRequest({.op = UcxOp::kRead,
+                                          .id = static_cast<uint64_t>(100 + i),
+                                          .offset = 4096,
+                                          .length = kRead});
     requests.append(reinterpret_cast<const char*>(h.data()), h.size());
   }
   size_t sent = 0;

@@ -25,6 +25,7 @@
 
 #include "device_test_util.h"
 #include "memory/memory_segment.h"
+#include "net_test_util.h"
 #include "pattern_test_util.h"
 #include "size_units.h"
 #include "ssd/ssd_tier.h"
@@ -44,18 +45,7 @@ constexpr auto kTcpTimeout = std::chrono::milliseconds(5000);
 constexpr char kName[] = "tcp-seg";
 
 // A raw TCP connection to 127.0.0.1:port (-1 on failure).
-int RawConnect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+int RawConnect(int port) { return test_util::ConnectLoopback(port); }
 
 void SendAll(int fd, const void* data, size_t size) { (void)send(fd, data, size, MSG_NOSIGNAL); }
 
