@@ -288,6 +288,8 @@ void TcpSegmentClient::Impl::Run(std::vector<Pending>& pendings, std::chrono::mi
     uint64_t pos = send_pos;
     for (size_t i = send_index; i < started_end && count < kMaxIov; ++i, pos = 0) {
       Pending& p = pendings[i];
+      // Completed before it was started (refused, or nothing to send): start_next stepped over
+      // it, and so does the count of the bytes sent below.
       if (p.completed) continue;
       if (pos < kTcpHeaderSize) {
         iov[count++] = {p.header.data() + pos, static_cast<size_t>(kTcpHeaderSize - pos)};
