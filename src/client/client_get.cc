@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "client/batch_pieces.h"
+#include "client/batch_segments.h"
 #include "client/client_impl.h"
 #include "common/optimistic_read.h"
 
@@ -17,18 +18,22 @@ namespace {
 // Copies the memory replica at `offset` of a mapped segment into `dst`: the object's size, or
 // TRANSFER_FAIL (its owner was gone by the end of the copy: the bytes may be a dead store's
 // leftovers) or CHECKSUM_MISMATCH (with `verify`; logged). The owner is asked after the copy:
-// alive then, it was alive through it (death is final). The copy may race a put that reuses
-// the space once the lease has run out: the caller checks the lease after it and discards.
+// alive then, it was alive through it (death is final). `ask_owner` false: the caller asks after
+// every copy of its batch instead (BatchSegments::AliveAfterCopies), and only a mismatch asks
+// here (a dead owner's bytes are TRANSFER_FAIL, not corrupt). The copy may race a put that
+// reuses the space once the lease has run out: the caller checks the lease after it and
+// discards.
 int64_t CopyMappedReplica(const SegmentAccess& seg, uint64_t offset,
                           const std::vector<MutPiece>& dst, const ObjectReplicas& obj,
-                          const std::string& key, bool verify) {
+                          const std::string& key, bool verify, bool ask_owner = true) {
   uint64_t sum = 0;
   {
     [[maybe_unused]] OptimisticReadScope racing_put_is_discarded;
     sum = ScatterCopy(seg.base() + offset, dst, verify);
   }
-  if (!seg.alive()) return ToInt(ErrorCode::TRANSFER_FAIL);
-  if (verify && sum != obj.checksum) {
+  const bool mismatch = verify && sum != obj.checksum;
+  if ((ask_owner || mismatch) && !seg.alive()) return ToInt(ErrorCode::TRANSFER_FAIL);
+  if (mismatch) {
     spdlog::error("checksum mismatch reading {} from segment {} at offset {}", key, seg.name(),
                   offset);
     return ToInt(ErrorCode::CHECKSUM_MISMATCH);
@@ -126,6 +131,15 @@ std::vector<int64_t> ClientImpl::GetImpl(const std::vector<std::string>& keys,
   std::vector<std::vector<MutPiece>> dsts(sub_keys.size());
   std::vector<uint8_t> wants_disk(sub_keys.size(), 0);  // memory failed, a disk replica exists
   std::vector<size_t> remote_from(sub_keys.size(), 0);  // 1 + replica to read over the network
+  std::vector<size_t> copied_from(sub_keys.size(), 0);  // 1 + mapped replica copied, owner unasked
+  // Each segment of the batch's memory replicas looked up once, here, not once per key.
+  BatchSegments segments(*backend_);
+  for (const auto& r : replicas) {
+    if (!r.ok()) continue;
+    for (const ReplicaLocation& rep : r->replicas) {
+      if (rep.tier != ReplicaTier::kDisk) segments.Find(rep.segment);  // as the copies below
+    }
+  }
 
   pool_.ParallelFor(sub_keys.size(), [&](size_t j) {
     const size_t i = idx[j];
@@ -154,7 +168,6 @@ std::vector<int64_t> ClientImpl::GetImpl(const std::vector<std::string>& keys,
     }
     int64_t code = ToInt(ErrorCode::TRANSFER_FAIL);
     bool has_disk = false;
-    Transport moved_by = Transport::kLocal;
     for (size_t k = 0; k < obj.replicas.size(); ++k) {
       const ReplicaLocation& rep = obj.replicas[k];
       if (rep.tier == ReplicaTier::kDisk) {
@@ -162,27 +175,28 @@ std::vector<int64_t> ClientImpl::GetImpl(const std::vector<std::string>& keys,
         continue;
       }
       // Keeps the memory mapped while copying; never a dead owner's (asked again after the copy).
-      auto seg = backend_->FindSegment(rep.segment);
+      const std::shared_ptr<SegmentAccess>& seg = segments.Found(rep.segment);
       if (!seg || rep.offset + obj.size > seg->size()) continue;
       if (!seg->mapped()) {
         remote_from[j] = k + 1;  // read over the network after this pass, from replica k on
         return;
       }
-      const int64_t copied = CopyMappedReplica(*seg, rep.offset, dst, obj, keys[i], verify);
+      const int64_t copied =
+          CopyMappedReplica(*seg, rep.offset, dst, obj, keys[i], verify, /*ask_owner=*/false);
       if (copied < 0) {
         // Another replica may be intact; a corrupt one is reported if none is.
         if (copied == ToInt(ErrorCode::CHECKSUM_MISMATCH)) code = copied;
         continue;
       }
       code = copied;
-      moved_by = seg->transport();
+      copied_from[j] = k + 1;
       break;
     }
     if (code >= 0 && clock->Now() > obj.lease_deadline) {
       // The lease ran out mid-copy: the space may have been reused; discard.
       code = ToInt(ErrorCode::LEASE_EXPIRED);
+      copied_from[j] = 0;
     }
-    if (code >= 0) backend_->transfers().AddRead(moved_by, obj.size);
     if (code < 0 && has_disk) {
       wants_disk[j] = 1;  // the staged load fills (or zeroes) the destination
       return;
@@ -192,6 +206,20 @@ std::vector<int64_t> ClientImpl::GetImpl(const std::vector<std::string>& keys,
     }
     results[i] = code;
   });
+
+  // The owners of the segments copied from, asked once each now that every copy has ended. A
+  // key whose owner died before its copy ended reads its next replicas (then the disk) below.
+  for (size_t j = 0; j < sub_keys.size(); ++j) {
+    if (copied_from[j] == 0) continue;
+    const ObjectReplicas& obj = *replicas[j];
+    const SegmentId from = obj.replicas[copied_from[j] - 1].segment;
+    if (segments.AliveAfterCopies(from)) {
+      backend_->transfers().AddRead(segments.Found(from)->transport(), obj.size);
+      continue;
+    }
+    results[idx[j]] = 0;
+    remote_from[j] = copied_from[j] + 1;
+  }
 
   ReadRemoteReplicas(keys, replicas, dsts, remote_from, idx, results, wants_disk);
 

@@ -30,6 +30,8 @@
 
 namespace tierkv {
 
+class BatchSegments;
+
 class ClientImpl final : public Client {
  public:
   // ValidateConfig, and what a client adds: enable_offload needs mode embedded (a requester
@@ -112,10 +114,12 @@ class ClientImpl final : public Client {
   // PutStart (UpsertStart with `upsert`) for the keys, re-placing a key whose placement names a
   // segment this client cannot reach (FindSegment: not served over its protocol, or its owner
   // gone): that placement is revoked and the key asked for again with such segments excluded,
-  // so a put never fails for a segment the master could have avoided.
+  // so a put never fails for a segment the master could have avoided. Every segment of the
+  // placements returned is in `segments`.
   std::vector<Result<PutStartResult>> StartReachable(const std::vector<std::string>& keys,
                                                      const std::vector<uint64_t>& sizes,
-                                                     const ReplicateConfig& config, bool upsert);
+                                                     const ReplicateConfig& config, bool upsert,
+                                                     BatchSegments& segments);
   std::vector<int> MultiBufferPut(const std::vector<std::string>& keys,
                                   const std::vector<std::vector<void*>>& ptrs,
                                   const std::vector<std::vector<size_t>>& sizes,

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "client/batch_pieces.h"
+#include "client/batch_segments.h"
 #include "client/client_impl.h"
 
 namespace tierkv {
@@ -45,7 +46,8 @@ void ClientImpl::WriteRemoteReplicas(const std::vector<std::vector<RemoteWrite>>
 std::vector<Result<PutStartResult>> ClientImpl::StartReachable(const std::vector<std::string>& keys,
                                                                const std::vector<uint64_t>& sizes,
                                                                const ReplicateConfig& config,
-                                                               bool upsert) {
+                                                               bool upsert,
+                                                               BatchSegments& segments) {
   auto start = [&](const std::vector<std::string>& k, const std::vector<uint64_t>& s,
                    const ReplicateConfig& c) {
     return upsert ? master_.UpsertStart(k, s, c) : master_.PutStart(k, s, c);
@@ -53,13 +55,13 @@ std::vector<Result<PutStartResult>> ClientImpl::StartReachable(const std::vector
   auto started = start(keys, sizes, config);
   ReplicateConfig retry = config;
   // Each round excludes at least one more segment; a few rounds cover any real pool (a
-  // segment found unreachable stays so: FindSegment caches it).
+  // segment found unreachable stays so for the batch, and FindSegment caches it).
   for (int round = 0; round < 4; ++round) {
     std::vector<size_t> redo;
     for (size_t j = 0; j < keys.size(); ++j) {
       if (!started[j].ok()) continue;
       for (const ReplicaLocation& rep : started[j]->replicas) {
-        if (backend_->FindSegment(rep.segment)) continue;
+        if (segments.Find(rep.segment)) continue;
         auto& ex = retry.excluded_segments;
         if (std::find(ex.begin(), ex.end(), rep.segment) == ex.end()) ex.push_back(rep.segment);
         redo.push_back(j);
@@ -86,6 +88,11 @@ std::vector<Result<PutStartResult>> ClientImpl::StartReachable(const std::vector
     master_.PutRevoke(redo_keys, redo_ids);
     auto again = start(redo_keys, redo_sizes, redo_config);
     for (size_t r = 0; r < redo.size(); ++r) started[redo[r]] = std::move(again[r]);
+  }
+  // After the last round: the segments of placements not checked above.
+  for (const auto& s : started) {
+    if (!s.ok()) continue;
+    for (const ReplicaLocation& rep : s->replicas) segments.Find(rep.segment);
   }
   return started;
 }
@@ -117,7 +124,8 @@ std::vector<int> ClientImpl::PutImpl(const std::vector<std::string>& keys,
     if (!config.group_ids.empty()) sub_config.group_ids.push_back(config.group_ids[i]);
   }
   if (sub_keys.empty()) return codes;
-  auto started = StartReachable(sub_keys, sub_sizes, sub_config, upsert);
+  BatchSegments segments(*backend_);
+  auto started = StartReachable(sub_keys, sub_sizes, sub_config, upsert, segments);
 
   std::vector<uint64_t> checksums(sub_keys.size(), 0);
   std::vector<int> copy_codes(sub_keys.size(), 0);
@@ -128,30 +136,37 @@ std::vector<int> ClientImpl::PutImpl(const std::vector<std::string>& keys,
     const auto& replicas = started[j]->replicas;
     bool hashed = false;
     for (size_t r = 0; r < replicas.size(); ++r) {
-      // FindSegment returns no segment of a dead owner; a mapped one is asked again after the
-      // copy.
-      auto seg = backend_->FindSegment(replicas[r].segment);
+      // No segment of an owner found dead; a mapped one's owner is asked again after the copies.
+      const std::shared_ptr<SegmentAccess>& seg = segments.Found(replicas[r].segment);
       if (!seg || replicas[r].offset + replicas[r].size > seg->size()) {
         copy_codes[j] = ToInt(ErrorCode::TRANSFER_FAIL);
         return;
       }
       if (!seg->mapped()) {
         remote[j].push_back(
-            RemoteWrite{std::move(seg), replicas[r].segment, replicas[r].offset, pieces[idx[j]]});
+            RemoteWrite{seg, replicas[r].segment, replicas[r].offset, pieces[idx[j]]});
         continue;
       }
       // The checksum is taken from the user's bytes while writing the first mapped replica.
       const uint64_t sum = GatherCopy(seg->base() + replicas[r].offset, pieces[idx[j]], !hashed);
-      if (!seg->alive()) {  // the owner died before or during the copy: the put is lost
-        copy_codes[j] = ToInt(ErrorCode::TRANSFER_FAIL);
-        return;
-      }
-      backend_->transfers().AddWritten(seg->transport(), replicas[r].size);
       if (!hashed) checksums[j] = sum;
       hashed = true;
     }
     if (!hashed) checksums[j] = HashPieces(pieces[idx[j]]);
   });
+  // An owner that died before or during a copy into its mapped segment: that put is lost.
+  for (size_t j = 0; j < sub_keys.size(); ++j) {
+    if (!started[j].ok() || copy_codes[j] != 0) continue;
+    for (const ReplicaLocation& rep : started[j]->replicas) {
+      const SegmentAccess& seg = *segments.Found(rep.segment);
+      if (!seg.mapped()) continue;
+      if (!segments.AliveAfterCopies(rep.segment)) {
+        copy_codes[j] = ToInt(ErrorCode::TRANSFER_FAIL);
+        break;
+      }
+      backend_->transfers().AddWritten(seg.transport(), rep.size);
+    }
+  }
   std::vector<std::vector<SegmentId>> failed(sub_keys.size());
   WriteRemoteReplicas(remote, copy_codes, failed);
 
