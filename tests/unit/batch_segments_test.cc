@@ -87,7 +87,7 @@ class WatchedBackend final : public ClientBackend {
   std::map<SegmentId, int> lookups_;
 };
 
-Config SmallConfig() {
+Config WatchedConfig() {
   Config c;
   c.global_segment_size = 32ull << 20;
   c.use_huge_pages = false;
@@ -96,22 +96,22 @@ Config SmallConfig() {
   return c;
 }
 
-constexpr size_t kKeys = 32;
-constexpr size_t kObject = 64 << 10;
+constexpr size_t kBatchKeys = 32;
+constexpr size_t kBatchObject = 64 << 10;
 
 class BatchSegmentsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     master_ = std::make_shared<InProcessMaster>(MasterOptions{}, Millis(0));
     backend_ = std::make_shared<WatchedBackend>(master_);
-    auto watched = ClientImpl::Create(SmallConfig(), backend_);
+    auto watched = ClientImpl::Create(WatchedConfig(), backend_);
     ASSERT_TRUE(watched.ok()) << watched.status().ToString();
     client_ = std::move(watched).value();
     backend_->watched = client_->store()->segment_id();
-    for (size_t i = 0; i < kKeys; ++i) {
+    for (size_t i = 0; i < kBatchKeys; ++i) {
       keys_.push_back("k" + std::to_string(i));
-      values_.push_back(PatternBytes(kObject, static_cast<uint32_t>(i)));
-      out_.emplace_back(kObject, 0xEE);
+      values_.push_back(PatternBytes(kBatchObject, static_cast<uint32_t>(i)));
+      out_.emplace_back(kBatchObject, 0xEE);
     }
   }
   std::vector<int> PutAll(Client& client, const ReplicateConfig& config = {}) {
@@ -168,8 +168,8 @@ TEST_F(BatchSegmentsTest, ABatchLooksItsSegmentUpAndAsksItsOwnerOncePerCall) {
   EXPECT_EQ(backend_->lookups(watched()), 1);
   EXPECT_EQ(backend_->asked.load(), 1);
   const auto got = GetAll(*client_);
-  for (size_t i = 0; i < kKeys; ++i) {
-    ASSERT_EQ(got[i], static_cast<int64_t>(kObject)) << keys_[i];
+  for (size_t i = 0; i < kBatchKeys; ++i) {
+    ASSERT_EQ(got[i], static_cast<int64_t>(kBatchObject)) << keys_[i];
     EXPECT_EQ(out_[i], values_[i]) << keys_[i];
   }
   EXPECT_EQ(backend_->lookups(watched()), 2);
@@ -189,14 +189,14 @@ TEST_F(BatchSegmentsTest, AnOwnerDeadAfterTheCopiesNeverYieldsItsBytes) {
   for (int code : PutAll(*client_)) ASSERT_EQ(code, 0);
   backend_->owner_alive = false;
   const auto got = GetAll(*client_);
-  for (size_t i = 0; i < kKeys; ++i) {
+  for (size_t i = 0; i < kBatchKeys; ++i) {
     EXPECT_EQ(got[i], ToInt(ErrorCode::TRANSFER_FAIL)) << keys_[i];
-    EXPECT_EQ(out_[i], std::vector<uint8_t>(kObject, 0)) << keys_[i] << ": zeroes, not bytes";
+    EXPECT_EQ(out_[i], std::vector<uint8_t>(kBatchObject, 0)) << keys_[i] << ": zeroes, not bytes";
   }
 }
 
 TEST_F(BatchSegmentsTest, AnOwnerDeadAfterTheCopiesSendsTheGetsToTheNextReplica) {
-  auto other = ClientImpl::CreateEmbedded(SmallConfig(), master_);
+  auto other = ClientImpl::CreateEmbedded(WatchedConfig(), master_);
   ASSERT_TRUE(other.ok()) << other.status().ToString();
   ReplicateConfig two;
   two.replica_num = 2;
@@ -208,8 +208,8 @@ TEST_F(BatchSegmentsTest, AnOwnerDeadAfterTheCopiesSendsTheGetsToTheNextReplica)
   ASSERT_EQ((*desc[0])[0].segment_name, client_->store()->segment()->name());
   backend_->owner_alive = false;
   const auto got = GetAll(*client_);
-  for (size_t i = 0; i < kKeys; ++i) {
-    ASSERT_EQ(got[i], static_cast<int64_t>(kObject)) << keys_[i];
+  for (size_t i = 0; i < kBatchKeys; ++i) {
+    ASSERT_EQ(got[i], static_cast<int64_t>(kBatchObject)) << keys_[i];
     EXPECT_EQ(out_[i], values_[i]) << keys_[i] << ": the second replica's bytes";
   }
   // Read from the other client's segment (kLocal), none from the dead owner's (kShm here).
@@ -217,7 +217,7 @@ TEST_F(BatchSegmentsTest, AnOwnerDeadAfterTheCopiesSendsTheGetsToTheNextReplica)
     if (t.transport == "shm") {
       EXPECT_EQ(t.read_bytes, 0u);
     } else if (t.transport == "local") {
-      EXPECT_EQ(t.read_bytes, kKeys * kObject);
+      EXPECT_EQ(t.read_bytes, kBatchKeys * kBatchObject);
     }
   }
 }
