@@ -9,7 +9,7 @@
 // tierkv's TlsContext among them) is reported as indirect and is covered with them. gRPC later
 // gave the factory's ownership to the credentials (grpc/grpc pull request 34180, 2023).
 // Suppressions match frames, so the tests that make such channels run with full unwinding
-// (tests/CMakeLists.txt: fast_unwind_on_malloc=0 for AuthTest.* in the ASan build): the fast
+// (tests/CMakeLists.txt: fast_unwind_on_malloc=0 for AuthTest.*Tls* in the ASan build): the fast
 // unwinder stops in libcrypto, which has no frame pointers.
 #if defined(__SANITIZE_ADDRESS__)
 extern "C" const char* __lsan_default_suppressions() {
