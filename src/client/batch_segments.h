@@ -6,7 +6,7 @@
 // copies and once per key after them; for the batch the answer is the same either way. What
 // keeps a dead owner's bytes out is the question asked after a copy, and death is final: asked
 // once per segment after every copy of the batch, it covers each copy as well as asking after
-// each one did. (docs/architecture.md, "Put" and "Get".)
+// each one did. (docs/architecture.md, "Distributed mode": liveness on one host.)
 //
 // Thread-safety: Find and AliveAfterCopies are not thread-safe (call them from one thread,
 // before and after a parallel copy); Found is const and safe from many threads once every

@@ -174,7 +174,7 @@ std::vector<int64_t> ClientImpl::GetImpl(const std::vector<std::string>& keys,
         has_disk = true;
         continue;
       }
-      // Keeps the memory mapped while copying; never a dead owner's (asked again after the copy).
+      // Keeps the memory mapped while copying; never a dead owner's (asked after the copies).
       const std::shared_ptr<SegmentAccess>& seg = segments.Found(rep.segment);
       if (!seg || rep.offset + obj.size > seg->size()) continue;
       if (!seg->mapped()) {
