@@ -338,7 +338,7 @@ def test_the_p2p_child_claims_the_hit_and_tierkv_loads_nothing(others_get, looku
     has the same blocks, tierkv gets its allocation with 0 tokens and loads nothing, and the
     decoder's output is the scratch run's, bitwise. With tierkv's lookup_async, its first
     answer (None) holds the request back although the P2P child has the hit (MultiConnector
-    asks every child); the next step the P2P child still wins."""
+    asks every child); once tierkv answers, the P2P child still wins."""
     (ref,) = scratch([P])
     with HeldStore():
         tk = vllm_kv_config()
@@ -362,7 +362,10 @@ def test_the_p2p_child_claims_the_hit_and_tierkv_loads_nothing(others_get, looku
                   if c[0] == "update_state_after_alloc"]
         assert [c[:3] for c in allocs] == [("update_state_after_alloc", rd.request_id, 96)]
         asks = [c for c in dec.sub(0, "scheduler").calls if c[0] == "get_num_new_matched_tokens"]
-        assert len(asks) == (2 if lookup_async else 1)
+        # The async lookup answers None at least once (more when its thread is slow to
+        # finish: a loaded machine), and the request waits that many steps.
+        assert len(asks) >= 2 if lookup_async else len(asks) == 1
+        assert all(a == asks[0] for a in asks)
         assert dec.sub(1).worker.load_errors() == set()
         stats = [o.kv_connector_stats for o in dec.outputs if o.kv_connector_stats]
         assert [set(s.data) for s in stats] == [{"P2PConnector"}]
