@@ -49,6 +49,8 @@ elif bench == "disk-remote":
 elif bench == "engine":
     assert sys.argv[sys.argv.index("--trace") + 1] == "", sys.argv
     out({"bench": "engine_model", "d_model": 256})
+    if os.environ.get("FAKE_NO_SUMMARY"):
+        sys.exit(0)
     out({"bench": "engine", "dram_load_ratio": 0.8512, "dram_load_gbps": 10.0,
          "memcpy_gbps": 11.75})
 '''
@@ -93,12 +95,18 @@ def test_each_row_with_its_issue_target_and_verdict(tmp_path):
     assert not (tmp_path / "disk").exists()  # the disk bench's directory is removed
 
 
-def test_a_failing_bench_fails_the_run_and_keeps_the_rows_before_it(tmp_path):
+def test_a_failing_bench_fails_the_run_and_the_other_stages_still_run(tmp_path):
     p = run(tmp_path, "--only", "remote,disk,redis", env={"FAKE_FAIL": "disk"})
     assert p.returncode == 1
     got = rows(p.stdout)
-    assert len(got) == 12 and "shm put 64 KiB" in got
-    assert "boom: disk" in p.stderr
+    assert len(got) == 12 + 4 and "shm put 64 KiB" in got and "redis: tcp get 2 MiB" in got
+    assert "speed_table: disk: " in p.stderr and "boom: disk" in p.stderr
+
+
+def test_a_bench_without_its_summary_line_is_a_failure_that_says_so(tmp_path):
+    p = run(tmp_path, "--only", "engine", env={"FAKE_NO_SUMMARY": "1"})
+    assert p.returncode == 1 and rows(p.stdout) == {}
+    assert "speed_table: engine: no summary line" in p.stderr
 
 
 def test_an_unknown_stage_is_refused(tmp_path):
