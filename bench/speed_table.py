@@ -23,9 +23,11 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
+
+import bench_runs
+from bench_runs import BenchFailed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -44,28 +46,13 @@ REMOTE_TARGETS = {
 SIZE_NAMES = {65536: "64 KiB", 262144: "256 KiB", 2097152: "2 MiB"}
 
 
-class BenchFailed(RuntimeError):
-    pass
-
-
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_json(cmd, env=None):
-    """The JSON lines a bench printed on stdout; raises BenchFailed when it fails."""
-    log("  $ " + " ".join(cmd))
-    p = subprocess.run(cmd, capture_output=True, text=True,
-                       env=dict(os.environ, **env) if env else None)
-    if p.returncode != 0:
-        raise BenchFailed(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()[-600:]}")
-    lines = []
-    for text in p.stdout.splitlines():
-        try:
-            lines.append(json.loads(text))
-        except json.JSONDecodeError:
-            pass  # a bench's stray non-JSON output
-    return lines
+def run_json(cmd):
+    """A bench's JSON lines, its command line logged first (bench_runs.run_json)."""
+    return bench_runs.run_json(cmd, log=log)
 
 
 def row(name, ratio, lo, hi, target, baseline, **extra):
